@@ -1,0 +1,309 @@
+//! Command-line parsing only: every command calls the library.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::PipelineConfig;
+use crate::ingest::{Ingest, Next};
+use crate::session::DecodeLimits;
+use crate::simulate::click::{ClickModel, ClickModelKind};
+use crate::simulate::policy::{RankerKind, Sampling};
+use crate::simulate::relevance::RelevanceKind;
+use crate::simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
+use crate::sinks::dead_letter::DeadLetterSink;
+use crate::sinks::jsonl::JsonlSink;
+use crate::sinks::kafka::{ensure_topic, KafkaSink};
+use crate::sinks::SessionSink;
+use crate::sources::file::FileSource;
+use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
+use crate::sources::RecordSource;
+use crate::summary::IngestSummary;
+
+#[derive(Parser)]
+#[command(name = "ultr", version, about = "Streaming unbiased learning to rank")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the embedded demo: simulate a stream and run it through the pipeline.
+    Demo(crate::demo::DemoArgs),
+    /// Simulate click sessions with known ground truth.
+    Simulate(SimulateArgs),
+    /// Decode JSONL session files (plain or gzip); refused records go to a dead-letter file.
+    Decode(DecodeArgs),
+    /// Consume sessions from Kafka and decode them.
+    Consume(ConsumeArgs),
+}
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// SVMlight/LETOR or LightGBM data file(s); none = synthetic features.
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "svmlight")]
+    format: DataFormat,
+    /// LightGBM group file (default `<data>.query`).
+    #[arg(long)]
+    query_file: Option<PathBuf>,
+    #[arg(long, default_value_t = 200)]
+    synthetic_queries: usize,
+    #[arg(long, default_value_t = 20)]
+    synthetic_docs: usize,
+    #[arg(long, default_value_t = 46)]
+    synthetic_features: usize,
+    /// labels | linear | mlp (default: labels with a data file, linear without).
+    #[arg(long, value_enum)]
+    relevance: Option<RelevanceKind>,
+    #[arg(long, default_value_t = 0.2)]
+    noise: f64,
+    #[arg(long, default_value_t = 25)]
+    top_n: usize,
+    #[arg(long, value_enum, default_value = "mlp")]
+    ranker: RankerKind,
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    alpha: f64,
+    #[arg(long, value_enum, default_value = "epsilon-greedy")]
+    sampling: Sampling,
+    #[arg(long, default_value_t = 0.0)]
+    tau: f64,
+    #[arg(long, default_value_t = 1.0)]
+    pl_temperature: f64,
+    #[arg(long, default_value = "logging-v1")]
+    policy_id: String,
+    #[arg(long, value_enum, default_value = "additive-pbm")]
+    click_model: ClickModelKind,
+    /// Mixture weights RCM:RCTR:DCTR:PBM.
+    #[arg(long, default_value = "0:1:1:0")]
+    mixture: String,
+    #[arg(long, default_value_t = 1.0)]
+    eta: f64,
+    #[arg(long, default_value_t = 10_000)]
+    sessions: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 100)]
+    interval_ms: i64,
+    #[arg(long)]
+    no_features: bool,
+    #[arg(long)]
+    log_propensity: bool,
+}
+
+impl SimArgs {
+    pub fn to_config(&self) -> anyhow::Result<SimConfig> {
+        let defaults = SimConfig::default();
+        Ok(SimConfig {
+            data: self.data.clone(),
+            format: self.format,
+            query_file: self.query_file.clone(),
+            synthetic: SyntheticData { queries: self.synthetic_queries, docs_per_query: self.synthetic_docs, features: self.synthetic_features },
+            relevance: self.relevance.unwrap_or(if self.data.is_empty() { RelevanceKind::Linear } else { RelevanceKind::Labels }),
+            noise: self.noise,
+            top_n: self.top_n,
+            policy: PolicyConfig {
+                ranker: self.ranker,
+                alpha: self.alpha,
+                sampling: self.sampling,
+                tau: self.tau,
+                pl_temperature: self.pl_temperature,
+                policy_id: self.policy_id.clone(),
+            },
+            click_model: ClickModel { kind: self.click_model, eta: self.eta, mixture: ClickModel::parse_mixture(&self.mixture)?, ..ClickModel::default() },
+            sessions: self.sessions,
+            seed: self.seed,
+            interval_ms: self.interval_ms,
+            emit_features: !self.no_features,
+            log_propensity: self.log_propensity,
+            ..defaults
+        })
+    }
+}
+
+#[derive(Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    sim: SimArgs,
+    /// JSONL output (`.gz` for gzip); `-` for stdout.
+    #[arg(long, conflicts_with = "topic")]
+    out: Option<PathBuf>,
+    /// Kafka topic to publish to (with --brokers).
+    #[arg(long, requires = "brokers")]
+    topic: Option<String>,
+    #[arg(long)]
+    brokers: Option<String>,
+    /// Partitions when the topic has to be created.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Ground-truth JSON output.
+    #[arg(long)]
+    truth: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DecodeArgs {
+    /// JSONL files, plain or gzip.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Dead-letter JSONL file.
+    #[arg(long, default_value = "dead-letters.jsonl")]
+    dead_letter: PathBuf,
+    /// Pipeline config whose `[decode]` limits apply.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ConsumeArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long)]
+    topic: String,
+    #[arg(long, default_value = "ultr")]
+    group: String,
+    /// librdkafka properties, `key=value`, repeatable.
+    #[arg(long = "property", value_parser = parse_property)]
+    properties: Vec<(String, String)>,
+    /// Stop after this long without messages.
+    #[arg(long, default_value_t = 5000)]
+    idle_exit_ms: u64,
+    #[arg(long, default_value = "dead-letters.jsonl")]
+    dead_letter: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_property(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("`{s}` is not key=value"))
+}
+
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ULTR_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => crate::demo::run(&args),
+        Command::Simulate(args) => simulate(&args),
+        Command::Decode(args) => decode(&args),
+        Command::Consume(args) => consume(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
+    let config = args.sim.to_config()?;
+    let started = std::time::Instant::now();
+    let sim = Simulator::new(config)?;
+    if let Some(path) = &args.truth {
+        sim.truth().save(path)?;
+    }
+    let mut sink: Box<dyn SessionSink> = match (&args.out, &args.topic, &args.brokers) {
+        (_, Some(topic), Some(brokers)) => {
+            ensure_topic(brokers, topic, args.partitions)?;
+            Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
+        }
+        (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
+        (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
+        _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
+    };
+    let n = sim.run(sink.as_mut())?;
+    eprintln!(
+        "simulated {n} sessions over {} queries in {:.2}s ({:.0} sessions/s)",
+        sim.n_queries(),
+        started.elapsed().as_secs_f64(),
+        n as f64 / started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Drains a source through the decoder, writing dead letters; returns the summary.
+pub fn drain<S: RecordSource>(ingest: &mut Ingest<S>, dead: &mut DeadLetterSink) -> anyhow::Result<IngestSummary> {
+    let mut summary = IngestSummary::default();
+    loop {
+        match ingest.next()? {
+            Next::Batch(batch) => {
+                for letter in &batch.dead_letters {
+                    dead.write(letter)?;
+                }
+                summary.add(&batch);
+            }
+            Next::Idle => continue,
+            Next::End => break,
+        }
+    }
+    dead.flush()?;
+    summary.feature_dim = ingest.decoder().feature_dim();
+    Ok(summary)
+}
+
+fn limits_from(config: &Option<PathBuf>) -> anyhow::Result<DecodeLimits> {
+    Ok(match config {
+        Some(path) => PipelineConfig::load(path)?.decode,
+        None => DecodeLimits::default(),
+    })
+}
+
+fn print_summary(summary: &IngestSummary, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(summary)?);
+    } else {
+        print!("{}", summary.render());
+    }
+    Ok(())
+}
+
+fn decode(args: &DecodeArgs) -> anyhow::Result<()> {
+    let limits = limits_from(&args.config)?;
+    let mut dead = DeadLetterSink::file(&args.dead_letter)?;
+    let mut total = IngestSummary::default();
+    for file in &args.files {
+        let mut ingest = Ingest::new(FileSource::open(file, 0)?, limits.clone(), 4096);
+        let s = drain(&mut ingest, &mut dead)?;
+        total.records += s.records;
+        total.sessions += s.sessions;
+        total.impressions += s.impressions;
+        total.clicks += s.clicks;
+        total.feature_dim = total.feature_dim.or(s.feature_dim);
+    }
+    total.dead_letters = dead.counts().clone();
+    print_summary(&total, args.json)
+}
+
+fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
+    let config = KafkaSourceConfig {
+        brokers: args.brokers.clone(),
+        group_id: args.group.clone(),
+        topics: vec![args.topic.clone()],
+        properties: args.properties.iter().cloned().collect(),
+        idle_exit_ms: Some(args.idle_exit_ms),
+    };
+    let source = KafkaSource::new(&config, Default::default()).context("starting Kafka source")?;
+    let mut ingest = Ingest::new(source, DecodeLimits::default(), 4096);
+    let mut dead = DeadLetterSink::file(&args.dead_letter)?;
+    let summary = drain(&mut ingest, &mut dead)?;
+    ingest.source().commit(ingest.resume())?;
+    print_summary(&summary, args.json)
+}
+
+/// Shared by the demo: a simulator ready to stream.
+pub fn simulator(config: SimConfig) -> anyhow::Result<Arc<Simulator>> {
+    Ok(Arc::new(Simulator::new(config)?))
+}

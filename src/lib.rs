@@ -1,0 +1,16 @@
+//! `ultr`: streaming unbiased learning to rank. Session logs in (Kafka, files, simulator), decoded to
+//! Arrow impressions, windowed by DataFusion SQL, turned into debiased two-tower models and alerts.
+//!
+//! Data flow, one module per stage: `sources` → `session` (decode) → `ingest` → … ; `sinks` carry
+//! records out (Kafka, JSONL, dead letters); `simulate` is the laboratory with known ground truth.
+
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod ingest;
+pub mod session;
+pub mod simulate;
+pub mod sinks;
+pub mod sources;
+pub mod summary;
+pub mod window;

@@ -1,0 +1,552 @@
+//! Decode and validate session JSON into rows of the impressions batch; a record is taken whole or refused whole.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder,
+    TimestampMillisecondBuilder, UInt32Builder,
+};
+use datafusion::arrow::record_batch::RecordBatch;
+use serde::de::{self, DeserializeSeed, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::reason::Reason;
+use super::schema::impressions_schema;
+use super::SCHEMA_VERSION;
+
+/// Limits that keep one absurd record from costing the pipeline memory or time.
+/// Lives under `[decode]` in a pipeline config.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecodeLimits {
+    /// Most items one session may carry.
+    pub max_items: usize,
+    /// Most dense features one item may carry.
+    pub max_features: usize,
+    /// Largest accepted record, in bytes, checked before parsing.
+    pub max_record_bytes: usize,
+    /// The stream's feature dimension. Unset: the first accepted record with features fixes it.
+    pub feature_dim: Option<usize>,
+    /// The stream's bias-feature dimension, fixed the same way when unset.
+    pub bias_feature_dim: Option<usize>,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_items: 1_000,
+            max_features: 10_000,
+            max_record_bytes: 16 << 20,
+            feature_dim: None,
+            bias_feature_dim: None,
+        }
+    }
+}
+
+/// A refused record: the reason label plus a human-readable detail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+impl Rejected {
+    fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        Rejected { reason, detail: detail.into() }
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason, self.detail)
+    }
+}
+
+/// Custom serde errors carry their reason as a `ultr:<label>:` prefix so `classify` can recover it.
+fn tagged<E: de::Error>(reason: Reason, detail: impl fmt::Display) -> E {
+    E::custom(format_args!("ultr:{}: {}", reason.as_str(), detail))
+}
+
+fn classify(err: serde_json::Error) -> Rejected {
+    use serde_json::error::Category;
+    let message = err.to_string();
+    let reason = match err.classify() {
+        Category::Syntax | Category::Eof | Category::Io => Reason::InvalidJson,
+        Category::Data => {
+            if let Some(rest) = message.strip_prefix("ultr:") {
+                let label = rest.split(':').next().unwrap_or("");
+                Reason::parse(label).unwrap_or(Reason::WrongType)
+            } else if message.starts_with("missing field") {
+                Reason::MissingField
+            } else {
+                Reason::WrongType
+            }
+        }
+    };
+    let detail = message
+        .strip_prefix("ultr:")
+        .and_then(|rest| rest.split_once(": "))
+        .map(|(_, d)| d.to_string())
+        .unwrap_or(message);
+    Rejected { reason, detail }
+}
+
+/// An identifier: a JSON string, or an integer taken as its decimal text.
+struct Id<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct IdVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for IdVisitor<'a> {
+            type Value = Id<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or integer id")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Id<'a>, E> {
+                Ok(Id(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Id<'a>, E> {
+                Ok(Id(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Id<'a>, E> {
+                Ok(Id(Cow::Owned(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id<'a>, E> {
+                Ok(Id(Cow::Owned(v.to_string())))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id<'a>, E> {
+                Ok(Id(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_any(IdVisitor(std::marker::PhantomData))
+    }
+}
+
+/// `event_time` as logged: RFC 3339 text or epoch milliseconds.
+enum EventTime<'a> {
+    Text(Cow<'a, str>),
+    Millis(i64),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for EventTime<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TimeVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for TimeVisitor<'a> {
+            type Value = EventTime<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an RFC 3339 timestamp or epoch milliseconds")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(EventTime::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(EventTime::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                i64::try_from(v)
+                    .map(EventTime::Millis)
+                    .map_err(|_| tagged(Reason::BadEventTime, "epoch millis out of range"))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(EventTime::Millis(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Err(tagged(Reason::BadEventTime, format_args!("epoch millis must be an integer, got {v}")))
+            }
+        }
+        d.deserialize_any(TimeVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Latest accepted event time: 9999-12-31T23:59:59.999Z.
+const MAX_EVENT_MILLIS: i64 = 253_402_300_799_999;
+
+impl EventTime<'_> {
+    fn to_millis(&self) -> Result<i64, Rejected> {
+        let millis = match self {
+            EventTime::Millis(m) => *m,
+            EventTime::Text(t) => chrono::DateTime::parse_from_rfc3339(t)
+                .map_err(|e| Rejected::new(Reason::BadEventTime, format!("`{t}` is not RFC 3339: {e}")))?
+                .timestamp_millis(),
+        };
+        if !(0..=MAX_EVENT_MILLIS).contains(&millis) {
+            return Err(Rejected::new(Reason::BadEventTime, format!("event time {millis} ms is outside 1970..9999")));
+        }
+        Ok(millis)
+    }
+}
+
+/// `clicked`: a boolean, or 0/1.
+struct Clicked(bool);
+
+impl<'de> Deserialize<'de> for Clicked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ClickVisitor;
+        impl Visitor<'_> for ClickVisitor {
+            type Value = Clicked;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a boolean or 0/1")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Clicked, E> {
+                Ok(Clicked(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Clicked, E> {
+                match v {
+                    0 => Ok(Clicked(false)),
+                    1 => Ok(Clicked(true)),
+                    _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(ClickVisitor)
+    }
+}
+
+/// A dense f32 vector; refuses non-finite values (spelled as strings, null, or overflowing f32).
+struct Features(Vec<f32>);
+
+impl<'de> Deserialize<'de> for Features {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FeatureSeq;
+        impl<'de> Visitor<'de> for FeatureSeq {
+            type Value = Features;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of finite numbers")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Features, A::Error> {
+                let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(64).min(1024));
+                let mut index = 0usize;
+                while let Some(v) = seq.next_element_seed(FeatureValue(index))? {
+                    values.push(v);
+                    index += 1;
+                }
+                Ok(Features(values))
+            }
+        }
+        d.deserialize_seq(FeatureSeq)
+    }
+}
+
+struct FeatureValue(usize);
+
+impl<'de> DeserializeSeed<'de> for FeatureValue {
+    type Value = f32;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<f32, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for FeatureValue {
+    type Value = f32;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a finite number")
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<f32, E> {
+        let x = v as f32;
+        if x.is_finite() {
+            Ok(x)
+        } else {
+            Err(tagged(Reason::NonFiniteFeature, format_args!("feature {} = {v} is not a finite f32", self.0)))
+        }
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<f32, E> {
+        Ok(v as f32)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<f32, E> {
+        Ok(v as f32)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<f32, E> {
+        let lower = v.trim().to_ascii_lowercase();
+        if matches!(lower.trim_start_matches(['+', '-']), "nan" | "inf" | "infinity") {
+            Err(tagged(Reason::NonFiniteFeature, format_args!("feature {} is {v:?}", self.0)))
+        } else {
+            Err(E::invalid_type(de::Unexpected::Str(v), &self))
+        }
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<f32, E> {
+        Err(tagged(Reason::NonFiniteFeature, format_args!("feature {} is null", self.0)))
+    }
+}
+
+/// A context value: text, number or boolean, kept as text.
+struct ContextValue(Option<String>);
+
+impl<'de> Deserialize<'de> for ContextValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(ContextValue(match v {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(s),
+            serde_json::Value::Bool(b) => Some(b.to_string()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            other => {
+                return Err(de::Error::invalid_type(
+                    de::Unexpected::Other(if other.is_array() { "array" } else { "object" }),
+                    &"a string, number or boolean context value",
+                ))
+            }
+        }))
+    }
+}
+
+#[derive(Deserialize)]
+struct RawItem<'a> {
+    #[serde(borrow)]
+    doc_id: Id<'a>,
+    position: i64,
+    clicked: Clicked,
+    #[serde(default)]
+    features: Option<Features>,
+    #[serde(default)]
+    bias_features: Option<Features>,
+    #[serde(default)]
+    propensity: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct RawSession<'a> {
+    schema_version: u64,
+    #[serde(borrow)]
+    session_id: Id<'a>,
+    #[serde(borrow)]
+    query_id: Id<'a>,
+    #[serde(borrow)]
+    event_time: EventTime<'a>,
+    #[serde(borrow)]
+    policy_id: Id<'a>,
+    #[serde(default, borrow)]
+    context: Option<BTreeMap<Cow<'a, str>, ContextValue>>,
+    #[serde(borrow)]
+    items: Vec<RawItem<'a>>,
+}
+
+/// Accumulates accepted sessions as impression rows and hands them out as Arrow batches.
+pub struct Decoder {
+    limits: DecodeLimits,
+    feature_dim: Option<usize>,
+    bias_feature_dim: Option<usize>,
+    rows: usize,
+    session_id: StringBuilder,
+    query_id: StringBuilder,
+    event_time: TimestampMillisecondBuilder,
+    policy_id: StringBuilder,
+    context: StringBuilder,
+    doc_id: StringBuilder,
+    position: UInt32Builder,
+    clicked: BooleanBuilder,
+    n_items: UInt32Builder,
+    features: ListBuilder<Float32Builder>,
+    bias_features: ListBuilder<Float32Builder>,
+    propensity: Float64Builder,
+    positions_scratch: Vec<u32>,
+}
+
+impl Decoder {
+    pub fn new(limits: DecodeLimits) -> Self {
+        let item = || ListBuilder::new(Float32Builder::new()).with_field(Arc::new(
+            datafusion::arrow::datatypes::Field::new("item", datafusion::arrow::datatypes::DataType::Float32, false),
+        ));
+        Decoder {
+            feature_dim: limits.feature_dim,
+            bias_feature_dim: limits.bias_feature_dim,
+            limits,
+            rows: 0,
+            session_id: StringBuilder::new(),
+            query_id: StringBuilder::new(),
+            event_time: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            policy_id: StringBuilder::new(),
+            context: StringBuilder::new(),
+            doc_id: StringBuilder::new(),
+            position: UInt32Builder::new(),
+            clicked: BooleanBuilder::new(),
+            n_items: UInt32Builder::new(),
+            features: item(),
+            bias_features: item(),
+            propensity: Float64Builder::new(),
+            positions_scratch: Vec::new(),
+        }
+    }
+
+    pub fn limits(&self) -> &DecodeLimits {
+        &self.limits
+    }
+
+    /// The feature dimension the stream is locked to, once known.
+    pub fn feature_dim(&self) -> Option<usize> {
+        self.feature_dim
+    }
+
+    /// Impression rows buffered since the last `finish`.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Validates one record; on success appends its items as rows, on failure appends nothing.
+    /// Returns the number of impressions added.
+    pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, Rejected> {
+        if bytes.len() > self.limits.max_record_bytes {
+            return Err(Rejected::new(
+                Reason::RecordTooLarge,
+                format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes),
+            ));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
+        let raw: RawSession = serde_json::from_str(text).map_err(classify)?;
+        let checked = self.validate(&raw)?;
+        self.append(&raw, checked);
+        Ok(raw.items.len())
+    }
+
+    fn validate(&mut self, raw: &RawSession) -> Result<Checked, Rejected> {
+        if raw.schema_version != SCHEMA_VERSION {
+            return Err(Rejected::new(
+                Reason::UnsupportedSchemaVersion,
+                format!("schema_version {} (this build reads {SCHEMA_VERSION})", raw.schema_version),
+            ));
+        }
+        for (name, id) in [("session_id", &raw.session_id), ("query_id", &raw.query_id), ("policy_id", &raw.policy_id)] {
+            if id.0.is_empty() {
+                return Err(Rejected::new(Reason::EmptyId, format!("{name} is empty")));
+            }
+        }
+        let event_millis = raw.event_time.to_millis()?;
+        let n = raw.items.len();
+        if n == 0 {
+            return Err(Rejected::new(Reason::NoItems, "items is empty"));
+        }
+        if n > self.limits.max_items {
+            return Err(Rejected::new(Reason::TooManyItems, format!("{n} items > max_items {}", self.limits.max_items)));
+        }
+        self.positions_scratch.clear();
+        for (i, item) in raw.items.iter().enumerate() {
+            if item.doc_id.0.is_empty() {
+                return Err(Rejected::new(Reason::EmptyId, format!("items[{i}].doc_id is empty")));
+            }
+            if item.position <= 0 {
+                return Err(Rejected::new(
+                    Reason::NonPositivePosition,
+                    format!("items[{i}].position = {} (positions are 1-based)", item.position),
+                ));
+            }
+            let position = u32::try_from(item.position)
+                .map_err(|_| Rejected::new(Reason::WrongType, format!("items[{i}].position {} overflows u32", item.position)))?;
+            self.positions_scratch.push(position);
+            if let Some(p) = item.propensity {
+                if !(p > 0.0 && p <= 1.0) {
+                    return Err(Rejected::new(Reason::BadPropensity, format!("items[{i}].propensity = {p} is outside (0, 1]")));
+                }
+            }
+        }
+        self.positions_scratch.sort_unstable();
+        if let Some(w) = self.positions_scratch.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Rejected::new(Reason::DuplicatePosition, format!("position {} appears twice", w[0])));
+        }
+        let feature_dim = check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?;
+        let bias_dim = check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?;
+        Ok(Checked { event_millis, feature_dim, bias_dim })
+    }
+
+    fn append(&mut self, raw: &RawSession, checked: Checked) {
+        // The record is accepted: lock dimensions the stream had not fixed yet.
+        self.feature_dim = self.feature_dim.or(checked.feature_dim);
+        self.bias_feature_dim = self.bias_feature_dim.or(checked.bias_dim);
+        let context = raw.context.as_ref().and_then(canonical_context);
+        let n = raw.items.len() as u32;
+        for item in &raw.items {
+            self.session_id.append_value(&raw.session_id.0);
+            self.query_id.append_value(&raw.query_id.0);
+            self.event_time.append_value(checked.event_millis);
+            self.policy_id.append_value(&raw.policy_id.0);
+            self.context.append_option(context.as_deref());
+            self.doc_id.append_value(&item.doc_id.0);
+            self.position.append_value(item.position as u32);
+            self.clicked.append_value(item.clicked.0);
+            self.n_items.append_value(n);
+            append_list(&mut self.features, item.features.as_ref());
+            append_list(&mut self.bias_features, item.bias_features.as_ref());
+            self.propensity.append_option(item.propensity);
+        }
+        self.rows += raw.items.len();
+    }
+
+    /// Hands out the buffered rows as one batch (possibly empty) and starts a new one.
+    pub fn finish(&mut self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.session_id.finish()),
+            Arc::new(self.query_id.finish()),
+            Arc::new(self.event_time.finish()),
+            Arc::new(self.policy_id.finish()),
+            Arc::new(self.context.finish()),
+            Arc::new(self.doc_id.finish()),
+            Arc::new(self.position.finish()),
+            Arc::new(self.clicked.finish()),
+            Arc::new(self.n_items.finish()),
+            Arc::new(self.features.finish()),
+            Arc::new(self.bias_features.finish()),
+            Arc::new(self.propensity.finish()),
+        ];
+        self.rows = 0;
+        RecordBatch::try_new(impressions_schema(), columns).expect("decoder builds columns that match the impressions schema")
+    }
+}
+
+struct Checked {
+    event_millis: i64,
+    feature_dim: Option<usize>,
+    bias_dim: Option<usize>,
+}
+
+/// All present vectors must share one length, agree with the stream's, and stay under the limit.
+fn check_dims<'a>(
+    vectors: impl Iterator<Item = Option<&'a Features>>,
+    stream_dim: Option<usize>,
+    max: usize,
+    name: &str,
+) -> Result<Option<usize>, Rejected> {
+    let mut seen: Option<usize> = None;
+    for (i, v) in vectors.enumerate() {
+        let Some(v) = v else { continue };
+        let len = v.0.len();
+        if len > max {
+            return Err(Rejected::new(Reason::TooManyFeatures, format!("items[{i}].{name} has {len} values > max_features {max}")));
+        }
+        if let Some(expected) = seen.or(stream_dim) {
+            if len != expected {
+                return Err(Rejected::new(
+                    Reason::FeatureLengthMismatch,
+                    format!("items[{i}].{name} has {len} values, the stream has {expected}"),
+                ));
+            }
+        }
+        seen = Some(len);
+    }
+    Ok(seen)
+}
+
+fn append_list(builder: &mut ListBuilder<Float32Builder>, values: Option<&Features>) {
+    match values {
+        Some(v) => {
+            builder.values().append_slice(&v.0);
+            builder.append(true);
+        }
+        None => builder.append(false),
+    }
+}
+
+/// `k=v` pairs sorted by key and joined with `;` — one comparable string per bias configuration.
+fn canonical_context(map: &BTreeMap<Cow<'_, str>, ContextValue>) -> Option<String> {
+    let mut out = String::new();
+    for (k, v) in map {
+        let Some(v) = &v.0 else { continue };
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(k);
+        out.push('=');
+        out.push_str(v);
+    }
+    (!out.is_empty()).then_some(out)
+}

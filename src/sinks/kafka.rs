@@ -1,0 +1,127 @@
+//! Kafka sink on rdkafka: publishes sessions keyed by session id, and counts failed deliveries.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+
+use super::SessionSink;
+
+/// Counts delivery outcomes reported by librdkafka.
+#[derive(Default)]
+pub struct DeliveryCounter {
+    pub delivered: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+#[derive(Clone, Default)]
+pub struct CountingContext(pub Arc<DeliveryCounter>);
+
+impl ClientContext for CountingContext {}
+
+impl ProducerContext for CountingContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => self.0.delivered.fetch_add(1, Ordering::Relaxed),
+            Err((e, _)) => {
+                tracing::warn!(error = %e, "Kafka delivery failed");
+                self.0.failed.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+pub struct KafkaSink {
+    producer: BaseProducer<CountingContext>,
+    topic: String,
+    counter: Arc<DeliveryCounter>,
+    sent: u64,
+}
+
+impl KafkaSink {
+    pub fn new(brokers: &str, topic: &str, properties: &BTreeMap<String, String>) -> anyhow::Result<Self> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", brokers)
+            .set("linger.ms", "20")
+            .set("queue.buffering.max.messages", "200000")
+            .set("enable.idempotence", "false");
+        for (k, v) in properties {
+            config.set(k, v);
+        }
+        let counter = Arc::new(DeliveryCounter::default());
+        let producer = config
+            .create_with_context(CountingContext(counter.clone()))
+            .context("creating Kafka producer")?;
+        Ok(KafkaSink { producer, topic: topic.to_string(), counter, sent: 0 })
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.counter.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Sends with headers (dead letters carry their reason this way).
+    pub fn send_with_headers(&mut self, key: &str, payload: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {
+        self.send_record(BaseRecord::to(&self.topic.clone()).key(key).payload(payload).headers(headers))
+    }
+
+    fn send_record(&mut self, mut record: BaseRecord<'_, str, [u8], ()>) -> anyhow::Result<()> {
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(e).context("producing to Kafka"),
+            }
+        }
+        self.sent += 1;
+        if self.sent % 1024 == 0 {
+            self.producer.poll(Duration::ZERO);
+        }
+        Ok(())
+    }
+}
+
+impl SessionSink for KafkaSink {
+    fn send(&mut self, key: &str, payload: &[u8]) -> anyhow::Result<()> {
+        let topic = self.topic.clone();
+        self.send_record(BaseRecord::to(&topic).key(key).payload(payload))
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.producer.flush(Duration::from_secs(60)).context("flushing Kafka producer")?;
+        let failed = self.counter.failed.load(Ordering::Relaxed);
+        anyhow::ensure!(failed == 0, "{failed} Kafka deliveries failed");
+        Ok(())
+    }
+}
+
+/// Creates `topic` with `partitions` partitions if it does not exist yet.
+pub fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .context("creating Kafka admin client")?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let results = runtime.block_on(admin.create_topics([&new], &opts)).context("creating topic")?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => anyhow::bail!("creating topic {name}: {code}"),
+        }
+    }
+    Ok(())
+}

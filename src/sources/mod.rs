@@ -1,0 +1,83 @@
+//! Where session records come from (files, Kafka, the simulator): raw bytes plus the source position of each.
+
+pub mod file;
+pub mod kafka;
+pub mod simulator;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// Where one record sits in its source: a Kafka topic partition and offset, or a file and byte offset
+/// (files use partition 0).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourcePosition {
+    pub stream: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl fmt::Display for SourcePosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]@{}", self.stream, self.partition, self.offset)
+    }
+}
+
+/// One undecoded record.
+#[derive(Debug, Clone)]
+pub struct RawRecord {
+    pub payload: Vec<u8>,
+    pub position: SourcePosition,
+    /// Where reading resumes after this record (file: the next line's byte offset; Kafka: offset + 1).
+    pub next_offset: i64,
+}
+
+/// The resume point of every (stream, partition) read so far: the next offset to read.
+/// This is what a checkpoint stores and what a restart seeks to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeOffsets(pub BTreeMap<String, BTreeMap<i32, i64>>);
+
+impl ResumeOffsets {
+    pub fn advance(&mut self, record: &RawRecord) {
+        let slot = self
+            .0
+            .entry(record.position.stream.to_string())
+            .or_default()
+            .entry(record.position.partition)
+            .or_insert(record.next_offset);
+        *slot = (*slot).max(record.next_offset);
+    }
+
+    pub fn merge(&mut self, other: &ResumeOffsets) {
+        for (stream, parts) in &other.0 {
+            let mine = self.0.entry(stream.clone()).or_default();
+            for (&p, &o) in parts {
+                let slot = mine.entry(p).or_insert(o);
+                *slot = (*slot).max(o);
+            }
+        }
+    }
+
+    pub fn get(&self, stream: &str, partition: i32) -> Option<i64> {
+        self.0.get(stream).and_then(|p| p.get(&partition)).copied()
+    }
+}
+
+/// What a poll of a source returned.
+#[derive(Debug)]
+pub enum Poll {
+    /// Some records (never empty).
+    Records(Vec<RawRecord>),
+    /// Nothing right now; an unbounded source may have more later.
+    Idle,
+    /// The source is exhausted (end of file, or a bounded Kafka read is done).
+    End,
+}
+
+/// A source of raw session records. Sources only do I/O; decoding happens downstream.
+pub trait RecordSource {
+    /// Up to `max` records.
+    fn poll(&mut self, max: usize) -> anyhow::Result<Poll>;
+}
