@@ -20,7 +20,7 @@ pub enum ClickModelKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ClickModel {
     pub kind: ClickModelKind,
     /// Examination exponent η in γ_k = (1/k)^η.

@@ -13,6 +13,7 @@ use ndarray::Array2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::sinks::SessionSink;
 use click::{ClickModel, DocTruth};
@@ -226,7 +227,8 @@ impl GroundTruth {
 struct PreparedQuery {
     query_id: String,
     doc_ids: Vec<String>,
-    features: Vec<Vec<f32>>,
+    /// Each document's features, serialised once (sessions repeat them many times).
+    features: Vec<Box<RawValue>>,
     truth: Vec<DocTruth>,
     scores: Vec<f64>,
     ranking: Vec<usize>,
@@ -245,7 +247,7 @@ struct OutItem<'a> {
     position: usize,
     clicked: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    features: Option<&'a [f32]>,
+    features: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     propensity: Option<f64>,
 }
@@ -364,7 +366,11 @@ impl Simulator {
             queries.push(PreparedQuery {
                 query_id: q.query_id,
                 doc_ids: q.docs.iter().map(|d| d.doc_id.clone()).collect(),
-                features: q.docs.into_iter().map(|d| d.features).collect(),
+                features: q
+                    .docs
+                    .iter()
+                    .map(|d| serde_json::value::to_raw_value(&d.features).expect("finite f32 values serialise"))
+                    .collect(),
                 truth,
                 scores: s,
                 ranking,
@@ -410,7 +416,7 @@ impl Simulator {
                 doc_id: &q.doc_ids[d],
                 position: k + 1,
                 clicked: clicks[k],
-                features: self.config.emit_features.then(|| q.features[d].as_slice()),
+                features: self.config.emit_features.then(|| q.features[d].as_ref()),
                 propensity: log_prop.then(|| {
                     let det = if q.ranking[k] == d { 1.0 } else { 0.0 };
                     ((1.0 - p.tau) * det + p.tau / n).max(f64::MIN_POSITIVE)

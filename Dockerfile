@@ -1,0 +1,11 @@
+# Builds the `ultr` binary; used by docker-compose.yml.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --bin ultr
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/ultr /usr/local/bin/ultr
+COPY pipelines /etc/ultr/pipelines
+ENTRYPOINT ["ultr"]

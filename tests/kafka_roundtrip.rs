@@ -1,0 +1,159 @@
+//! Against a real Kafka-protocol broker (the README's test command starts tansu on 127.0.0.1:9092,
+//! or set ULTR_KAFKA_BROKERS): ≥ 100,000 simulated sessions go simulator → broker → Kafka source,
+//! every session arrives exactly once, and the impressions equal the file path's.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use datafusion::arrow::array::AsArray;
+use ultr::ingest::{Ingest, Next};
+use ultr::session::DecodeLimits;
+use ultr::simulate::click::{ClickModel, ClickModelKind};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::dead_letter::DeadLetterSink;
+use ultr::sinks::jsonl::JsonlSink;
+use ultr::sinks::kafka::{ensure_topic, KafkaSink};
+use ultr::sources::file::FileSource;
+use ultr::sources::kafka::{KafkaSource, KafkaSourceConfig};
+
+fn brokers() -> String {
+    std::env::var("ULTR_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+fn unique(name: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+#[test]
+fn hundred_thousand_sessions_round_trip_exactly_once() {
+    const SESSIONS: u64 = 100_000;
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 300, docs_per_query: 10, features: 8 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.2, ..PolicyConfig::default() },
+        click_model: ClickModel { kind: ClickModelKind::Dcm, ..ClickModel::default() },
+        sessions: SESSIONS,
+        seed: 99,
+        ..SimConfig::default()
+    })
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sessions.jsonl.gz");
+    sim.run(&mut JsonlSink::create(&file).unwrap()).unwrap();
+
+    let topic = unique("ultr-roundtrip");
+    let brokers = brokers();
+    ensure_topic(&brokers, &topic, 4).unwrap_or_else(|e| panic!("broker at {brokers} unreachable ({e:#}); run the README's test command, which starts one"));
+    let mut sink = KafkaSink::new(&brokers, &topic, &Default::default()).unwrap();
+    sim.run(&mut sink).unwrap();
+    assert_eq!(sink.delivered(), SESSIONS);
+
+    let config = KafkaSourceConfig {
+        brokers: brokers.clone(),
+        group_id: unique("ultr-test"),
+        topics: vec![topic.clone()],
+        properties: [("fetch.wait.max.ms".to_string(), "100".to_string())].into(),
+        idle_exit_ms: Some(10_000),
+    };
+    let mut ingest = Ingest::new(KafkaSource::new(&config, Default::default()).unwrap(), DecodeLimits::default(), 4096);
+    let mut kafka_batches = Vec::new();
+    let mut records = 0;
+    let mut partitions = HashSet::new();
+    loop {
+        match ingest.next().unwrap() {
+            Next::Batch(b) => {
+                assert!(b.dead_letters.is_empty(), "{:?}", b.dead_letters.first().map(|d| &d.detail));
+                records += b.records;
+                for (stream, parts) in &b.resume.0 {
+                    assert_eq!(stream, &format!("kafka:{topic}"));
+                    partitions.extend(parts.keys().copied());
+                }
+                kafka_batches.push(b.impressions);
+            }
+            Next::Idle => continue,
+            Next::End => break,
+        }
+    }
+    assert_eq!(records as u64, SESSIONS, "every message read once");
+    assert!(partitions.len() > 1, "sessions spread over partitions: {partitions:?}");
+
+    // Exactly once: each session id appears once (its rows are contiguous in one message).
+    let mut ids = HashSet::new();
+    for b in &kafka_batches {
+        let sid = b.column(0).as_string::<i32>();
+        let pos = b.column(6).as_primitive::<datafusion::arrow::datatypes::UInt32Type>();
+        for i in 0..b.num_rows() {
+            if pos.value(i) == 1 {
+                assert!(ids.insert(sid.value(i).to_string()), "session {} twice", sid.value(i));
+            }
+        }
+    }
+    assert_eq!(ids.len() as u64, SESSIONS);
+
+    // Same impressions as the file path (Kafka interleaves partitions, so compare as sorted rows).
+    let mut dead = DeadLetterSink::discard();
+    let mut file_ingest = Ingest::new(FileSource::open(&file, 0).unwrap(), DecodeLimits::default(), 4096);
+    let mut file_rows = common::rows(&common::collect(&mut file_ingest, &mut dead));
+    let mut kafka_rows = common::rows(&kafka_batches);
+    file_rows.sort_unstable();
+    kafka_rows.sort_unstable();
+    assert_eq!(kafka_rows.len(), file_rows.len());
+    assert!(kafka_rows == file_rows, "Kafka and file impressions differ");
+
+    // Committed offsets leave no lag.
+    ingest.source().commit(ingest.resume()).unwrap();
+    let lag = ingest.source().lag(ingest.resume());
+    assert!(!lag.is_empty());
+    assert!(lag.values().all(|&l| l == 0), "lag after full read: {lag:?}");
+}
+
+/// A restart from saved resume offsets reads only what came after them.
+#[test]
+fn restart_from_resume_offsets_skips_what_was_read() {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 20, docs_per_query: 5, features: 2 },
+        relevance: RelevanceKind::Linear,
+        sessions: 2_000,
+        seed: 5,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let brokers = brokers();
+    let topic = unique("ultr-resume");
+    ensure_topic(&brokers, &topic, 2).unwrap();
+    let mut sink = KafkaSink::new(&brokers, &topic, &Default::default()).unwrap();
+    sim.run(&mut sink).unwrap();
+
+    let config = |group: &str| KafkaSourceConfig {
+        brokers: brokers.clone(),
+        group_id: group.to_string(),
+        topics: vec![topic.clone()],
+        properties: Default::default(),
+        idle_exit_ms: Some(5_000),
+    };
+    // First reader stops after one batch and keeps its resume offsets.
+    let mut first = Ingest::new(KafkaSource::new(&config(&unique("g1")), Default::default()).unwrap(), DecodeLimits::default(), 300);
+    let first_sessions = loop {
+        if let Next::Batch(b) = first.next().unwrap() {
+            break b.sessions;
+        }
+    };
+    let saved = first.resume().clone();
+    drop(first);
+    // A fresh group resumes from the saved offsets (the manifest is the truth, not the group).
+    let mut second = Ingest::new(KafkaSource::new(&config(&unique("g2")), saved).unwrap(), DecodeLimits::default(), 1000);
+    let mut rest = 0;
+    loop {
+        match second.next().unwrap() {
+            Next::Batch(b) => rest += b.sessions,
+            Next::Idle => continue,
+            Next::End => break,
+        }
+    }
+    assert_eq!(first_sessions + rest, 2_000);
+}
