@@ -1,5 +1,5 @@
 -- Per-position impressions, clicks and click-through rate over a set of impressions.
--- Input table: impressions (the decoded impressions schema, docs/session-contract.md).
+-- Input: impressions (one window), or position_ctr of many windows re-summed by the caller.
 SELECT
     position,
     COUNT(*) AS impressions,

@@ -41,6 +41,97 @@ pub struct PipelineConfig {
     pub batch_records: usize,
     #[serde(default)]
     pub simulator: SimConfig,
+    #[serde(default)]
+    pub window: WindowConfig,
+    #[serde(default)]
+    pub state: StateConfig,
+    #[serde(default)]
+    pub identifiability: IdentifiabilityConfig,
+}
+
+/// Event-time windows (`[window]`). Durations are text: `500ms`, `30s`, `10m`, `1h`, `28d`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowConfig {
+    /// Window length.
+    pub size: String,
+    /// Hop between window starts; unset for tumbling windows. Must divide `size`.
+    pub slide: Option<String>,
+    /// How far behind the newest event time a session may arrive and still count.
+    pub allowed_lateness: String,
+    /// A partition silent this long stops holding back the watermark.
+    pub idle_partition_timeout: String,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        WindowConfig { size: "1h".into(), slide: None, allowed_lateness: "5m".into(), idle_partition_timeout: "30s".into() }
+    }
+}
+
+/// Durable state (`[state]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// State directory (the `--state` flag overrides it).
+    pub dir: Option<std::path::PathBuf>,
+    /// Horizon of the cumulative views.
+    pub lookback: String,
+    /// Checkpoint at least this often, in records read (and whenever a window closes).
+    pub checkpoint_every_records: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000 }
+    }
+}
+
+/// Identifiability thresholds (`[identifiability]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentifiabilityConfig {
+    /// Positions beyond this are left out of the graphs.
+    pub max_position: u32,
+    /// η: a sample overlaps when its predicted probability of either node lies in [η, 1 − η].
+    pub eta: f64,
+    /// Overlap-graph edge when the positivity score reaches this fraction.
+    pub min_overlap_score: f64,
+    /// Nodes with fewer sampled impressions are left out of the overlap graph.
+    pub min_samples: usize,
+    /// `features`: identified when either graph is connected (feature-based towers); `swaps`: only
+    /// the swap graph counts (per-document embedding towers).
+    pub identified_by: IdentifiedBy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentifiedBy {
+    Features,
+    Swaps,
+}
+
+impl Default for IdentifiabilityConfig {
+    fn default() -> Self {
+        IdentifiabilityConfig { max_position: 25, eta: 0.1, min_overlap_score: 0.1, min_samples: 30, identified_by: IdentifiedBy::Features }
+    }
+}
+
+/// Parses `500ms`, `30s`, `10m`, `1h`, `28d` into milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: i64 = num.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h, 28d"))?;
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`{text}`: unknown unit `{unit}` (use ms, s, m, h, d)")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("`{text}` is too long"))
 }
 
 fn default_batch_records() -> usize {
@@ -56,6 +147,32 @@ pub enum ConfigError {
 }
 
 impl PipelineConfig {
+    /// The window settings in milliseconds, checked: size > 0, slide divides size, lateness ≥ 0.
+    pub fn window_spec(&self) -> Result<crate::window::operator::WindowSpec, String> {
+        let w = &self.window;
+        let size = parse_duration_ms(&w.size).map_err(|e| format!("key `window.size`: {e}"))?;
+        if size <= 0 {
+            return Err("key `window.size` must be longer than 0".into());
+        }
+        let slide = match &w.slide {
+            Some(s) => parse_duration_ms(s).map_err(|e| format!("key `window.slide`: {e}"))?,
+            None => size,
+        };
+        if slide <= 0 || slide > size || size % slide != 0 {
+            return Err(format!("key `window.slide` ({slide} ms) must be > 0 and divide `window.size` ({size} ms)"));
+        }
+        let lateness = parse_duration_ms(&w.allowed_lateness).map_err(|e| format!("key `window.allowed_lateness`: {e}"))?;
+        let idle = parse_duration_ms(&w.idle_partition_timeout).map_err(|e| format!("key `window.idle_partition_timeout`: {e}"))?;
+        if idle <= 0 {
+            return Err("key `window.idle_partition_timeout` must be longer than 0".into());
+        }
+        Ok(crate::window::operator::WindowSpec { size_ms: size, slide_ms: slide, allowed_lateness_ms: lateness, idle_timeout_ms: idle })
+    }
+
+    pub fn lookback_ms(&self) -> i64 {
+        parse_duration_ms(&self.state.lookback).unwrap_or(28 * 86_400_000)
+    }
+
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         Self::parse(&text, &path.display().to_string())
@@ -70,6 +187,15 @@ impl PipelineConfig {
         }
         if config.decode.max_items == 0 || config.decode.max_features == 0 {
             return Err(invalid("keys `decode.max_items` and `decode.max_features` must be >= 1".into()));
+        }
+        config.window_spec().map_err(|e| invalid(e))?;
+        parse_duration_ms(&config.state.lookback).map_err(|e| invalid(format!("key `state.lookback`: {e}")))?;
+        let id = &config.identifiability;
+        if !(0.0..0.5).contains(&id.eta) {
+            return Err(invalid(format!("key `identifiability.eta` = {} must lie in [0, 0.5)", id.eta)));
+        }
+        if !(0.0..=1.0).contains(&id.min_overlap_score) {
+            return Err(invalid(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", id.min_overlap_score)));
         }
         if matches!(config.source, SourceConfig::Simulator) {
             config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;

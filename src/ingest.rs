@@ -17,6 +17,16 @@ pub struct DecodedBatch {
     pub dead_letters: Vec<DeadLetter>,
     /// Where to resume after this batch, per (stream, partition).
     pub resume: ResumeOffsets,
+    /// Each accepted session's origin and row count, in row order (rows of a session are contiguous).
+    pub origins: Vec<SessionOrigin>,
+}
+
+/// Where an accepted session came from, and how many impression rows it has in the batch.
+#[derive(Debug, Clone)]
+pub struct SessionOrigin {
+    pub stream: std::sync::Arc<str>,
+    pub partition: i32,
+    pub rows: usize,
 }
 
 /// Source + decoder: the same stream of decoded batches whatever the source.
@@ -63,10 +73,14 @@ impl<S: RecordSource> Ingest<S> {
         };
         let mut dead_letters = Vec::new();
         let mut sessions = 0;
+        let mut origins = Vec::with_capacity(records.len());
         let mut batch_resume = ResumeOffsets::default();
         for record in &records {
             match self.decoder.decode(&record.payload) {
-                Ok(_) => sessions += 1,
+                Ok(rows) => {
+                    sessions += 1;
+                    origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, rows });
+                }
                 Err(rejected) => dead_letters.push(DeadLetter {
                     reason: rejected.reason,
                     detail: rejected.detail,
@@ -83,6 +97,7 @@ impl<S: RecordSource> Ingest<S> {
             sessions,
             dead_letters,
             resume: self.resume.clone(),
+            origins,
         }))
     }
 }

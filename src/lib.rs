@@ -7,10 +7,13 @@
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod identify;
 pub mod ingest;
+pub mod pipeline;
 pub mod session;
 pub mod simulate;
 pub mod sinks;
 pub mod sources;
+pub mod state;
 pub mod summary;
 pub mod window;

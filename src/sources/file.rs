@@ -79,3 +79,34 @@ impl RecordSource for FileSource {
         Ok(if out.is_empty() { Poll::End } else { Poll::Records(out) })
     }
 }
+
+/// Several JSONL files read in order, each resuming at its own offset.
+pub struct FileChain {
+    paths: Vec<PathBuf>,
+    resume: super::ResumeOffsets,
+    current: Option<FileSource>,
+    next: usize,
+}
+
+impl FileChain {
+    pub fn new(paths: Vec<PathBuf>, resume: super::ResumeOffsets) -> Self {
+        FileChain { paths, resume, current: None, next: 0 }
+    }
+}
+
+impl RecordSource for FileChain {
+    fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
+        loop {
+            if self.current.is_none() {
+                let Some(path) = self.paths.get(self.next) else { return Ok(Poll::End) };
+                self.next += 1;
+                let start = self.resume.get(&stream_name(path), 0).unwrap_or(0);
+                self.current = Some(FileSource::open(path, start as u64)?);
+            }
+            match self.current.as_mut().expect("just opened").poll(max)? {
+                Poll::End => self.current = None,
+                other => return Ok(other),
+            }
+        }
+    }
+}

@@ -134,4 +134,8 @@ impl RecordSource for KafkaSource {
             _ => Ok(Poll::Idle),
         }
     }
+
+    fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
+        KafkaSource::commit(self, offsets)
+    }
 }

@@ -80,4 +80,18 @@ pub enum Poll {
 pub trait RecordSource {
     /// Up to `max` records.
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll>;
+
+    /// Tells the source that everything before `offsets` is durable (Kafka commits it to the group).
+    fn commit(&mut self, _offsets: &ResumeOffsets) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+impl RecordSource for Box<dyn RecordSource + Send> {
+    fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
+        (**self).poll(max)
+    }
+    fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
+        (**self).commit(offsets)
+    }
 }

@@ -1,0 +1,17 @@
+-- Feature-overlap input: per bias configuration (position, context), a bottom-k sample of feature
+-- vectors: the 256 impressions with the smallest sample_key (a hash of session and position). A
+-- bottom-k sample is mergeable exactly: the bottom-k of a union is the bottom-k of the parts' samples,
+-- so the same query merges window samples into the cumulative one.
+SELECT position, context, sample_key, features
+FROM (
+    SELECT
+        position,
+        context,
+        sample_key,
+        features,
+        ROW_NUMBER() OVER (PARTITION BY position, context ORDER BY sample_key) AS rank_in_node
+    FROM impressions
+    WHERE features IS NOT NULL
+) ranked
+WHERE rank_in_node <= 256
+ORDER BY position, context, sample_key

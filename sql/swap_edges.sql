@@ -1,0 +1,20 @@
+-- Swap graph edges (Chen et al. 2024; Hager §4.3): two bias configurations (position, context) are
+-- linked by every distinct (query, document) pair shown at both. Runs on a window's impressions or on
+-- the cumulative propensity counts (both have query_id, doc_id, position, context).
+WITH shown AS (
+    SELECT DISTINCT query_id, doc_id, position, COALESCE(context, '') AS context
+    FROM impressions
+)
+SELECT
+    a.position AS position_a,
+    a.context AS context_a,
+    b.position AS position_b,
+    b.context AS context_b,
+    COUNT(*) AS pairs
+FROM shown a
+JOIN shown b
+  ON a.query_id = b.query_id
+ AND a.doc_id = b.doc_id
+ AND (a.position < b.position OR (a.position = b.position AND a.context < b.context))
+GROUP BY a.position, a.context, b.position, b.context
+ORDER BY position_a, context_a, position_b, context_b

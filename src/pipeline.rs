@@ -1,0 +1,167 @@
+//! Source → decode → windows → state: the streaming loop, with checkpoint-then-commit. Restarting
+//! resumes from the manifest's offsets and open-window rows, so a crash loses and double-counts nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::{DeadLetterConfig, PipelineConfig, SourceConfig};
+use crate::ingest::{Ingest, Next};
+use crate::simulate::Simulator;
+use crate::sinks::dead_letter::DeadLetterSink;
+use crate::sinks::kafka::KafkaSink;
+use crate::sources::file::{stream_name, FileChain};
+use crate::sources::kafka::KafkaSource;
+use crate::sources::simulator::SimulatorSource;
+use crate::sources::{RecordSource, ResumeOffsets};
+use crate::state::{Checkpoint, ClosedOutput, StateStore};
+use crate::window::operator::{ClosedWindow, WindowCounters, WindowOperator};
+use crate::window::window_statistics;
+
+/// A stable name for the configured source, recorded in the manifest.
+pub fn source_identity(config: &PipelineConfig) -> String {
+    match &config.source {
+        SourceConfig::File { paths } => paths.iter().map(|p| stream_name(p)).collect::<Vec<_>>().join(","),
+        // The group is not part of the identity: the manifest, not the group, says where to resume.
+        SourceConfig::Kafka(k) => format!("kafka:topics={}", k.topics.join(",")),
+        SourceConfig::Simulator => format!("sim:seed={}", config.simulator.seed),
+    }
+}
+
+pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
+    Ok(match &config.source {
+        SourceConfig::File { paths } => Box::new(FileChain::new(paths.clone(), resume.clone())),
+        SourceConfig::Kafka(k) => Box::new(KafkaSource::new(k, resume.clone())?),
+        SourceConfig::Simulator => {
+            let sim = Arc::new(Simulator::new(config.simulator.clone())?);
+            let start = resume.0.values().flat_map(|p| p.values()).copied().max().unwrap_or(0);
+            Box::new(SimulatorSource::new(sim, start as u64))
+        }
+    })
+}
+
+pub fn open_dead_letters(config: &PipelineConfig, state_dir: &Path) -> anyhow::Result<DeadLetterSink> {
+    match &config.dead_letter {
+        Some(DeadLetterConfig::File { path }) => DeadLetterSink::file(path),
+        Some(DeadLetterConfig::Kafka { brokers, topic }) => Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, &Default::default())?)),
+        None => DeadLetterSink::file(&state_dir.join("dead-letters.jsonl")),
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RunReport {
+    pub records: u64,
+    pub windows_closed_this_run: u64,
+    pub checkpoints: u64,
+    pub counters: WindowCounters,
+    pub dead_letters: BTreeMap<String, u64>,
+    pub watermark_ms: i64,
+}
+
+/// Hooks the always-on service uses to observe the loop; `ultr ingest` passes none.
+pub trait Observer {
+    fn after_checkpoint(&mut self, _store: &StateStore, _report: &RunReport) {}
+    fn should_stop(&self) -> bool {
+        false
+    }
+}
+
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// Runs until a bounded source ends (or the observer asks to stop), checkpointing into `state_dir`.
+pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+    let spec = config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
+    let mut store = StateStore::open(state_dir, &source_identity(config), spec)?;
+    let manifest = store.manifest().clone();
+    let mut operator = WindowOperator::restore(spec, manifest.operator.clone(), store.open_rows()?);
+    let source = open_source(config, &manifest.resume)?;
+    let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
+    let mut dead = open_dead_letters(config, state_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+
+    let mut report = RunReport { dead_letters: manifest.dead_letters.clone(), ..RunReport::default() };
+    let mut resume = manifest.resume.clone();
+    let mut pending = Pending::default();
+    let mut since_checkpoint = 0u64;
+    loop {
+        let next = ingest.next()?;
+        let ended = matches!(next, Next::End);
+        match next {
+            Next::Batch(batch) => {
+                report.records += batch.records as u64;
+                since_checkpoint += batch.records as u64;
+                for letter in &batch.dead_letters {
+                    dead.write(letter)?;
+                    *report.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
+                }
+                let out = operator.process(&batch, Instant::now());
+                pending.add(out.added, out.late, out.closed);
+                resume.merge(&batch.resume);
+            }
+            Next::Idle => {}
+            Next::End => pending.closed.extend(operator.flush_all()),
+        }
+        let due = !pending.closed.is_empty() || since_checkpoint >= config.state.checkpoint_every_records || ended;
+        let stop = observer.should_stop();
+        if (due || stop) && (pending.has_work() || resume != store.manifest().resume) {
+            dead.flush()?; // dead letters before the manifest that counts them
+            let closed = runtime.block_on(compute_closed(std::mem::take(&mut pending.closed)))?;
+            report.windows_closed_this_run += closed.len() as u64;
+            store.checkpoint(Checkpoint {
+                closed,
+                added: std::mem::take(&mut pending.added),
+                late: std::mem::take(&mut pending.late),
+                operator: operator.snapshot(),
+                open_windows: operator.open_starts(),
+                resume: resume.clone(),
+                dead_letters: report.dead_letters.clone(),
+            })?;
+            ingest.source_mut().commit(&resume)?; // only after the state covering it is durable
+            report.checkpoints += 1;
+            since_checkpoint = 0;
+            report.counters = operator.counters().clone();
+            report.watermark_ms = operator.watermark();
+            observer.after_checkpoint(&store, &report);
+        }
+        if ended || stop {
+            break;
+        }
+    }
+    report.counters = operator.counters().clone();
+    report.watermark_ms = operator.watermark();
+    Ok(report)
+}
+
+#[derive(Default)]
+struct Pending {
+    added: Vec<(i64, datafusion::arrow::array::RecordBatch)>,
+    late: Vec<datafusion::arrow::array::RecordBatch>,
+    closed: Vec<ClosedWindow>,
+}
+
+impl Pending {
+    fn add(&mut self, added: Vec<(i64, datafusion::arrow::array::RecordBatch)>, late: Vec<datafusion::arrow::array::RecordBatch>, closed: Vec<ClosedWindow>) {
+        // Rows of a window that closed in the same checkpoint need no open segment.
+        let closed_starts: Vec<i64> = closed.iter().map(|c| c.start).collect();
+        self.added.retain(|(s, _)| !closed_starts.contains(s));
+        self.added.extend(added.into_iter().filter(|(s, _)| !closed_starts.contains(s)));
+        self.late.extend(late);
+        self.closed.extend(closed);
+    }
+
+    fn has_work(&self) -> bool {
+        !self.added.is_empty() || !self.late.is_empty() || !self.closed.is_empty()
+    }
+}
+
+async fn compute_closed(closed: Vec<ClosedWindow>) -> anyhow::Result<Vec<ClosedOutput>> {
+    let mut out = Vec::with_capacity(closed.len());
+    for w in closed {
+        let tables = window_statistics(&w.impressions).await?;
+        out.push(ClosedOutput { start_ms: w.start, end_ms: w.end, tables });
+    }
+    Ok(out)
+}

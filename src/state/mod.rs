@@ -1,0 +1,345 @@
+//! Durable state: closed windows' statistics as Parquet, open windows' rows and late sessions as
+//! Parquet segments, and a manifest naming all of them plus the source offsets they cover. A
+//! checkpoint writes files first and the manifest last (write-then-rename), so a crash at any point
+//! leaves the previous checkpoint intact; files the manifest does not name are garbage.
+
+pub mod cumulative;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::arrow::ArrowWriter;
+use serde::{Deserialize, Serialize};
+
+use crate::session::impressions_schema;
+use crate::sources::ResumeOffsets;
+use crate::window::operator::{OperatorSnapshot, WindowSpec};
+use crate::window::Tables;
+
+pub const MANIFEST: &str = "manifest.json";
+const FORMAT: &str = "ultr-state";
+const VERSION: u32 = 1;
+
+/// One closed window in the state.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WindowEntry {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// Folder under `windows/` holding `<statistic>.parquet`.
+    pub dir: String,
+    pub sessions: u64,
+    pub impressions: u64,
+}
+
+/// A segment of open-window rows, and the windows it holds rows for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Segment {
+    pub file: String,
+    pub windows: BTreeSet<i64>,
+}
+
+/// The truth about what the state covers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    /// The source this state was built from; a different source refuses to reuse it.
+    pub source: String,
+    pub window: WindowSpec,
+    /// Checkpoint sequence number; names new segment files.
+    pub seq: u64,
+    /// Next offset to read, per (stream, partition): everything before is in this state.
+    pub resume: ResumeOffsets,
+    pub operator: OperatorSnapshot,
+    pub windows: Vec<WindowEntry>,
+    pub open_segments: Vec<Segment>,
+    pub late_segments: Vec<String>,
+    /// Dead letters written by the run so far, by reason.
+    #[serde(default)]
+    pub dead_letters: BTreeMap<String, u64>,
+}
+
+/// A closed window's statistics, ready to persist.
+pub struct ClosedOutput {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub tables: Tables,
+}
+
+/// Everything one checkpoint adds.
+pub struct Checkpoint {
+    pub closed: Vec<ClosedOutput>,
+    pub added: Vec<(i64, RecordBatch)>,
+    pub late: Vec<RecordBatch>,
+    pub operator: OperatorSnapshot,
+    pub open_windows: BTreeSet<i64>,
+    pub resume: ResumeOffsets,
+    pub dead_letters: BTreeMap<String, u64>,
+}
+
+pub struct StateStore {
+    dir: PathBuf,
+    manifest: Manifest,
+}
+
+impl StateStore {
+    /// Opens (or creates) the state for `source`. Refuses a foreign directory, a manifest from another
+    /// source, or one written with other window settings — naming the file and the key.
+    pub fn open(dir: &Path, source: &str, window: WindowSpec) -> anyhow::Result<Self> {
+        let manifest_path = dir.join(MANIFEST);
+        if manifest_path.exists() {
+            let manifest = read_manifest(dir)?;
+            if manifest.source != source {
+                bail!(
+                    "{}: key `source` is {:?} but this run reads {:?}; use another --state directory",
+                    manifest_path.display(),
+                    manifest.source,
+                    source
+                );
+            }
+            if manifest.window != window {
+                bail!(
+                    "{}: key `window` is {:?} but the config says {:?}; window settings cannot change under existing state",
+                    manifest_path.display(),
+                    manifest.window,
+                    window
+                );
+            }
+            let store = StateStore { dir: dir.to_path_buf(), manifest };
+            store.remove_garbage()?;
+            return Ok(store);
+        }
+        if dir.exists() {
+            let foreign: Vec<String> = fs::read_dir(dir)
+                .with_context(|| format!("reading state directory {}", dir.display()))?
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "dead-letters.jsonl") && !n.starts_with(".tmp"))
+                .collect();
+            if !foreign.is_empty() {
+                bail!("{} is not an ultr state directory (no {MANIFEST}, holds {:?})", dir.display(), foreign);
+            }
+        }
+        for sub in ["windows", "open", "late"] {
+            fs::create_dir_all(dir.join(sub)).with_context(|| format!("creating {}", dir.join(sub).display()))?;
+        }
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            source: source.to_string(),
+            window,
+            seq: 0,
+            resume: ResumeOffsets::default(),
+            operator: OperatorSnapshot { partitions: Default::default(), watermark: i64::MIN, counters: Default::default() },
+            windows: Vec::new(),
+            open_segments: Vec::new(),
+            late_segments: Vec::new(),
+            dead_letters: BTreeMap::new(),
+        };
+        let store = StateStore { dir: dir.to_path_buf(), manifest };
+        store.remove_garbage()?;
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Rows of the open windows, as `(window_start, impressions)`.
+    pub fn open_rows(&self) -> anyhow::Result<Vec<(i64, RecordBatch)>> {
+        let mut out = Vec::new();
+        for seg in &self.manifest.open_segments {
+            for batch in read_parquet(&self.dir.join("open").join(&seg.file))? {
+                let starts = batch.column(0).as_primitive::<Int64Type>().clone();
+                let rest = RecordBatch::try_new(impressions_schema(), batch.columns()[1..].to_vec())?;
+                // Split by window start (rows of one window are contiguous within a segment).
+                let mut i = 0;
+                while i < rest.num_rows() {
+                    let s = starts.value(i);
+                    let mut j = i;
+                    while j < rest.num_rows() && starts.value(j) == s {
+                        j += 1;
+                    }
+                    if seg.windows.contains(&s) {
+                        out.push((s, rest.slice(i, j - i)));
+                    }
+                    i = j;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Persists a checkpoint: window folders and segments first, then the manifest, then garbage removal.
+    pub fn checkpoint(&mut self, cp: Checkpoint) -> anyhow::Result<()> {
+        let mut next = self.manifest.clone();
+        next.seq += 1;
+        for closed in cp.closed {
+            let name = format!("{}-{}", closed.start_ms, closed.end_ms);
+            let tmp = self.dir.join("windows").join(format!(".tmp-{name}-{}", next.seq));
+            fs::create_dir_all(&tmp)?;
+            let mut sessions = 0;
+            let mut impressions = 0;
+            for (table, batches) in &closed.tables {
+                if *table == "query_sessions" {
+                    sessions = sum_column(batches, "sessions");
+                }
+                if *table == "propensity_counts" {
+                    impressions = sum_column(batches, "impressions");
+                }
+                write_parquet(&tmp.join(format!("{table}.parquet")), batches)?;
+            }
+            let dest = self.dir.join("windows").join(&name);
+            if dest.exists() {
+                fs::remove_dir_all(&dest)?; // re-processing a window replaces it
+            }
+            fs::rename(&tmp, &dest)?;
+            next.windows.retain(|w| w.dir != name);
+            next.windows.push(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions });
+        }
+        next.windows.sort_by_key(|w| (w.start_ms, w.end_ms));
+
+        if !cp.added.is_empty() {
+            let file = format!("seg-{:08}.parquet", next.seq);
+            let windows: BTreeSet<i64> = cp.added.iter().map(|(s, _)| *s).collect();
+            let mut sorted = cp.added;
+            sorted.sort_by_key(|(s, _)| *s);
+            let batches = sorted.into_iter().map(|(s, b)| with_window_start(s, &b)).collect::<anyhow::Result<Vec<_>>>()?;
+            write_parquet(&self.dir.join("open").join(&file), &batches)?;
+            next.open_segments.push(Segment { file, windows });
+        }
+        for seg in &mut next.open_segments {
+            seg.windows.retain(|s| cp.open_windows.contains(s));
+        }
+        next.open_segments.retain(|s| !s.windows.is_empty());
+        if !cp.late.is_empty() {
+            let file = format!("late-{:08}.parquet", next.seq);
+            write_parquet(&self.dir.join("late").join(&file), &cp.late)?;
+            next.late_segments.push(file);
+        }
+        next.operator = cp.operator;
+        next.resume = cp.resume;
+        next.dead_letters = cp.dead_letters;
+        write_manifest(&self.dir, &next)?;
+        self.manifest = next;
+        self.remove_garbage()
+    }
+
+    /// Deletes files and folders the manifest does not name (left by a crash or superseded).
+    fn remove_garbage(&self) -> anyhow::Result<()> {
+        let keep_windows: BTreeSet<&str> = self.manifest.windows.iter().map(|w| w.dir.as_str()).collect();
+        let keep_open: BTreeSet<&str> = self.manifest.open_segments.iter().map(|s| s.file.as_str()).collect();
+        let keep_late: BTreeSet<&str> = self.manifest.late_segments.iter().map(String::as_str).collect();
+        for (sub, keep) in [("windows", &keep_windows), ("open", &keep_open), ("late", &keep_late)] {
+            let Ok(entries) = fs::read_dir(self.dir.join(sub)) else { continue };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !keep.contains(name.as_str()) {
+                    let p = e.path();
+                    if p.is_dir() {
+                        fs::remove_dir_all(&p)?;
+                    } else {
+                        fs::remove_file(&p)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Impressions of late sessions (the side output).
+    pub fn late_rows(&self) -> anyhow::Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for f in &self.manifest.late_segments {
+            out.extend(read_parquet(&self.dir.join("late").join(f))?);
+        }
+        Ok(out)
+    }
+
+    /// One statistic of one closed window.
+    pub fn window_table(&self, entry: &WindowEntry, table: &str) -> anyhow::Result<Vec<RecordBatch>> {
+        read_parquet(&self.dir.join("windows").join(&entry.dir).join(format!("{table}.parquet")))
+    }
+}
+
+/// Reads and checks a manifest without opening the state for writing (for read-only commands).
+pub fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: Manifest = serde_json::from_str(&text).with_context(|| format!("{} is not an ultr manifest", path.display()))?;
+    if manifest.format != FORMAT {
+        bail!("{}: key `format` is {:?}, expected {FORMAT:?}", path.display(), manifest.format);
+    }
+    if manifest.version != VERSION {
+        bail!("{}: key `version` is {}, this build reads {VERSION}", path.display(), manifest.version);
+    }
+    Ok(manifest)
+}
+
+fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
+    let tmp = dir.join(".tmp-manifest.json");
+    let mut f = File::create(&tmp)?;
+    serde_json::to_writer_pretty(&mut f, manifest)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, dir.join(MANIFEST))?;
+    File::open(dir)?.sync_all()?; // make the rename itself durable
+    Ok(())
+}
+
+fn with_window_start(start: i64, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
+    let mut fields = vec![Field::new("window_start", DataType::Int64, false)];
+    fields.extend(batch.schema().fields().iter().map(|f| f.as_ref().clone()));
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; batch.num_rows()]))];
+    cols.extend(batch.columns().iter().cloned());
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
+}
+
+fn sum_column(batches: &[RecordBatch], name: &str) -> u64 {
+    batches
+        .iter()
+        .filter_map(|b| b.column_by_name(name))
+        .map(|c| {
+            let c = c.as_primitive::<Int64Type>();
+            (0..c.len()).map(|i| c.value(i) as u64).sum::<u64>()
+        })
+        .sum()
+}
+
+/// Writes Parquet atomically: to a temporary name, fsync, rename. No batches: no file.
+pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> anyhow::Result<()> {
+    let Some(first) = batches.first() else { return Ok(()) };
+    let tmp = path.with_extension("parquet.tmp");
+    let f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut w = ArrowWriter::try_new(f, first.schema(), None)?;
+    for b in batches {
+        w.write(b)?;
+    }
+    let f = w.into_inner()?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Reads a Parquet file; a missing file is an empty table.
+pub fn read_parquet(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .with_context(|| format!("{} is not Parquet", path.display()))?
+        .build()?;
+    reader.map(|b| b.with_context(|| format!("reading {}", path.display()))).collect()
+}

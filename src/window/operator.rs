@@ -1,0 +1,253 @@
+//! Event-time windows: assigns sessions to tumbling or hopping windows, tracks the watermark per source
+//! partition, sends late sessions to a side output, counts duplicate sessions once, and hands out
+//! windows as they close. Pure state: no I/O, so checkpoints and tests drive it directly.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::TimestampMillisecondType;
+use serde::{Deserialize, Serialize};
+
+use crate::ingest::DecodedBatch;
+use crate::session::schema::col;
+
+/// Window geometry and lateness, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowSpec {
+    pub size_ms: i64,
+    /// Equal to `size_ms` for tumbling windows; a divisor of it for hopping windows.
+    pub slide_ms: i64,
+    pub allowed_lateness_ms: i64,
+    /// A partition silent this long (wall clock) stops holding the watermark back.
+    pub idle_timeout_ms: i64,
+}
+
+impl WindowSpec {
+    /// Start times of every window containing `t`.
+    pub fn windows_for(&self, t: i64) -> impl Iterator<Item = i64> + '_ {
+        let last = t.div_euclid(self.slide_ms) * self.slide_ms;
+        let count = self.size_ms / self.slide_ms;
+        (0..count).map(move |i| last - (count - 1 - i) * self.slide_ms).filter(move |s| *s + self.size_ms > t)
+    }
+}
+
+/// Counters a run accumulates; checkpointed with the state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowCounters {
+    pub sessions: u64,
+    pub impressions: u64,
+    pub late_sessions: u64,
+    pub late_impressions: u64,
+    pub duplicate_sessions: u64,
+    pub windows_closed: u64,
+}
+
+/// A window that closed: its start, end and impressions.
+pub struct ClosedWindow {
+    pub start: i64,
+    pub end: i64,
+    pub impressions: Vec<RecordBatch>,
+}
+
+/// What one batch produced.
+#[derive(Default)]
+pub struct Processed {
+    pub closed: Vec<ClosedWindow>,
+    /// Late sessions' impressions (side output).
+    pub late: Vec<RecordBatch>,
+    /// Rows newly added to open windows, per window start (checkpoints persist these).
+    pub added: Vec<(i64, RecordBatch)>,
+}
+
+#[derive(Default)]
+struct OpenWindow {
+    batches: Vec<RecordBatch>,
+    sessions: HashSet<String>,
+}
+
+/// Per-partition clock: the highest event time seen and when the partition last spoke.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionClock {
+    pub max_event_ms: i64,
+    #[serde(skip)]
+    pub last_seen: Option<Instant>,
+}
+
+pub struct WindowOperator {
+    spec: WindowSpec,
+    partitions: BTreeMap<String, PartitionClock>,
+    watermark: i64,
+    open: BTreeMap<i64, OpenWindow>,
+    counters: WindowCounters,
+}
+
+/// The operator's checkpointable scalars (open windows' rows are persisted separately).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorSnapshot {
+    pub partitions: BTreeMap<String, PartitionClock>,
+    pub watermark: i64,
+    pub counters: WindowCounters,
+}
+
+impl WindowOperator {
+    pub fn new(spec: WindowSpec) -> Self {
+        WindowOperator { spec, partitions: BTreeMap::new(), watermark: i64::MIN, open: BTreeMap::new(), counters: WindowCounters::default() }
+    }
+
+    /// Rebuilds from a snapshot plus the open windows' rows (`window_start`, impressions).
+    pub fn restore(spec: WindowSpec, snapshot: OperatorSnapshot, open_rows: Vec<(i64, RecordBatch)>) -> Self {
+        let mut op = WindowOperator::new(spec);
+        op.partitions = snapshot.partitions;
+        op.watermark = snapshot.watermark;
+        op.counters = snapshot.counters;
+        let now = Instant::now();
+        for clock in op.partitions.values_mut() {
+            clock.last_seen = Some(now);
+        }
+        for (start, batch) in open_rows {
+            let w = op.open.entry(start).or_default();
+            let ids = batch.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
+            for i in 0..batch.num_rows() {
+                if !w.sessions.contains(ids.value(i)) {
+                    w.sessions.insert(ids.value(i).to_string());
+                }
+            }
+            w.batches.push(batch);
+        }
+        op
+    }
+
+    pub fn snapshot(&self) -> OperatorSnapshot {
+        OperatorSnapshot { partitions: self.partitions.clone(), watermark: self.watermark, counters: self.counters.clone() }
+    }
+
+    pub fn spec(&self) -> &WindowSpec {
+        &self.spec
+    }
+
+    pub fn watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    pub fn counters(&self) -> &WindowCounters {
+        &self.counters
+    }
+
+    pub fn open_windows(&self) -> Vec<i64> {
+        self.open.keys().copied().collect()
+    }
+
+    /// Assigns one decoded batch. Decisions are made session by session in arrival order (the
+    /// watermark moves after each session), so they do not depend on how records were batched.
+    pub fn process(&mut self, batch: &DecodedBatch, now: Instant) -> Processed {
+        let mut out = Processed::default();
+        let rb = &batch.impressions;
+        if rb.num_rows() == 0 {
+            return out;
+        }
+        let times = rb.column_by_name(col::EVENT_TIME).expect("impressions schema").as_primitive::<TimestampMillisecondType>();
+        let ids = rb.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
+        let mut pending: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        let mut late_rows: Vec<u32> = Vec::new();
+        let mut row = 0usize;
+        for origin in &batch.origins {
+            let rows = row as u32..(row + origin.rows) as u32;
+            let t = times.value(row);
+            let id = ids.value(row);
+            row += origin.rows;
+            let targets: Vec<i64> = self.spec.windows_for(t).filter(|s| s + self.spec.size_ms > self.watermark).collect();
+            if targets.is_empty() {
+                self.counters.late_sessions += 1;
+                self.counters.late_impressions += origin.rows as u64;
+                late_rows.extend(rows);
+            } else if targets.iter().any(|s| self.open.get(s).is_some_and(|w| w.sessions.contains(id))) {
+                self.counters.duplicate_sessions += 1;
+            } else {
+                self.counters.sessions += 1;
+                self.counters.impressions += origin.rows as u64;
+                for s in targets {
+                    self.open.entry(s).or_default().sessions.insert(id.to_string());
+                    pending.entry(s).or_default().extend(rows.clone());
+                }
+            }
+            let key = format!("{}[{}]", origin.stream, origin.partition);
+            let clock = self.partitions.entry(key).or_insert(PartitionClock { max_event_ms: t, last_seen: None });
+            clock.max_event_ms = clock.max_event_ms.max(t);
+            clock.last_seen = Some(now);
+            self.advance_watermark(now, rb, &mut pending, &mut out);
+        }
+        self.materialize(rb, &mut pending, &mut out, None);
+        if !late_rows.is_empty() {
+            out.late.push(take(rb, late_rows));
+        }
+        out
+    }
+
+    /// Watermark = min over active partitions of (max event time − allowed lateness); never moves back.
+    fn advance_watermark(&mut self, now: Instant, rb: &RecordBatch, pending: &mut BTreeMap<i64, Vec<u32>>, out: &mut Processed) {
+        let idle = Duration::from_millis(self.spec.idle_timeout_ms.max(0) as u64);
+        let active = self.partitions.values().filter(|c| c.last_seen.is_none_or(|s| now.duration_since(s) < idle));
+        let candidate = active.map(|c| c.max_event_ms).min().or_else(|| self.partitions.values().map(|c| c.max_event_ms).max());
+        if let Some(m) = candidate {
+            let wm = m.saturating_sub(self.spec.allowed_lateness_ms);
+            if wm > self.watermark {
+                self.watermark = wm;
+                let closing: Vec<i64> = self.open.keys().copied().filter(|s| s + self.spec.size_ms <= wm).collect();
+                if !closing.is_empty() {
+                    self.materialize(rb, pending, out, Some(&closing));
+                    for s in closing {
+                        out.closed.push(self.close(s));
+                    }
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, start: i64) -> ClosedWindow {
+        let w = self.open.remove(&start).unwrap_or_default();
+        self.counters.windows_closed += 1;
+        ClosedWindow { start, end: start + self.spec.size_ms, impressions: w.batches }
+    }
+
+    /// Moves pending row indices of `only` (or all) windows into those windows' batches.
+    fn materialize(&mut self, rb: &RecordBatch, pending: &mut BTreeMap<i64, Vec<u32>>, out: &mut Processed, only: Option<&[i64]>) {
+        let starts: Vec<i64> = match only {
+            Some(s) => s.to_vec(),
+            None => pending.keys().copied().collect(),
+        };
+        for s in starts {
+            if let Some(rows) = pending.remove(&s) {
+                if rows.is_empty() {
+                    continue;
+                }
+                let part = take(rb, rows);
+                out.added.push((s, part.clone()));
+                self.open.entry(s).or_default().batches.push(part);
+            }
+        }
+    }
+
+    /// Closes every open window (end of a bounded stream, or an explicit flush).
+    pub fn flush_all(&mut self) -> Vec<ClosedWindow> {
+        let starts: Vec<i64> = self.open.keys().copied().collect();
+        if let Some(last) = starts.last() {
+            self.watermark = self.watermark.max(last + self.spec.size_ms);
+        }
+        starts.into_iter().map(|s| self.close(s)).collect()
+    }
+
+    /// Windows whose rows are still open, to tell which persisted segments are garbage.
+    pub fn is_open(&self, start: i64) -> bool {
+        self.open.contains_key(&start)
+    }
+
+    pub fn open_starts(&self) -> BTreeSet<i64> {
+        self.open.keys().copied().collect()
+    }
+}
+
+fn take(rb: &RecordBatch, rows: Vec<u32>) -> RecordBatch {
+    take_record_batch(rb, &UInt32Array::from(rows)).expect("indices are in range")
+}

@@ -1,0 +1,132 @@
+//! Kill test: `ultr ingest` over a ≥ 1M-impression stream is SIGKILLed at 5 random points and restarted
+//! each time; the final state's cumulative counts equal an uninterrupted run's (0 lost, 0 double-counted).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::jsonl::JsonlSink;
+use ultr::state::{cumulative, read_manifest};
+
+fn ultr() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ultr"))
+}
+
+fn write_config(dir: &Path, source: &str) -> PathBuf {
+    let path = dir.join("pipeline.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{source}\nbatch_records = 2000\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 15000\n[decode]\nfeature_dim = 4\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_to_end(config: &Path, state: &Path) {
+    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output().unwrap();
+    assert!(out.status.success(), "ingest failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Sorted rows of the cumulative propensity table plus the counters, for comparison.
+fn final_counts(state: &Path) -> (Vec<String>, String) {
+    let manifest = read_manifest(state).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
+    let mut rows = Vec::new();
+    for b in &c.propensity {
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
+        rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
+    }
+    rows.sort();
+    let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.sessions, w.impressions)).collect();
+    (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
+}
+
+fn simulator() -> Simulator {
+    Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 400, docs_per_query: 20, features: 4 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions: 52_000,
+        seed: 17,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
+/// Runs `config_for(run)` to completion once as the reference, then 5 times killed at random points
+/// plus a final run into another state; both states must hold identical cumulative counts.
+fn check_kill_restart(dir: &Path, config_for: &dyn Fn(usize) -> PathBuf) {
+    let reference = dir.join("reference");
+    let started = Instant::now();
+    run_to_end(&config_for(0), &reference);
+    let full = started.elapsed();
+    let (want_rows, want_counters) = final_counts(&reference);
+    let impressions: u64 = read_manifest(&reference).unwrap().operator.counters.impressions;
+    assert!(impressions >= 1_000_000, "{impressions} impressions");
+
+    let killed = dir.join("killed");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    let mut kills = 0;
+    for run in 1..=5 {
+        let mut child = ultr().args(["ingest", "--config"]).arg(config_for(run)).arg("--state").arg(&killed).spawn().unwrap();
+        let wait = full.mul_f64(rng.random_range(0.05..0.2));
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(kills >= 5, "only {kills} runs were still going when killed");
+    run_to_end(&config_for(6), &killed);
+    let (got_rows, got_counters) = final_counts(&killed);
+    assert_eq!(got_counters, want_counters);
+    assert_eq!(got_rows.len(), want_rows.len());
+    assert!(got_rows == want_rows, "cumulative counts differ after kill -9 and restarts");
+}
+
+#[test]
+fn file_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = simulator();
+    let data = dir.path().join("sessions.jsonl");
+    sim.run(&mut JsonlSink::create(&data).unwrap()).unwrap();
+    let config = write_config(dir.path(), &format!("[source.file]\npaths = [{:?}]", data.display().to_string()));
+
+    check_kill_restart(dir.path(), &|_| config.clone());
+}
+
+#[test]
+fn kafka_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let brokers = std::env::var("ULTR_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let topic = format!("ultr-kill-{}-{nanos}", std::process::id());
+    ultr::sinks::kafka::ensure_topic(&brokers, &topic, 3).expect("broker reachable (the README's test command starts one)");
+    let mut sink = ultr::sinks::kafka::KafkaSink::new(&brokers, &topic, &Default::default()).unwrap();
+    simulator().run(&mut sink).unwrap();
+    let base = dir.path().to_path_buf();
+    // A fresh consumer group per run: the manifest, not the group, says where to resume.
+    check_kill_restart(dir.path(), &|run| {
+        let source = format!(
+            "[source.kafka]\nbrokers = {brokers:?}\ngroup_id = \"ultr-kill-{nanos}-{run}\"\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n"
+        );
+        let sub = base.join(format!("cfg{run}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        write_config(&sub, &source)
+    });
+}

@@ -1,0 +1,270 @@
+//! Property test: random streams with out-of-order, late and duplicate sessions → every closed
+//! window's statistics (computed by the `sql/` files) equal a brute-force in-memory reference.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::Write;
+use std::time::Instant;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{Float64Type, Int64Type, UInt32Type, UInt64Type};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use ultr::ingest::{Ingest, Next};
+use ultr::session::DecodeLimits;
+use ultr::sources::file::FileSource;
+use ultr::window::operator::{WindowOperator, WindowSpec};
+use ultr::window::{sample_key, window_statistics};
+
+#[derive(Clone, Debug)]
+struct Session {
+    id: String,
+    query: String,
+    time: i64,
+    context: Option<String>,
+    items: Vec<(String, u32, bool, [f32; 2])>,
+}
+
+impl Session {
+    fn json(&self) -> String {
+        let items: Vec<String> = self
+            .items
+            .iter()
+            .map(|(d, p, c, f)| format!(r#"{{"doc_id":"{d}","position":{p},"clicked":{c},"features":[{},{}]}}"#, f[0], f[1]))
+            .collect();
+        let ctx = self.context.as_ref().map(|c| format!(r#","context":{{"device":"{c}"}}"#)).unwrap_or_default();
+        format!(
+            r#"{{"schema_version":1,"session_id":"{}","query_id":"{}","event_time":{},"policy_id":"p"{ctx},"items":[{}]}}"#,
+            self.id,
+            self.query,
+            self.time,
+            items.join(",")
+        )
+    }
+}
+
+fn random_stream(seed: u64) -> Vec<Session> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut out: Vec<Session> = Vec::new();
+    let mut clock = 1_000_000i64;
+    for i in 0..1500 {
+        clock += rng.random_range(0..400);
+        // Mostly near the clock, some out of order, a few far behind (late).
+        let time = match rng.random_range(0..20) {
+            0 => clock - rng.random_range(20_000..120_000),
+            1..=4 => clock - rng.random_range(0..8_000),
+            _ => clock,
+        };
+        if i > 10 && rng.random_range(0..15) == 0 {
+            let dup = out[rng.random_range(0..out.len())].clone(); // a producer retry
+            out.push(dup);
+            continue;
+        }
+        let q = rng.random_range(0..6);
+        let mut docs: Vec<u32> = (0..8).collect();
+        docs.shuffle(&mut rng);
+        let n = rng.random_range(1..=6);
+        let items = (0..n)
+            .map(|k| (format!("d{}", docs[k]), k as u32 + 1, rng.random_range(0..3) == 0, [rng.random_range(-1.0..1.0), docs[k] as f32]))
+            .collect();
+        let context = (seed % 2 == 1).then(|| ["mobile", "desktop"][rng.random_range(0..2)].to_string());
+        out.push(Session { id: format!("s{i}"), query: format!("q{q}"), time, context, items });
+    }
+    out
+}
+
+/// The reference: the same rules, written plainly, one session at a time.
+struct Reference {
+    windows: BTreeMap<i64, Vec<Session>>,
+    late: Vec<String>,
+    duplicates: u64,
+}
+
+fn reference(stream: &[Session], spec: &WindowSpec) -> Reference {
+    let mut wm = i64::MIN;
+    let mut max_t = i64::MIN;
+    let mut windows: BTreeMap<i64, Vec<Session>> = BTreeMap::new();
+    let mut ids: BTreeMap<i64, HashSet<String>> = BTreeMap::new();
+    let (mut late, mut duplicates) = (Vec::new(), 0);
+    for s in stream {
+        let targets: Vec<i64> = spec.windows_for(s.time).filter(|w| w + spec.size_ms > wm).collect();
+        if targets.is_empty() {
+            late.push(s.id.clone());
+        } else if targets.iter().any(|w| ids.get(w).is_some_and(|set| set.contains(&s.id))) {
+            duplicates += 1;
+        } else {
+            for w in targets {
+                ids.entry(w).or_default().insert(s.id.clone());
+                windows.entry(w).or_default().push(s.clone());
+            }
+        }
+        max_t = max_t.max(s.time);
+        wm = wm.max(max_t - spec.allowed_lateness_ms);
+    }
+    Reference { windows, late, duplicates }
+}
+
+type Counts = BTreeMap<(String, String, u32, String), (i64, i64)>;
+
+fn reference_tables(sessions: &[Session]) -> (Counts, BTreeMap<String, i64>, BTreeSet<(u32, String, u32, String, i64)>, BTreeMap<(u32, String), Vec<u64>>) {
+    let mut counts: Counts = BTreeMap::new();
+    let mut per_query: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut shown: BTreeSet<(String, String, u32, String)> = BTreeSet::new();
+    let mut keys: BTreeMap<(u32, String), Vec<u64>> = BTreeMap::new();
+    for s in sessions {
+        let ctx = s.context.as_ref().map(|c| format!("device={c}")).unwrap_or_default();
+        per_query.entry(s.query.clone()).or_default().insert(s.id.clone());
+        for (d, p, c, _) in &s.items {
+            let e = counts.entry((s.query.clone(), d.clone(), *p, ctx.clone())).or_default();
+            e.0 += 1;
+            e.1 += *c as i64;
+            shown.insert((s.query.clone(), d.clone(), *p, ctx.clone()));
+            keys.entry((*p, ctx.clone())).or_default().push(sample_key(&s.id, *p));
+        }
+    }
+    let mut pairs: BTreeMap<(u32, String, u32, String), i64> = BTreeMap::new();
+    let shown: Vec<_> = shown.into_iter().collect();
+    for a in &shown {
+        for b in &shown {
+            if a.0 == b.0 && a.1 == b.1 && (a.2, &a.3) < (b.2, &b.3) {
+                *pairs.entry((a.2, a.3.clone(), b.2, b.3.clone())).or_default() += 1;
+            }
+        }
+    }
+    for v in keys.values_mut() {
+        v.sort_unstable();
+        v.truncate(256);
+    }
+    (
+        counts,
+        per_query.into_iter().map(|(q, s)| (q, s.len() as i64)).collect(),
+        pairs.into_iter().map(|((a, ca, b, cb), n)| (a, ca, b, cb, n)).collect(),
+        keys,
+    )
+}
+
+fn table<'a>(tables: &'a [(&'static str, Vec<RecordBatch>)], name: &str) -> &'a [RecordBatch] {
+    &tables.iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
+    let stream = random_stream(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for s in &stream {
+        writeln!(f, "{}", s.json()).unwrap();
+    }
+    drop(f);
+
+    let mut ingest = Ingest::new(FileSource::open(&path, 0).unwrap(), DecodeLimits::default(), batch_records);
+    let mut op = WindowOperator::new(spec);
+    let mut closed = Vec::new();
+    let mut late_rows = 0;
+    loop {
+        match ingest.next().unwrap() {
+            Next::Batch(b) => {
+                let out = op.process(&b, Instant::now());
+                late_rows += out.late.iter().map(|l| l.num_rows()).sum::<usize>();
+                closed.extend(out.closed);
+            }
+            Next::Idle => {}
+            Next::End => break,
+        }
+    }
+    closed.extend(op.flush_all());
+
+    let want = reference(&stream, &spec);
+    assert_eq!(op.counters().late_sessions as usize, want.late.len(), "seed {seed}");
+    assert!(!want.late.is_empty() && want.duplicates > 0, "the stream must exercise late and duplicate sessions");
+    assert_eq!(op.counters().duplicate_sessions, want.duplicates, "seed {seed}");
+    let want_late_rows: usize = want.late.iter().map(|id| stream.iter().find(|s| &s.id == id).unwrap().items.len()).sum();
+    assert_eq!(late_rows, want_late_rows);
+    assert_eq!(closed.iter().map(|w| w.start).collect::<Vec<_>>(), want.windows.keys().copied().collect::<Vec<_>>());
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for w in &closed {
+        let tables = rt.block_on(window_statistics(&w.impressions)).unwrap();
+        let (counts, sessions, pairs, keys) = reference_tables(&want.windows[&w.start]);
+
+        let mut got: Counts = BTreeMap::new();
+        for b in table(&tables, "propensity_counts") {
+            let s = |i| b.column(i).as_string::<i32>();
+            let (q, d, ctx) = (s(0), s(1), s(3));
+            let p = b.column(2).as_primitive::<UInt32Type>();
+            let (imp, clk) = (b.column(4).as_primitive::<Int64Type>(), b.column(5).as_primitive::<Int64Type>());
+            for i in 0..b.num_rows() {
+                let c = if ctx.is_null(i) { String::new() } else { ctx.value(i).to_string() };
+                got.insert((q.value(i).into(), d.value(i).into(), p.value(i), c), (imp.value(i), clk.value(i)));
+            }
+        }
+        assert_eq!(got, counts, "propensity_counts of window {} (seed {seed})", w.start);
+
+        let mut got = BTreeMap::new();
+        for b in table(&tables, "query_sessions") {
+            let (q, n) = (b.column(0).as_string::<i32>(), b.column(1).as_primitive::<Int64Type>());
+            for i in 0..b.num_rows() {
+                got.insert(q.value(i).to_string(), n.value(i));
+            }
+        }
+        assert_eq!(got, sessions);
+
+        let mut got = BTreeSet::new();
+        for b in table(&tables, "swap_edges") {
+            let (pa, ca) = (b.column(0).as_primitive::<UInt32Type>(), b.column(1).as_string::<i32>());
+            let (pb, cb) = (b.column(2).as_primitive::<UInt32Type>(), b.column(3).as_string::<i32>());
+            let n = b.column(4).as_primitive::<Int64Type>();
+            for i in 0..b.num_rows() {
+                got.insert((pa.value(i), ca.value(i).to_string(), pb.value(i), cb.value(i).to_string(), n.value(i)));
+            }
+        }
+        assert_eq!(got, pairs, "swap_edges of window {}", w.start);
+
+        let mut ctr: BTreeMap<u32, (i64, i64, f64)> = BTreeMap::new();
+        for b in table(&tables, "position_ctr") {
+            let p = b.column(0).as_primitive::<UInt32Type>();
+            let (imp, clk, rate) = (b.column(1).as_primitive::<Int64Type>(), b.column(2).as_primitive::<Int64Type>(), b.column(3).as_primitive::<Float64Type>());
+            for i in 0..b.num_rows() {
+                ctr.insert(p.value(i), (imp.value(i), clk.value(i), rate.value(i)));
+            }
+        }
+        let mut want_ctr: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
+        for ((_, _, p, _), (imp, clk)) in &counts {
+            let e = want_ctr.entry(*p).or_default();
+            e.0 += imp;
+            e.1 += clk;
+        }
+        for (p, (imp, clk)) in want_ctr {
+            let (gi, gc, rate) = ctr[&p];
+            assert_eq!((gi, gc), (imp, clk));
+            assert!((rate - clk as f64 / imp as f64).abs() < 1e-12);
+        }
+
+        let mut got: BTreeMap<(u32, String), Vec<u64>> = BTreeMap::new();
+        for b in table(&tables, "overlap_sample") {
+            let p = b.column(0).as_primitive::<UInt32Type>();
+            let ctx = b.column(1).as_string::<i32>();
+            let k = b.column(2).as_primitive::<UInt64Type>();
+            for i in 0..b.num_rows() {
+                let c = if ctx.is_null(i) { String::new() } else { ctx.value(i).to_string() };
+                got.entry((p.value(i), c)).or_default().push(k.value(i));
+            }
+        }
+        assert_eq!(got, keys, "overlap_sample of window {}", w.start);
+    }
+}
+
+#[test]
+fn tumbling_windows_equal_brute_force() {
+    for seed in 0..4 {
+        check(seed, WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 10_000, idle_timeout_ms: 3_600_000 }, 17 + seed as usize * 40);
+    }
+}
+
+#[test]
+fn hopping_windows_equal_brute_force() {
+    for seed in 4..6 {
+        check(seed, WindowSpec { size_ms: 90_000, slide_ms: 30_000, allowed_lateness_ms: 5_000, idle_timeout_ms: 3_600_000 }, 64);
+    }
+}
