@@ -26,7 +26,7 @@ fn simulate(path: &Path, sessions: u64, features: usize) {
 
 fn config(data: &Path) -> PipelineConfig {
     PipelineConfig::parse(
-        &format!("[source.file]\npaths = [{:?}]\nbatch_records = 4096\n[window]\nsize = \"1h\"\nallowed_lateness = \"1m\"\n", data.display().to_string()),
+        &format!("batch_records = 4096\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"1h\"\nallowed_lateness = \"1m\"\n", data.display().to_string()),
         "bench",
     )
     .unwrap()

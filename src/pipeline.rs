@@ -88,6 +88,9 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     let mut since_checkpoint = 0u64;
     loop {
         let next = ingest.next()?;
+        for key in ingest.source().assigned_partitions() {
+            operator.register_partition(&key, Instant::now());
+        }
         let ended = matches!(next, Next::End);
         match next {
             Next::Batch(batch) => {

@@ -22,7 +22,7 @@ fn write_config(dir: &Path, source: &str) -> PathBuf {
     std::fs::write(
         &path,
         format!(
-            "{source}\nbatch_records = 2000\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 15000\n[decode]\nfeature_dim = 4\n"
+            "batch_records = 2000\n{source}\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 15000\n[decode]\nfeature_dim = 4\n"
         ),
     )
     .unwrap();

@@ -268,3 +268,37 @@ fn hopping_windows_equal_brute_force() {
         check(seed, WindowSpec { size_ms: 90_000, slide_ms: 30_000, allowed_lateness_ms: 5_000, idle_timeout_ms: 3_600_000 }, 64);
     }
 }
+
+/// Regression: with several Kafka partitions, the first-read partition alone advanced the watermark,
+/// so every other partition's early sessions were declared late. An assigned partition that has not
+/// produced yet must hold the watermark back.
+#[test]
+fn an_assigned_silent_partition_holds_the_watermark() {
+    use std::sync::Arc;
+    use ultr::ingest::{DecodedBatch, SessionOrigin};
+    use ultr::session::Decoder;
+
+    let spec = WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 0, idle_timeout_ms: 3_600_000 };
+    let batch = |partition: i32, times: &[i64]| {
+        let mut d = Decoder::new(DecodeLimits::default());
+        let mut origins = Vec::new();
+        for (i, t) in times.iter().enumerate() {
+            let s = Session { id: format!("p{partition}-{i}"), query: "q".into(), time: *t, context: None, items: vec![("d".into(), 1, false, [0.0, 0.0])] };
+            d.decode(s.json().as_bytes()).unwrap();
+            origins.push(SessionOrigin { stream: Arc::from("kafka:t"), partition, rows: 1 });
+        }
+        DecodedBatch { impressions: d.finish(), records: times.len(), sessions: times.len(), dead_letters: vec![], resume: Default::default(), origins }
+    };
+    let now = Instant::now();
+    let mut op = WindowOperator::new(spec);
+    op.register_partition("kafka:t[0]", now);
+    op.register_partition("kafka:t[1]", now);
+    let out = op.process(&batch(0, &[10_000, 200_000, 400_000]), now);
+    assert!(out.closed.is_empty(), "partition 1 has not spoken: no window may close");
+    let out = op.process(&batch(1, &[15_000]), now);
+    assert!(out.late.is_empty(), "partition 1's early session is on time");
+    assert_eq!(op.counters().late_sessions, 0);
+    // Once partition 1 has moved on too, the windows before both clocks close.
+    let out = op.process(&batch(1, &[300_000]), now);
+    assert_eq!(out.closed.iter().map(|w| w.start).collect::<Vec<_>>(), vec![0, 180_000]);
+}

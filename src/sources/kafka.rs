@@ -138,4 +138,11 @@ impl RecordSource for KafkaSource {
     fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
         KafkaSource::commit(self, offsets)
     }
+
+    fn assigned_partitions(&self) -> Vec<String> {
+        self.consumer
+            .assignment()
+            .map(|a| a.elements().iter().map(|e| format!("kafka:{}[{}]", e.topic(), e.partition())).collect())
+            .unwrap_or_default()
+    }
 }

@@ -85,6 +85,13 @@ pub trait RecordSource {
     fn commit(&mut self, _offsets: &ResumeOffsets) -> anyhow::Result<()> {
         Ok(())
     }
+
+    /// Partitions this reader is assigned, as `stream[partition]` keys. A partition that has not
+    /// produced yet still holds the watermark back (until its idle timeout), so its early events are
+    /// not declared late just because another partition was read first.
+    fn assigned_partitions(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl RecordSource for Box<dyn RecordSource + Send> {
@@ -93,5 +100,8 @@ impl RecordSource for Box<dyn RecordSource + Send> {
     }
     fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
         (**self).commit(offsets)
+    }
+    fn assigned_partitions(&self) -> Vec<String> {
+        (**self).assigned_partitions()
     }
 }

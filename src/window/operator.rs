@@ -139,6 +139,14 @@ impl WindowOperator {
         self.open.keys().copied().collect()
     }
 
+    /// Registers a partition that has not produced yet: it holds the watermark at its (unknown) event
+    /// time until it produces or stays silent past the idle timeout.
+    pub fn register_partition(&mut self, key: &str, now: Instant) {
+        if !self.partitions.contains_key(key) {
+            self.partitions.insert(key.to_string(), PartitionClock { max_event_ms: i64::MIN, last_seen: Some(now) });
+        }
+    }
+
     /// Assigns one decoded batch. Decisions are made session by session in arrival order (the
     /// watermark moves after each session), so they do not depend on how records were batched.
     pub fn process(&mut self, batch: &DecodedBatch, now: Instant) -> Processed {
@@ -174,6 +182,7 @@ impl WindowOperator {
             }
             let key = format!("{}[{}]", origin.stream, origin.partition);
             let clock = self.partitions.entry(key).or_insert(PartitionClock { max_event_ms: t, last_seen: None });
+            // A registered partition starts at i64::MIN; its first event sets the clock.
             clock.max_event_ms = clock.max_event_ms.max(t);
             clock.last_seen = Some(now);
             self.advance_watermark(now, rb, &mut pending, &mut out);
@@ -190,6 +199,7 @@ impl WindowOperator {
         let idle = Duration::from_millis(self.spec.idle_timeout_ms.max(0) as u64);
         let active = self.partitions.values().filter(|c| c.last_seen.is_none_or(|s| now.duration_since(s) < idle));
         let candidate = active.map(|c| c.max_event_ms).min().or_else(|| self.partitions.values().map(|c| c.max_event_ms).max());
+        let candidate = candidate.filter(|m| *m > i64::MIN);
         if let Some(m) = candidate {
             let wm = m.saturating_sub(self.spec.allowed_lateness_ms);
             if wm > self.watermark {
