@@ -100,11 +100,12 @@ fn main() {
     drop(tables);
 
     // Peak RSS: the same key set, a 10× longer stream.
-    for (label, sessions) in [("1x", 30_000u64), ("10x", 300_000)] {
+    for (label, sessions) in [("1x", 60_000u64), ("10x", 600_000)] {
         let data = dir.path().join(format!("rss-{label}.jsonl"));
         simulate(&data, sessions, 8);
         let cfg = dir.path().join(format!("rss-{label}.toml"));
-        std::fs::write(&cfg, format!("[source.file]\npaths = [{:?}]\n[window]\nsize = \"1h\"\n", data.display().to_string())).unwrap();
+        // 10-minute windows: 6,000 sessions each, so the 10× stream has 10× the windows, not bigger ones.
+        std::fs::write(&cfg, format!("[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\n", data.display().to_string())).unwrap();
         let (kib, secs) = peak_rss_kib(&cfg, &dir.path().join(format!("rss-state-{label}")));
         println!("peak RSS, {label} stream ({} impressions): {} MiB ({secs:.1}s)", sessions * 20, kib / 1024);
     }
