@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{Float64Type, Int64Type, UInt32Type};
 
-use crate::ingest::{Ingest, Next};
+use crate::config::{DeadLetterConfig, PipelineConfig};
+use crate::ingest::Ingest;
 use crate::session::DecodeLimits;
 use crate::simulate::click::{ClickModel, ClickModelKind};
 use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::{PolicyConfig, SimConfig};
 use crate::sinks::dead_letter::DeadLetterSink;
 use crate::sources::simulator::SimulatorSource;
-use crate::summary::IngestSummary;
 use crate::window::{run_statistic, POSITION_CTR};
 
 #[derive(clap::Args)]
@@ -43,23 +43,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let dead_path = args.out.join("dead-letters.jsonl");
     let mut dead = DeadLetterSink::file(&dead_path)?;
-    let mut summary = IngestSummary::default();
     let mut batches = Vec::new();
-    loop {
-        match ingest.next()? {
-            Next::Batch(b) => {
-                for d in &b.dead_letters {
-                    dead.write(d)?;
-                }
-                summary.add(&b);
-                batches.push(b.impressions);
-            }
-            Next::Idle => continue,
-            Next::End => break,
-        }
-    }
-    dead.flush()?;
-    summary.feature_dim = ingest.decoder().feature_dim();
+    let summary = ingest.drain(&mut dead, |b| batches.push(b.impressions))?;
     let elapsed = started.elapsed().as_secs_f64();
     print!("{}", summary.render());
     println!("simulate + decode: {:.2}s ({:.0} impressions/s)", elapsed, summary.impressions as f64 / elapsed);
@@ -79,6 +64,29 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             println!("{k:>8}  {:>11}  {:.4}  {p:.4}    {:+.2}", imp.value(i), rate.value(i), (rate.value(i) - p) / se);
         }
     }
+
+    // The same stream through windows (10 min), Parquet state and the identifiability analysis.
+    let state = args.out.join("state");
+    if state.exists() {
+        std::fs::remove_dir_all(&state)?; // the demo starts clean each time
+    }
+    let mut pipeline = PipelineConfig::parse("source = \"simulator\"\n[window]\nsize = \"10m\"\n", "demo")?;
+    pipeline.simulator = sim.config().clone();
+    pipeline.dead_letter = Some(DeadLetterConfig::File { path: dead_path.clone() });
+    let report = crate::pipeline::run_to_state(&pipeline, &state, &mut crate::pipeline::NoObserver)?;
+    println!(
+        "\nwindows: {} closed, {} sessions, {} late, {} duplicates → state in {}",
+        report.counters.windows_closed,
+        report.counters.sessions,
+        report.counters.late_sessions,
+        report.counters.duplicate_sessions,
+        state.display()
+    );
+    let manifest = crate::state::read_manifest(&state)?;
+    let cumulative = runtime.block_on(crate::state::cumulative::compute(&state, &manifest, pipeline.lookback_ms()))?;
+    crate::state::cumulative::write(&state, &cumulative)?;
+    let analysis = crate::identify::analyse(&cumulative, &pipeline.identifiability)?;
+    print!("\n{}", analysis.render());
     println!("\ndead letters: {}", dead_path.display());
     Ok(())
 }

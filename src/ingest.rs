@@ -65,6 +65,32 @@ impl<S: RecordSource> Ingest<S> {
         &self.resume
     }
 
+    /// Reads until the source ends, writing dead letters and handing every batch to `on_batch`;
+    /// returns the run's totals.
+    pub fn drain(
+        &mut self,
+        dead: &mut crate::sinks::dead_letter::DeadLetterSink,
+        mut on_batch: impl FnMut(DecodedBatch),
+    ) -> anyhow::Result<crate::summary::IngestSummary> {
+        let mut summary = crate::summary::IngestSummary::default();
+        loop {
+            match self.next()? {
+                Next::Batch(batch) => {
+                    for letter in &batch.dead_letters {
+                        dead.write(letter)?;
+                    }
+                    summary.add(&batch);
+                    on_batch(batch);
+                }
+                Next::Idle => continue,
+                Next::End => break,
+            }
+        }
+        dead.flush()?;
+        summary.feature_dim = self.decoder.feature_dim();
+        Ok(summary)
+    }
+
     pub fn next(&mut self) -> anyhow::Result<Next> {
         let records = match self.source.poll(self.batch_records)? {
             Poll::Records(r) => r,

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::PipelineConfig;
-use crate::ingest::{Ingest, Next};
+use crate::ingest::Ingest;
 use crate::session::DecodeLimits;
 use crate::simulate::click::{ClickModel, ClickModelKind};
 use crate::simulate::policy::{RankerKind, Sampling};
@@ -21,7 +21,6 @@ use crate::sinks::kafka::{ensure_topic, KafkaSink};
 use crate::sinks::SessionSink;
 use crate::sources::file::FileSource;
 use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use crate::sources::RecordSource;
 use crate::summary::IngestSummary;
 
 #[derive(Parser)]
@@ -267,26 +266,6 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Drains a source through the decoder, writing dead letters; returns the summary.
-pub fn drain<S: RecordSource>(ingest: &mut Ingest<S>, dead: &mut DeadLetterSink) -> anyhow::Result<IngestSummary> {
-    let mut summary = IngestSummary::default();
-    loop {
-        match ingest.next()? {
-            Next::Batch(batch) => {
-                for letter in &batch.dead_letters {
-                    dead.write(letter)?;
-                }
-                summary.add(&batch);
-            }
-            Next::Idle => continue,
-            Next::End => break,
-        }
-    }
-    dead.flush()?;
-    summary.feature_dim = ingest.decoder().feature_dim();
-    Ok(summary)
-}
-
 fn limits_from(config: &Option<PathBuf>) -> anyhow::Result<DecodeLimits> {
     Ok(match config {
         Some(path) => PipelineConfig::load(path)?.decode,
@@ -309,7 +288,7 @@ fn decode(args: &DecodeArgs) -> anyhow::Result<()> {
     let mut total = IngestSummary::default();
     for file in &args.files {
         let mut ingest = Ingest::new(FileSource::open(file, 0)?, limits.clone(), 4096);
-        let s = drain(&mut ingest, &mut dead)?;
+        let s = ingest.drain(&mut dead, |_| {})?;
         total.records += s.records;
         total.sessions += s.sessions;
         total.impressions += s.impressions;
@@ -331,7 +310,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
     let source = KafkaSource::new(&config, Default::default()).context("starting Kafka source")?;
     let mut ingest = Ingest::new(source, DecodeLimits::default(), 4096);
     let mut dead = DeadLetterSink::file(&args.dead_letter)?;
-    let summary = drain(&mut ingest, &mut dead)?;
+    let summary = ingest.drain(&mut dead, |_| {})?;
     ingest.source().commit(ingest.resume())?;
     print_summary(&summary, args.json)
 }

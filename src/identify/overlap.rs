@@ -78,8 +78,14 @@ pub fn positivity(xa: &Array2<f64>, xb: &Array2<f64>, eta: f64) -> anyhow::Resul
     let x = standardize(&concatenate(Axis(0), &[xa.view(), xb.view()])?);
     let y: Array1<usize> = (0..x.nrows()).map(|i| usize::from(i >= xa.nrows())).collect();
     let data = Dataset::new(x.clone(), y);
-    let model = LogisticRegression::default().alpha(1.0).max_iterations(200).fit(&data)?;
-    let p = model.predict_probabilities(&x);
+    let p = match LogisticRegression::default().alpha(1.0).max_iterations(200).fit(&data) {
+        Ok(model) => model.predict_probabilities(&x),
+        // No usable signal (e.g. constant features): the best classifier is the class prior.
+        Err(e) => {
+            tracing::debug!(error = %e, "logistic fit failed; using the class prior");
+            Array1::from_elem(x.nrows(), xb.nrows() as f64 / x.nrows() as f64)
+        }
+    };
     let inside = p.iter().filter(|&&q| q >= eta && q <= 1.0 - eta).count();
     Ok(inside as f64 / p.len() as f64)
 }

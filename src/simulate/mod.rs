@@ -110,7 +110,7 @@ impl Default for SimConfig {
             format: DataFormat::Svmlight,
             query_file: None,
             synthetic: SyntheticData::default(),
-            relevance: RelevanceKind::Labels,
+            relevance: RelevanceKind::Linear,
             noise: 0.2,
             top_n: 25,
             policy: PolicyConfig::default(),

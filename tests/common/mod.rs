@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Float32Type, Float64Type, TimestampMillisecondType, UInt32Type};
 use datafusion::arrow::record_batch::RecordBatch;
-use ultr::ingest::{Ingest, Next};
+use ultr::ingest::Ingest;
 use ultr::sinks::dead_letter::DeadLetterSink;
 use ultr::sources::RecordSource;
 
@@ -31,19 +31,7 @@ pub fn mq2008_files() -> Vec<PathBuf> {
 /// Drains an ingest, returning its impression batches; dead letters go to `dead`.
 pub fn collect<S: RecordSource>(ingest: &mut Ingest<S>, dead: &mut DeadLetterSink) -> Vec<RecordBatch> {
     let mut out = Vec::new();
-    loop {
-        match ingest.next().expect("ingest") {
-            Next::Batch(b) => {
-                for d in &b.dead_letters {
-                    dead.write(d).expect("dead letter");
-                }
-                out.push(b.impressions);
-            }
-            Next::Idle => continue,
-            Next::End => break,
-        }
-    }
-    dead.flush().expect("flush");
+    ingest.drain(dead, |b| out.push(b.impressions)).expect("ingest");
     out
 }
 
