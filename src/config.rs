@@ -79,11 +79,13 @@ pub struct StateConfig {
     pub lookback: String,
     /// Checkpoint at least this often, in records read (and whenever a window closes).
     pub checkpoint_every_records: u64,
+    /// Keep closed windows this far back from the newest (default: `lookback`).
+    pub retention: Option<String>,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000 }
+        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, retention: None }
     }
 }
 
@@ -173,6 +175,10 @@ impl PipelineConfig {
         parse_duration_ms(&self.state.lookback).unwrap_or(28 * 86_400_000)
     }
 
+    pub fn retention_ms(&self) -> i64 {
+        self.state.retention.as_deref().and_then(|r| parse_duration_ms(r).ok()).unwrap_or_else(|| self.lookback_ms()).max(self.lookback_ms())
+    }
+
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         Self::parse(&text, &path.display().to_string())
@@ -190,6 +196,9 @@ impl PipelineConfig {
         }
         config.window_spec().map_err(|e| invalid(e))?;
         parse_duration_ms(&config.state.lookback).map_err(|e| invalid(format!("key `state.lookback`: {e}")))?;
+        if let Some(r) = &config.state.retention {
+            parse_duration_ms(r).map_err(|e| invalid(format!("key `state.retention`: {e}")))?;
+        }
         let id = &config.identifiability;
         if !(0.0..0.5).contains(&id.eta) {
             return Err(invalid(format!("key `identifiability.eta` = {} must lie in [0, 0.5)", id.eta)));

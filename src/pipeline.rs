@@ -121,6 +121,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
                 open_windows: operator.open_starts(),
                 resume: resume.clone(),
                 dead_letters: report.dead_letters.clone(),
+                retention_ms: Some(config.retention_ms()),
             })?;
             ingest.source_mut().commit(&resume)?; // only after the state covering it is durable
             report.checkpoints += 1;

@@ -191,3 +191,19 @@ fn bad_inputs_name_the_file_and_key_and_write_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("manifest.json"));
 }
+
+/// The state keeps the lookback horizon, not the whole history: old windows' files are deleted.
+#[test]
+fn windows_beyond_the_retention_horizon_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    // 20,000 sessions 100 ms apart: 2000 s, four 10-minute windows; keep 20 minutes.
+    let config = sim_config(dir.path(), 0.3, "[state]\nlookback = \"20m\"\n");
+    let state = dir.path().join("state");
+    ingest(&config, &state);
+    let manifest = ultr::state::read_manifest(&state).unwrap();
+    let ends: Vec<i64> = manifest.windows.iter().map(|w| w.end_ms).collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    let dirs = std::fs::read_dir(state.join("windows")).unwrap().count();
+    assert_eq!(dirs, 2, "dropped windows' folders are deleted");
+    assert_eq!(manifest.operator.counters.windows_closed, 4);
+}

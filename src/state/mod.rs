@@ -82,6 +82,9 @@ pub struct Checkpoint {
     pub open_windows: BTreeSet<i64>,
     pub resume: ResumeOffsets,
     pub dead_letters: BTreeMap<String, u64>,
+    /// Closed windows ending this long before the newest one are dropped (their files deleted), so
+    /// the state holds the lookback horizon, not the whole history.
+    pub retention_ms: Option<i64>,
 }
 
 pub struct StateStore {
@@ -209,6 +212,9 @@ impl StateStore {
             next.windows.push(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions });
         }
         next.windows.sort_by_key(|w| (w.start_ms, w.end_ms));
+        if let (Some(keep), Some(latest)) = (cp.retention_ms, next.windows.iter().map(|w| w.end_ms).max()) {
+            next.windows.retain(|w| w.end_ms > latest.saturating_sub(keep));
+        }
 
         if !cp.added.is_empty() {
             let file = format!("seg-{:08}.parquet", next.seq);
