@@ -71,32 +71,32 @@ impl KafkaSink {
 
     /// Sends with headers (dead letters carry their reason this way).
     pub fn send_with_headers(&mut self, key: &str, payload: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {
-        self.send_record(BaseRecord::to(&self.topic.clone()).key(key).payload(payload).headers(headers))
+        send_record(&self.producer, &mut self.sent, BaseRecord::to(&self.topic).key(key).payload(payload).headers(headers))
     }
+}
 
-    fn send_record(&mut self, mut record: BaseRecord<'_, str, [u8], ()>) -> anyhow::Result<()> {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    self.producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => return Err(e).context("producing to Kafka"),
+/// Sends one record, waiting while librdkafka's queue is full; serves delivery callbacks now and then.
+fn send_record(producer: &BaseProducer<CountingContext>, sent: &mut u64, mut record: BaseRecord<'_, str, [u8], ()>) -> anyhow::Result<()> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => break,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(50));
             }
+            Err((e, _)) => return Err(e).context("producing to Kafka"),
         }
-        self.sent += 1;
-        if self.sent % 1024 == 0 {
-            self.producer.poll(Duration::ZERO);
-        }
-        Ok(())
     }
+    *sent += 1;
+    if *sent % 1024 == 0 {
+        producer.poll(Duration::ZERO);
+    }
+    Ok(())
 }
 
 impl SessionSink for KafkaSink {
     fn send(&mut self, key: &str, payload: &[u8]) -> anyhow::Result<()> {
-        let topic = self.topic.clone();
-        self.send_record(BaseRecord::to(&topic).key(key).payload(payload))
+        send_record(&self.producer, &mut self.sent, BaseRecord::to(&self.topic).key(key).payload(payload))
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
