@@ -157,3 +157,55 @@ fn restart_from_resume_offsets_skips_what_was_read() {
     }
     assert_eq!(first_sessions + rest, 2_000);
 }
+
+/// Dead letters to a Kafka topic keep the original bytes and carry the reason in headers.
+#[test]
+fn dead_letters_to_kafka_carry_bytes_and_reason() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    use ultr::session::Reason;
+    use ultr::sinks::dead_letter::DeadLetter;
+    use ultr::sources::SourcePosition;
+
+    let brokers = brokers();
+    let topic = unique("ultr-dlq");
+    ensure_topic(&brokers, &topic, 1).unwrap();
+    let mut dead = DeadLetterSink::kafka(KafkaSink::new(&brokers, &topic, &Default::default()).unwrap());
+    let letters = [
+        (vec![0xff, 0x00, 0x7b], Reason::NotUtf8),
+        (b"{\"schema_version\":1".to_vec(), Reason::InvalidJson),
+    ];
+    for (i, (bytes, reason)) in letters.iter().enumerate() {
+        dead.write(&DeadLetter {
+            reason: *reason,
+            detail: format!("detail {i}"),
+            payload: bytes.clone(),
+            position: SourcePosition { stream: "file:x".into(), partition: 0, offset: i as i64 * 10 },
+        })
+        .unwrap();
+    }
+    dead.flush().unwrap();
+    assert_eq!(dead.counts().total(), 2);
+
+    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", unique("dlq-reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while got.len() < 2 && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(std::time::Duration::from_millis(200)) {
+            let headers = m.headers().unwrap();
+            let reason = (0..headers.count()).map(|i| headers.get(i)).find(|h| h.key == "ultr.reason").and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned());
+            got.push((m.payload().unwrap().to_vec(), reason.unwrap()));
+        }
+    }
+    assert_eq!(got.len(), 2);
+    for ((bytes, reason), (got_bytes, got_reason)) in letters.iter().zip(&got) {
+        assert_eq!(bytes, got_bytes);
+        assert_eq!(reason.as_str(), got_reason);
+    }
+}
