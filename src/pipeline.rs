@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use datafusion::arrow::array::RecordBatch;
+
 use crate::config::{DeadLetterConfig, PipelineConfig, SourceConfig};
 use crate::ingest::{Ingest, Next};
 use crate::simulate::Simulator;
@@ -141,13 +143,13 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
 
 #[derive(Default)]
 struct Pending {
-    added: Vec<(i64, datafusion::arrow::array::RecordBatch)>,
-    late: Vec<datafusion::arrow::array::RecordBatch>,
+    added: Vec<(i64, RecordBatch)>,
+    late: Vec<RecordBatch>,
     closed: Vec<ClosedWindow>,
 }
 
 impl Pending {
-    fn add(&mut self, added: Vec<(i64, datafusion::arrow::array::RecordBatch)>, late: Vec<datafusion::arrow::array::RecordBatch>, closed: Vec<ClosedWindow>) {
+    fn add(&mut self, added: Vec<(i64, RecordBatch)>, late: Vec<RecordBatch>, closed: Vec<ClosedWindow>) {
         // Rows of a window that closed in the same checkpoint need no open segment.
         let closed_starts: Vec<i64> = closed.iter().map(|c| c.start).collect();
         self.added.retain(|(s, _)| !closed_starts.contains(s));

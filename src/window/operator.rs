@@ -135,10 +135,6 @@ impl WindowOperator {
         &self.counters
     }
 
-    pub fn open_windows(&self) -> Vec<i64> {
-        self.open.keys().copied().collect()
-    }
-
     /// Registers a partition that has not produced yet: it holds the watermark at its (unknown) event
     /// time until it produces or stays silent past the idle timeout.
     pub fn register_partition(&mut self, key: &str, now: Instant) {
@@ -248,11 +244,7 @@ impl WindowOperator {
         starts.into_iter().map(|s| self.close(s)).collect()
     }
 
-    /// Windows whose rows are still open, to tell which persisted segments are garbage.
-    pub fn is_open(&self, start: i64) -> bool {
-        self.open.contains_key(&start)
-    }
-
+    /// Windows still open, to tell which persisted segments are garbage.
     pub fn open_starts(&self) -> BTreeSet<i64> {
         self.open.keys().copied().collect()
     }
