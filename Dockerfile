@@ -8,4 +8,5 @@ FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/ultr /usr/local/bin/ultr
 COPY pipelines /etc/ultr/pipelines
+VOLUME /var/lib/ultr
 ENTRYPOINT ["ultr"]

@@ -47,6 +47,10 @@ pub struct PipelineConfig {
     pub state: StateConfig,
     #[serde(default)]
     pub identifiability: IdentifiabilityConfig,
+    #[serde(default)]
+    pub train: crate::train::config::TrainConfig,
+    #[serde(default)]
+    pub service: crate::service::ServiceConfig,
 }
 
 /// Event-time windows (`[window]`). Durations are text: `500ms`, `30s`, `10m`, `1h`, `28d`.
@@ -206,6 +210,7 @@ impl PipelineConfig {
         if !(0.0..=1.0).contains(&id.min_overlap_score) {
             return Err(invalid(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", id.min_overlap_score)));
         }
+        config.train.validate().map_err(|e| invalid(e))?;
         if matches!(config.source, SourceConfig::Simulator) {
             config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;
         }

@@ -60,6 +60,10 @@ pub struct RunReport {
     pub counters: WindowCounters,
     pub dead_letters: BTreeMap<String, u64>,
     pub watermark_ms: i64,
+    /// Consumer lag per (topic, partition) after the last commit (Kafka sources).
+    pub lag: Vec<(String, i32, i64)>,
+    /// Seconds the last checkpoint spent computing and persisting closed windows.
+    pub window_close_seconds: Vec<f64>,
 }
 
 /// Hooks the always-on service uses to observe the loop; `ultr ingest` passes none.
@@ -113,6 +117,8 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
         let stop = observer.should_stop();
         if (due || stop) && (pending.has_work() || resume != store.manifest().resume) {
             dead.flush()?; // dead letters before the manifest that counts them
+            let close_started = Instant::now();
+            let n_closed = pending.closed.len();
             let closed = runtime.block_on(compute_closed(std::mem::take(&mut pending.closed)))?;
             report.windows_closed_this_run += closed.len() as u64;
             store.checkpoint(Checkpoint {
@@ -126,6 +132,8 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
                 retention_ms: Some(config.retention_ms()),
             })?;
             ingest.source_mut().commit(&resume)?; // only after the state covering it is durable
+            report.window_close_seconds = vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed];
+            report.lag = ingest.source().lag(&resume);
             report.checkpoints += 1;
             since_checkpoint = 0;
             report.counters = operator.counters().clone();

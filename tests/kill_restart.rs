@@ -11,7 +11,8 @@ use rand::{Rng, SeedableRng};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::jsonl::JsonlSink;
-use ultr::state::{cumulative, read_manifest};
+use common::final_counts;
+use ultr::state::read_manifest;
 
 fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
@@ -32,21 +33,6 @@ fn write_config(dir: &Path, source: &str) -> PathBuf {
 fn run_to_end(config: &Path, state: &Path) {
     let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output().unwrap();
     assert!(out.status.success(), "ingest failed: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Sorted rows of the cumulative propensity table plus the counters, for comparison.
-fn final_counts(state: &Path) -> (Vec<String>, String) {
-    let manifest = read_manifest(state).unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let c = rt.block_on(cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
-    let mut rows = Vec::new();
-    for b in &c.propensity {
-        let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
-        rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
-    }
-    rows.sort();
-    let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.sessions, w.impressions)).collect();
-    (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
 }
 
 fn simulator() -> Simulator {

@@ -1,5 +1,7 @@
 //! Command-line parsing only: every command calls the library.
 
+mod train;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +46,20 @@ enum Command {
     Ingest(IngestArgs),
     /// Analyse whether the state's data identifies a two-tower model. Exit 0 identified, 1 not, 2 error.
     Identifiability(IdentifiabilityArgs),
+    /// Train the two-tower model on the state's horizon; the promotion gate decides whether it becomes
+    /// current. Exit 0 promoted, 1 rejected, 2 error.
+    Train(train::TrainArgs),
+    /// Evaluate a model: nDCG, click log-likelihood/perplexity on held-out sessions, bias recovery.
+    Eval(train::EvalArgs),
+    /// Score an SVMlight or JSONL file with a model's relevance tower.
+    Score(train::ScoreArgs),
+    /// List a models directory's checkpoints and which one is current.
+    Models(train::ModelsArgs),
+    /// The always-on service: stream → windows → state, metrics on HTTP, scheduled retraining, stop on SIGTERM.
+    Run(RunArgs),
+    /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
+    #[command(subcommand)]
+    Experiment(train::ExperimentCommand),
 }
 
 #[derive(Args)]
@@ -56,6 +72,21 @@ struct IngestArgs {
     state: Option<PathBuf>,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Pipeline config (TOML), e.g. pipelines/demo.toml.
+    config: PathBuf,
+    /// State directory (default: `[state] dir`, else `ultr-state/<config name>`).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Address for /metrics and /healthz (overrides `[service] listen`).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Exit when a bounded source (file, simulator) ends instead of serving until SIGTERM.
+    #[arg(long)]
+    exit_when_done: bool,
 }
 
 #[derive(Args)]
@@ -230,6 +261,20 @@ pub fn main() -> ExitCode {
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
         },
+        Command::Train(args) => match train::train(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::Eval(args) => train::eval(&args),
+        Command::Run(args) => run_service(&args),
+        Command::Score(args) => train::score(&args),
+        Command::Models(args) => train::models(&args),
+        Command::Experiment(cmd) => match train::experiment(&cmd) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -337,6 +382,20 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
             report.records, c.sessions, c.impressions, c.late_sessions, c.duplicate_sessions, report.windows_closed_this_run, report.watermark_ms
         );
     }
+    Ok(())
+}
+
+fn run_service(args: &RunArgs) -> anyhow::Result<()> {
+    let config = PipelineConfig::load(&args.config)?;
+    let state = args.state.clone().or_else(|| config.state.dir.clone()).unwrap_or_else(|| {
+        PathBuf::from("ultr-state").join(args.config.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into()))
+    });
+    let report = crate::service::run(
+        &config,
+        &crate::service::ServiceOptions { state_dir: state, listen: args.listen.clone(), exit_when_done: args.exit_when_done },
+    )?;
+    let c = &report.counters;
+    eprintln!("ultr run: read {} records; {} sessions, {} impressions in windows; {} late; {} duplicates", report.records, c.sessions, c.impressions, c.late_sessions, c.duplicate_sessions);
     Ok(())
 }
 

@@ -185,3 +185,11 @@ pub fn synthetic(queries: usize, docs_per_query: usize, n_features: usize, rng: 
         .collect();
     Dataset { queries, n_features }
 }
+
+/// MQ2008's folder: `$ULTR_DATA_DIR/mq2008`, else `shared/data/mq2008` beside or inside the working
+/// directory.
+pub fn default_mq2008_dir() -> Option<std::path::PathBuf> {
+    let mut bases: Vec<std::path::PathBuf> = std::env::var_os("ULTR_DATA_DIR").map(std::path::PathBuf::from).into_iter().collect();
+    bases.extend(["../shared/data", "shared/data", "/work/shared/data"].map(std::path::PathBuf::from));
+    bases.into_iter().map(|b| b.join("mq2008")).find(|d| d.join("S1.txt").exists())
+}

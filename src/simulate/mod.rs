@@ -101,6 +101,9 @@ pub struct SimConfig {
     pub emit_features: bool,
     /// Write the logging policy's propensity of each item at its position (ε-greedy only).
     pub log_propensity: bool,
+    /// As a pipeline source: emit at most this many sessions per wall-clock second (unset: as fast
+    /// as possible). Does not change what is generated.
+    pub sessions_per_second: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -121,6 +124,7 @@ impl Default for SimConfig {
             interval_ms: 100,
             emit_features: true,
             log_propensity: false,
+            sessions_per_second: None,
         }
     }
 }

@@ -145,4 +145,8 @@ impl RecordSource for KafkaSource {
             .map(|a| a.elements().iter().map(|e| format!("kafka:{}[{}]", e.topic(), e.partition())).collect())
             .unwrap_or_default()
     }
+
+    fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
+        KafkaSource::lag(self, position).into_iter().map(|((t, p), l)| (t, p, l)).collect()
+    }
 }

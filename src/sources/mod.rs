@@ -92,6 +92,12 @@ pub trait RecordSource {
     fn assigned_partitions(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Messages behind the end of each (topic, partition), given the next offsets to read. Sources
+    /// without a broker report none.
+    fn lag(&self, _position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
+        Vec::new()
+    }
 }
 
 impl RecordSource for Box<dyn RecordSource + Send> {
@@ -103,5 +109,8 @@ impl RecordSource for Box<dyn RecordSource + Send> {
     }
     fn assigned_partitions(&self) -> Vec<String> {
         (**self).assigned_partitions()
+    }
+    fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
+        (**self).lag(position)
     }
 }

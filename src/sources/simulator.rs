@@ -10,6 +10,8 @@ pub struct SimulatorSource {
     stream: Arc<str>,
     next: u64,
     end: u64,
+    /// Wall-clock pacing (`sessions_per_second`): a live-looking stream for the service and its tests.
+    pace: Option<(f64, std::time::Instant, u64)>,
 }
 
 impl SimulatorSource {
@@ -17,7 +19,8 @@ impl SimulatorSource {
     pub fn new(sim: Arc<Simulator>, start: u64) -> Self {
         let end = sim.config().sessions;
         let stream = format!("sim:seed={}", sim.config().seed).into();
-        SimulatorSource { sim, stream, next: start, end }
+        let pace = sim.config().sessions_per_second.filter(|r| *r > 0.0).map(|r| (r, std::time::Instant::now(), start));
+        SimulatorSource { sim, stream, next: start, end, pace }
     }
 }
 
@@ -26,7 +29,15 @@ impl RecordSource for SimulatorSource {
         if self.next >= self.end {
             return Ok(Poll::End);
         }
-        let stop = self.end.min(self.next + max as u64);
+        let mut stop = self.end.min(self.next + max as u64);
+        if let Some((rate, started, first)) = self.pace {
+            let allowed = first + (started.elapsed().as_secs_f64() * rate) as u64;
+            if allowed <= self.next {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                return Ok(Poll::Idle);
+            }
+            stop = stop.min(allowed);
+        }
         let mut out = Vec::with_capacity((stop - self.next) as usize);
         for i in self.next..stop {
             let mut payload = Vec::new();

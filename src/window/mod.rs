@@ -24,11 +24,15 @@ pub const PROPENSITY_COUNTS: Statistic = Statistic { name: "propensity_counts", 
 pub const QUERY_SESSIONS: Statistic = Statistic { name: "query_sessions", sql: include_str!("../../sql/query_sessions.sql") };
 pub const SWAP_EDGES: Statistic = Statistic { name: "swap_edges", sql: include_str!("../../sql/swap_edges.sql") };
 pub const OVERLAP_SAMPLE: Statistic = Statistic { name: "overlap_sample", sql: include_str!("../../sql/overlap_sample.sql") };
+pub const TRAINING_IMPRESSIONS: Statistic =
+    Statistic { name: "training_impressions", sql: include_str!("../../sql/training_impressions.sql") };
+pub const TRAINING_EXAMPLES: Statistic = Statistic { name: "training_examples", sql: include_str!("../../sql/training_examples.sql") };
 pub const CUMULATIVE_PROPENSITY: Statistic =
     Statistic { name: "cumulative_propensity", sql: include_str!("../../sql/cumulative_propensity.sql") };
 
 /// Every per-window statistic, in the order they are written.
-pub const WINDOW_STATISTICS: [&Statistic; 5] = [&PROPENSITY_COUNTS, &QUERY_SESSIONS, &POSITION_CTR, &SWAP_EDGES, &OVERLAP_SAMPLE];
+pub const WINDOW_STATISTICS: [&Statistic; 6] =
+    [&PROPENSITY_COUNTS, &QUERY_SESSIONS, &POSITION_CTR, &SWAP_EDGES, &OVERLAP_SAMPLE, &TRAINING_IMPRESSIONS];
 
 /// The statistics of one window (or of a cumulative view), by name.
 pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;

@@ -76,3 +76,62 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
     }
     out
 }
+
+/// Sorted rows of the cumulative propensity table plus the counters and windows, for comparing two
+/// states built from the same stream.
+pub fn final_counts(state: &std::path::Path) -> (Vec<String>, String) {
+    let manifest = ultr::state::read_manifest(state).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(ultr::state::cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
+    let mut rows = Vec::new();
+    for b in &c.propensity {
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
+        rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
+    }
+    rows.sort();
+    let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.sessions, w.impressions)).collect();
+    (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
+}
+
+/// `GET http://addr/path` → (status code, body). Plain HTTP/1.1, for metrics and Prometheus's API.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    // Prometheus answers chunked; strip chunk sizes when present.
+    if text.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut rest = body.as_str();
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || tail.len() < n {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = tail[n..].trim_start_matches("\r\n");
+        }
+        return Ok((code, out));
+    }
+    Ok((code, body))
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The value of a sample line `name{labels} value` (the sum over lines starting with `prefix`).
+pub fn metric_sum(exposition: &str, prefix: &str) -> Option<f64> {
+    let values: Vec<f64> = exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && (l.starts_with(&format!("{prefix} ")) || l.starts_with(&format!("{prefix}{{"))))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()))
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}

@@ -1,0 +1,299 @@
+//! Command-line parsing for training commands: train, eval, score, models, experiment.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use crate::config::{PipelineConfig, SourceConfig};
+use crate::eval::{evaluate, labels_from_truth, truth_theta, Labels};
+use crate::simulate::{dataset, GroundTruth, Simulator};
+use crate::train::checkpoint::ModelStore;
+use crate::train::data::{is_validation, load_from_state, Examples, Horizon};
+use crate::train::device::BackendKind;
+use crate::train::{models_dir, train_from_state, TrainRequest};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    #[arg(long)]
+    state: PathBuf,
+    #[arg(long)]
+    config: PathBuf,
+    /// Continue from the current model on the windows it has not seen.
+    #[arg(long)]
+    warm_start: bool,
+    /// With --warm-start: also retrain cold on the whole horizon and print both.
+    #[arg(long, requires = "warm_start")]
+    compare_cold: bool,
+    /// Promote even if the validation loss is worse (never a diverged model).
+    #[arg(long)]
+    force: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct EvalArgs {
+    #[arg(long)]
+    state: PathBuf,
+    #[arg(long)]
+    config: PathBuf,
+    /// Checkpoint id (default: CURRENT).
+    #[arg(long)]
+    model: Option<String>,
+    /// Ground-truth JSON from `ultr simulate --truth` (default: rebuilt from a simulator config).
+    #[arg(long)]
+    truth: Option<PathBuf>,
+    /// SVMlight file(s) with graded labels for nDCG (doc ids as the simulator names them).
+    #[arg(long)]
+    labels: Vec<PathBuf>,
+    /// Positions the bias RMSE covers.
+    #[arg(long, default_value_t = 10)]
+    positions: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ScoreArgs {
+    /// A checkpoint directory, or a models directory (its CURRENT is used).
+    #[arg(long)]
+    model: PathBuf,
+    /// SVMlight/LETOR file, or JSONL sessions in the contract.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output TSV (query_id, doc_id, score); `-` for stdout.
+    #[arg(long, default_value = "-")]
+    out: PathBuf,
+    #[arg(long, value_enum, default_value = "flex")]
+    backend: BackendKind,
+}
+
+#[derive(Args)]
+pub struct ModelsArgs {
+    /// A models directory (default `<state>/models`).
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum ExperimentCommand {
+    /// Hager et al. 2025 §8 on MQ2008: bias recovery per setting over seeds.
+    Hager2025(Hager2025Args),
+}
+
+#[derive(Args)]
+pub struct Hager2025Args {
+    #[arg(long, default_value = "results/hager2025")]
+    out: PathBuf,
+    /// Directory holding MQ2008's S1.txt … S5.txt.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    #[arg(long, default_value_t = 200_000)]
+    train_sessions: u64,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    #[arg(long, default_value_t = 50)]
+    max_epochs: usize,
+    /// Runs in parallel.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    #[arg(long, value_enum, default_value = "flex")]
+    backend: BackendKind,
+    #[arg(long, default_value_t = 10)]
+    positions: usize,
+}
+
+fn load_config(path: &Path) -> anyhow::Result<PipelineConfig> {
+    Ok(PipelineConfig::load(path)?)
+}
+
+pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
+    let config = load_config(&args.config)?;
+    let outcome = train_from_state(&TrainRequest {
+        state_dir: &args.state,
+        config: &config,
+        warm_start: args.warm_start,
+        compare_cold: args.compare_cold,
+        force: args.force,
+        progress: !args.json,
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else {
+        print!("{}", outcome.render());
+    }
+    Ok(outcome.decision.promoted)
+}
+
+/// The ground truth for a state built from the simulator, or from a file.
+fn ground_truth(config: &PipelineConfig, file: &Option<PathBuf>) -> anyhow::Result<Option<GroundTruth>> {
+    if let Some(f) = file {
+        return Ok(Some(GroundTruth::load(f)?));
+    }
+    if matches!(config.source, SourceConfig::Simulator) {
+        return Ok(Some(Simulator::new(config.simulator.clone())?.truth().clone()));
+    }
+    Ok(None)
+}
+
+fn labels_from_svmlight(files: &[PathBuf]) -> anyhow::Result<Labels> {
+    let data = dataset::load_svmlight(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+    Ok(data
+        .queries
+        .iter()
+        .flat_map(|q| q.docs.iter().filter_map(move |d| d.label.map(|l| ((q.query_id.clone(), d.doc_id.clone()), l as f64))))
+        .collect())
+}
+
+pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.config)?;
+    let store = ModelStore::open(&models_dir(&config, &args.state))?;
+    let id = match &args.model {
+        Some(id) => id.clone(),
+        None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
+    };
+    let device = config.train.backend.device()?;
+    let trained = store.load(&id, &device)?;
+    let manifest = crate::state::read_manifest(&args.state)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let lookback = config.lookback_ms();
+    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions))?;
+    trained.check_compatible(&all)?;
+    let heldout = all.filter_sessions(|s| is_validation(s, config.train.validation_fraction));
+    let truth = ground_truth(&config, &args.truth)?;
+    let labels = if !args.labels.is_empty() { Some(labels_from_svmlight(&args.labels)?) } else { truth.as_ref().map(labels_from_truth) };
+    let theta = truth.as_ref().map(truth_theta);
+    let report = evaluate(&trained, &heldout, labels.as_ref(), theta.as_deref(), args.positions, &device);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "report": report }))?);
+    } else {
+        println!("model {id}");
+        print!("{}", report.render());
+    }
+    Ok(())
+}
+
+/// Items to score, as examples with one pseudo-session per query (positions do not matter for r(x)).
+fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples> {
+    use crate::train::data::{Row, SessionSpan};
+    let mut ex = Examples { n_features, ..Examples::default() };
+    let add_query = |ex: &mut Examples, query: &str, docs: Vec<(String, Vec<f32>)>| -> anyhow::Result<()> {
+        let start = ex.rows.len();
+        for (doc, features) in docs {
+            if features.len() < n_features {
+                anyhow::bail!("{}: query {query} doc {doc} has {} features, the model reads {n_features}", input.display(), features.len());
+            }
+            let qd = ex.qd_keys.len() as u32;
+            ex.qd_keys.push((query.to_string(), doc));
+            ex.docs.extend_from_slice(&features[..n_features]);
+            let d = if n_features == 0 { qd } else { (ex.docs.len() / n_features - 1) as u32 };
+            ex.rows.push(Row { doc: d, qd, position: 1, clicked: false, propensity: 1.0 });
+        }
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: 0 });
+        Ok(())
+    };
+    let is_jsonl = input.extension().is_some_and(|e| e == "jsonl" || e == "gz");
+    if is_jsonl {
+        let mut ingest = crate::ingest::Ingest::new(crate::sources::file::FileSource::open(input, 0)?, Default::default(), 4096);
+        let dead_path = input.with_extension("score-dead-letters.jsonl");
+        let mut dead = crate::sinks::dead_letter::DeadLetterSink::file(&dead_path)?;
+        let mut batches = Vec::new();
+        ingest.drain(&mut dead, |b| batches.push(b.impressions.clone()))?;
+        for batch in batches {
+            use datafusion::arrow::array::{Array, AsArray};
+            let q = batch.column_by_name("query_id").context("query_id")?.as_string::<i32>().clone();
+            let d = batch.column_by_name("doc_id").context("doc_id")?.as_string::<i32>().clone();
+            let f = batch.column_by_name("features").context("features")?.as_list::<i32>().clone();
+            let mut i = 0;
+            while i < batch.num_rows() {
+                let mut j = i;
+                let mut docs = Vec::new();
+                while j < batch.num_rows() && q.value(j) == q.value(i) {
+                    let values = if f.is_null(j) { Vec::new() } else { f.value(j).as_primitive::<datafusion::arrow::datatypes::Float32Type>().values().to_vec() };
+                    docs.push((d.value(j).to_string(), values));
+                    j += 1;
+                }
+                add_query(&mut ex, q.value(i), docs)?;
+                i = j;
+            }
+        }
+    } else {
+        let data = dataset::load_svmlight(&[input])?;
+        for q in data.queries {
+            add_query(&mut ex, &q.query_id, q.docs.into_iter().map(|d| (d.doc_id, d.features)).collect())?;
+        }
+    }
+    Ok(ex)
+}
+
+pub fn score(args: &ScoreArgs) -> anyhow::Result<()> {
+    let device = args.backend.device()?;
+    let (store_dir, id) = if args.model.join(crate::train::checkpoint::CURRENT).exists() {
+        let store = ModelStore::open(&args.model)?;
+        let id = store.current_id()?.context("no current model")?;
+        (args.model.clone(), id)
+    } else {
+        let id = args.model.file_name().context("--model names no checkpoint")?.to_string_lossy().into_owned();
+        (args.model.parent().map(Path::to_path_buf).unwrap_or_default(), id)
+    };
+    let trained = ModelStore::open(&store_dir)?.load(&id, &device)?;
+    let ex = scoring_examples(&args.input, trained.meta.n_features)?;
+    let scores = trained.relevance_of_rows(&ex, &device);
+    let mut out: Box<dyn Write> = if args.out.as_os_str() == "-" {
+        Box::new(std::io::BufWriter::new(std::io::stdout()))
+    } else {
+        Box::new(std::io::BufWriter::new(std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?))
+    };
+    writeln!(out, "query_id\tdoc_id\tscore")?;
+    for (r, s) in ex.rows.iter().zip(scores) {
+        let (q, d) = &ex.qd_keys[r.qd as usize];
+        writeln!(out, "{q}\t{d}\t{s:.6}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+pub fn models(args: &ModelsArgs) -> anyhow::Result<()> {
+    let store = ModelStore::open(&args.dir)?;
+    let current = store.current_id()?;
+    let list = store.list()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "current": current, "checkpoints": list }))?);
+        return Ok(());
+    }
+    for c in list {
+        let mark = if current.as_deref() == Some(c.id.as_str()) { "*" } else { " " };
+        println!("{mark} {}  {}  {}", c.id, if c.decision.promoted { "promoted" } else { "rejected" }, c.decision.reason);
+    }
+    Ok(())
+}
+
+pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
+    let ExperimentCommand::Hager2025(a) = cmd;
+    let data_dir = match &a.data {
+        Some(d) => d.clone(),
+        None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
+    };
+    let data: Vec<PathBuf> = (1..=5).map(|i| data_dir.join(format!("S{i}.txt"))).collect();
+    for f in &data {
+        anyhow::ensure!(f.exists(), "{} does not exist", f.display());
+    }
+    let summary = crate::experiment::hager2025::run(&crate::experiment::hager2025::Options {
+        out: a.out.clone(),
+        data,
+        train_sessions: a.train_sessions,
+        seeds: a.seeds.clone(),
+        max_epochs: a.max_epochs,
+        jobs: a.jobs,
+        backend: a.backend,
+        positions: a.positions,
+        progress: true,
+    })?;
+    print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
+    println!("\nwrote {}/{{results.csv,summary.md,summary.json,theta.svg}} in {:.0}s", a.out.display(), summary.seconds);
+    Ok(summary.checks.iter().all(|c| c.holds))
+}

@@ -1,0 +1,4 @@
+//! Reproductions of published experiments on the simulator, through the real pipeline.
+
+pub mod hager2025;
+pub mod plot;

@@ -1,0 +1,60 @@
+//! A small SVG writer for estimated-vs-true θ_k panels (no plotting dependency needed for lines and dots).
+
+use std::fmt::Write;
+
+/// One panel: the truth as a line, each estimate as a coloured polyline with dots.
+pub struct Panel {
+    pub title: String,
+    pub truth: Vec<f64>,
+    pub estimates: Vec<Vec<f64>>,
+}
+
+const COLOURS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+
+/// Panels in a grid, `columns` wide; y range shared so panels compare.
+pub fn theta_panels_svg(panels: &[Panel], columns: usize) -> String {
+    let (w, h, pad) = (260.0, 190.0, 34.0);
+    let rows = panels.len().div_ceil(columns.max(1));
+    let all = panels.iter().flat_map(|p| p.truth.iter().chain(p.estimates.iter().flatten())).copied().filter(|v| v.is_finite());
+    let (lo, hi) = all.fold((0f64, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = (lo - 0.1, hi + 0.1);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#,
+        w * columns as f64,
+        h * rows as f64 + 24.0
+    );
+    let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = write!(s, r##"<text x="8" y="16" font-size="13">θ_k − θ_1 by position: true (black), estimated per seed (colour)</text>"##);
+    for (i, p) in panels.iter().enumerate() {
+        let (ox, oy) = ((i % columns) as f64 * w, (i / columns) as f64 * h + 24.0);
+        let k = p.truth.len().max(2);
+        let x = |j: usize| ox + pad + (j as f64) * (w - pad - 10.0) / (k - 1) as f64;
+        let y = |v: f64| oy + 20.0 + (hi - v) / (hi - lo) * (h - pad - 24.0);
+        let _ = write!(s, r#"<text x="{}" y="{}">{}</text>"#, ox + pad, oy + 13.0, escape(&p.title));
+        let _ = write!(s, r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#bbb"/>"##, ox + pad, oy + 20.0, w - pad - 10.0, h - pad - 24.0);
+        for tick in [0.0, -1.0, -2.0, -3.0] {
+            if tick >= lo && tick <= hi {
+                let _ = write!(s, r##"<text x="{}" y="{}" text-anchor="end" fill="#666">{tick}</text>"##, ox + pad - 3.0, y(tick) + 4.0);
+            }
+        }
+        let _ = write!(s, r##"<text x="{}" y="{}" fill="#666">k = 1..{k}</text>"##, ox + pad, oy + h - 8.0);
+        let line = |values: &[f64]| values.iter().enumerate().map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v))).collect::<Vec<_>>().join(" ");
+        let _ = write!(s, r##"<polyline points="{}" fill="none" stroke="#000" stroke-width="2"/>"##, line(&p.truth));
+        for (e, est) in p.estimates.iter().enumerate() {
+            let c = COLOURS[e % COLOURS.len()];
+            let est: Vec<f64> = est.iter().take(k).copied().collect();
+            let _ = write!(s, r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="1" stroke-dasharray="3,2"/>"#, line(&est));
+            for (j, v) in est.iter().enumerate() {
+                let _ = write!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="2.2" fill="{c}"/>"#, x(j), y(*v));
+            }
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(t: &str) -> String {
+    t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}

@@ -1,0 +1,147 @@
+//! Every Prometheus metric `ultr` exports, in one registry with the `ultr_` prefix. Convention:
+//! counters end in `_total`, durations are `_seconds`, timestamps `_timestamp_seconds`; labels are
+//! bounded (reason, graph, position ≤ `MAX_POSITION_LABELS`, topic/partition, result) — never query or
+//! document ids.
+
+use prometheus::{Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+/// Positions beyond this get no per-position series.
+pub const MAX_POSITION_LABELS: usize = 50;
+
+pub struct Metrics {
+    pub registry: Registry,
+    // ingest
+    pub records: IntCounter,
+    pub sessions: IntCounter,
+    pub impressions: IntCounter,
+    pub bad_records: IntCounterVec,
+    pub late_sessions: IntCounter,
+    pub duplicate_sessions: IntCounter,
+    pub consumer_lag: IntGaugeVec,
+    pub windows_closed: IntCounter,
+    pub window_close_seconds: Histogram,
+    pub watermark: Gauge,
+    pub up_since: Gauge,
+    // identifiability
+    pub graph_components: IntGaugeVec,
+    pub positions_disconnected: IntGaugeVec,
+    pub min_overlap_score: Gauge,
+    pub identified: IntGauge,
+    // propensities / IPS
+    pub propensity_min: Gauge,
+    pub ips_weight_max: Gauge,
+    pub ips_clipped_fraction: Gauge,
+    pub ips_effective_sample_fraction: Gauge,
+    // model
+    pub theta: GaugeVec,
+    pub training_seconds: Gauge,
+    pub training_loss: GaugeVec,
+    pub last_training_success: Gauge,
+    pub last_promotion: Gauge,
+    pub trainings: IntCounterVec,
+    // residuals
+    pub residual_mean: GaugeVec,
+    pub residual_propensity_correlation: Gauge,
+    pub residual_psi: Gauge,
+    pub residual_page_hinkley: Gauge,
+    pub residual_windows: IntCounter,
+}
+
+fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+    r.register(Box::new(c.clone())).expect("metric names are unique");
+    c
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new_custom(Some("ultr".into()), None).expect("valid prefix");
+        let counter = |name: &str, help: &str| reg(&r, IntCounter::with_opts(Opts::new(name, help)).expect("valid metric"));
+        let gauge = |name: &str, help: &str| reg(&r, Gauge::with_opts(Opts::new(name, help)).expect("valid metric"));
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| reg(&r, GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"));
+        Metrics {
+            records: counter("records_total", "Source records read (valid or not)."),
+            sessions: counter("sessions_total", "Sessions accepted into windows."),
+            impressions: counter("impressions_total", "Impressions accepted into windows."),
+            bad_records: reg(&r, IntCounterVec::new(Opts::new("bad_records_total", "Records refused and dead-lettered, by reason."), &["reason"]).expect("valid")),
+            late_sessions: counter("late_sessions_total", "Sessions behind the watermark (side output)."),
+            duplicate_sessions: counter("duplicate_sessions_total", "Sessions whose id was already counted."),
+            consumer_lag: reg(&r, IntGaugeVec::new(Opts::new("kafka_consumer_lag_messages", "High watermark minus next offset, per partition."), &["topic", "partition"]).expect("valid")),
+            windows_closed: counter("windows_closed_total", "Event-time windows closed and persisted."),
+            window_close_seconds: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new("window_close_seconds", "Time to compute and persist a closed window's statistics.")
+                        .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+                )
+                .expect("valid"),
+            ),
+            watermark: gauge("watermark_timestamp_seconds", "Event-time watermark."),
+            up_since: gauge("start_timestamp_seconds", "When this process started."),
+            graph_components: reg(&r, IntGaugeVec::new(Opts::new("graph_components", "Connected components of the position graph."), &["graph"]).expect("valid")),
+            positions_disconnected: reg(
+                &r,
+                IntGaugeVec::new(Opts::new("positions_disconnected", "Positions (nodes) with no path to position 1."), &["graph"]).expect("valid"),
+            ),
+            min_overlap_score: gauge("min_overlap_score", "Smallest positivity score between adjacent positions' feature samples."),
+            identified: reg(&r, IntGauge::with_opts(Opts::new("identified", "1 when the data identifies the configured tower.")).expect("valid")),
+            propensity_min: gauge("propensity_min", "Smallest π(d,k|q) over the lookback horizon."),
+            ips_weight_max: gauge("ips_weight_max", "Largest IPS weight used by the last training (after clipping)."),
+            ips_clipped_fraction: gauge("ips_clipped_fraction", "Share of training rows whose IPS weight was clipped."),
+            ips_effective_sample_fraction: gauge("ips_effective_sample_fraction", "Kish effective sample size of the IPS weights over the rows."),
+            theta: gauge_vec("theta", "Current model's θ_k − θ_1 per position.", &["position"]),
+            training_seconds: gauge("training_duration_seconds", "Wall time of the last training."),
+            training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
+            last_training_success: gauge("last_training_success_timestamp_seconds", "When a training last finished without error."),
+            last_promotion: gauge("last_promotion_timestamp_seconds", "When a checkpoint was last promoted."),
+            trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Trainings by result: promoted, rejected, failed."), &["result"]).expect("valid")),
+            residual_mean: gauge_vec("residual_mean", "Policy-weighted mean residual c − σ(θ_k + r(x)) of the last window, per position.", &["position"]),
+            residual_propensity_correlation: gauge(
+                "residual_propensity_correlation",
+                "Correlation of the last window's residuals with π(d,k|q) (≈ 0 for a well-specified model).",
+            ),
+            residual_psi: gauge("residual_psi", "Population stability index of the residual distribution against the reference window."),
+            residual_page_hinkley: gauge("residual_page_hinkley", "Page-Hinkley statistic of the per-window mean absolute residual."),
+            residual_windows: counter("residual_windows_total", "Windows scored against the current model."),
+            registry: r,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        TextEncoder::new().encode_utf8(&self.registry.gather(), &mut out).expect("text encoding cannot fail");
+        out
+    }
+
+    pub fn content_type() -> &'static str {
+        prometheus::TEXT_FORMAT
+    }
+
+    /// Every metric family name this registry can export (vectors included before their first label).
+    pub fn family_names(&self) -> Vec<String> {
+        use prometheus::core::Collector;
+        let collectors: Vec<&dyn Collector> = vec![
+            &self.records, &self.sessions, &self.impressions, &self.bad_records, &self.late_sessions, &self.duplicate_sessions,
+            &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
+            &self.graph_components, &self.positions_disconnected, &self.min_overlap_score, &self.identified, &self.propensity_min,
+            &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
+            &self.training_loss, &self.last_training_success, &self.last_promotion, &self.trainings, &self.residual_mean,
+            &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
+        ];
+        // The registry adds the `ultr_` prefix when it gathers.
+        collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| format!("ultr_{}", d.fq_name))).collect()
+    }
+
+    /// Sets θ gauges for positions 1..=min(len, MAX_POSITION_LABELS).
+    pub fn set_theta(&self, theta: &[f64]) {
+        for (k, t) in theta.iter().enumerate().take(MAX_POSITION_LABELS) {
+            self.theta.with_label_values(&[&(k + 1).to_string()]).set(*t);
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

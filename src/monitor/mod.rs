@@ -1,0 +1,177 @@
+//! Monitoring: after each checkpoint, bring the Prometheus metrics up to date — ingest counters,
+//! identifiability of the lookback horizon, π and IPS diagnostics, and residuals of the current model
+//! on each newly closed window (with drift against a reference window).
+
+pub mod drift;
+pub mod metrics;
+pub mod residuals;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::PipelineConfig;
+use crate::pipeline::RunReport;
+use crate::state::StateStore;
+use crate::train::checkpoint::ModelStore;
+use crate::train::data::examples_for_windows;
+use crate::train::fit::Trained;
+use drift::{psi, PageHinkley};
+use metrics::Metrics;
+use residuals::{summarize, ResidualSummary, BINS};
+
+/// At most this many windows are scored in one checkpoint (the newest).
+const MAX_WINDOWS_SCORED_AT_ONCE: usize = 8;
+
+/// What the monitor remembers between checkpoints.
+pub struct Monitor {
+    pub metrics: Arc<Metrics>,
+    config: PipelineConfig,
+    models_dir: PathBuf,
+    seen: RunReport,
+    /// End of the newest window already scored.
+    scored_until: i64,
+    windows_seen: usize,
+    model: Option<(String, Trained)>,
+    /// The residual histogram of the first window scored under the current model.
+    reference: Option<[f64; BINS]>,
+    page_hinkley: PageHinkley,
+    /// The newest residual summary (for tests and logs).
+    pub last_residuals: Option<ResidualSummary>,
+    pub last_identified: Option<bool>,
+}
+
+impl Monitor {
+    pub fn new(metrics: Arc<Metrics>, config: &PipelineConfig, state_dir: &Path) -> Monitor {
+        metrics.up_since.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+        Monitor {
+            metrics,
+            config: config.clone(),
+            models_dir: crate::train::models_dir(config, state_dir),
+            seen: RunReport::default(),
+            scored_until: i64::MIN,
+            windows_seen: usize::MAX,
+            model: None,
+            reference: None,
+            page_hinkley: PageHinkley::new(0.005),
+            last_residuals: None,
+            last_identified: None,
+        }
+    }
+
+    /// Counters: add what the run report gained since the last call.
+    fn ingest(&mut self, report: &RunReport) {
+        let m = &self.metrics;
+        let d = |now: u64, before: u64| now.saturating_sub(before);
+        m.records.inc_by(d(report.records, self.seen.records));
+        let (c, s) = (&report.counters, &self.seen.counters);
+        m.sessions.inc_by(d(c.sessions, s.sessions));
+        m.impressions.inc_by(d(c.impressions, s.impressions));
+        m.late_sessions.inc_by(d(c.late_sessions, s.late_sessions));
+        m.duplicate_sessions.inc_by(d(c.duplicate_sessions, s.duplicate_sessions));
+        m.windows_closed.inc_by(d(c.windows_closed, s.windows_closed));
+        for (reason, n) in &report.dead_letters {
+            let before = self.seen.dead_letters.get(reason).copied().unwrap_or(0);
+            m.bad_records.with_label_values(&[reason]).inc_by(d(*n, before));
+        }
+        for seconds in &report.window_close_seconds {
+            m.window_close_seconds.observe(*seconds);
+        }
+        for (topic, partition, lag) in &report.lag {
+            m.consumer_lag.with_label_values(&[topic, &partition.to_string()]).set(*lag);
+        }
+        if report.watermark_ms > i64::MIN {
+            m.watermark.set(report.watermark_ms as f64 / 1000.0);
+        }
+        self.seen = report.clone();
+    }
+
+    /// Reloads the current model when CURRENT moved; true when it did.
+    fn refresh_model(&mut self) -> anyhow::Result<bool> {
+        let store = ModelStore::open(&self.models_dir)?;
+        let Some(id) = store.current_id()? else { return Ok(false) };
+        if self.model.as_ref().is_some_and(|(m, _)| *m == id) {
+            return Ok(false);
+        }
+        let trained = store.load(&id, &self.config.train.backend.device()?)?;
+        self.metrics.set_theta(&trained.model.theta_normalised());
+        self.model = Some((id, trained));
+        self.reference = None; // a new model gets a new reference window
+        self.page_hinkley.reset();
+        Ok(true)
+    }
+
+    /// Called after every checkpoint of the streaming loop.
+    pub fn observe(&mut self, store: &StateStore, report: &RunReport) -> anyhow::Result<()> {
+        self.ingest(report);
+        let manifest = store.manifest();
+        let latest = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
+        let model_changed = self.refresh_model()?;
+        if model_changed {
+            self.scored_until = self.scored_until.min(latest.saturating_sub(1)); // score the newest window under the new model
+        }
+        if !model_changed && manifest.windows.len() == self.windows_seen && latest <= self.scored_until {
+            return Ok(());
+        }
+        self.windows_seen = manifest.windows.len();
+        if manifest.windows.is_empty() {
+            return Ok(());
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let cumulative = rt.block_on(crate::state::cumulative::compute(store.dir(), manifest, self.config.lookback_ms()))?;
+        let id = crate::identify::analyse(&cumulative, &self.config.identifiability)?;
+        let m = &self.metrics;
+        m.graph_components.with_label_values(&["swap"]).set(id.swap_graph.components.len() as i64);
+        m.positions_disconnected.with_label_values(&["swap"]).set(id.swap_graph.cut_off_from_position_1.len() as i64);
+        if let Some(g) = &id.overlap_graph {
+            m.graph_components.with_label_values(&["overlap"]).set(g.components.len() as i64);
+            m.positions_disconnected.with_label_values(&["overlap"]).set(g.cut_off_from_position_1.len() as i64);
+        }
+        if let Some(s) = id.min_overlap_score {
+            m.min_overlap_score.set(s);
+        }
+        m.identified.set(id.identified as i64);
+        self.last_identified = Some(id.identified);
+        let min_pi = propensity_min(&cumulative.propensity);
+        if let Some(p) = min_pi {
+            m.propensity_min.set(p);
+        }
+
+        let Some((_, model)) = &self.model else {
+            self.scored_until = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
+            return Ok(());
+        };
+        let mut new: Vec<_> = manifest.windows.iter().filter(|w| w.end_ms > self.scored_until).cloned().collect();
+        // After a restart or a model change, the newest few windows are enough to judge it.
+        let skip = new.len().saturating_sub(MAX_WINDOWS_SCORED_AT_ONCE);
+        new.drain(..skip);
+        for w in new {
+            let ex = rt.block_on(examples_for_windows(store.dir(), std::slice::from_ref(&w), cumulative.propensity.clone(), model.meta.architecture.max_positions))?;
+            self.scored_until = self.scored_until.max(w.end_ms);
+            if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
+                continue;
+            }
+            let logits = model.logits(&ex, &self.config.train.backend.device()?);
+            let summary = summarize(&ex.rows, &logits, self.config.train.ips.max_weight);
+            for (k, mean, _) in summary.per_position.iter().filter(|(k, _, _)| (*k as usize) <= metrics::MAX_POSITION_LABELS) {
+                m.residual_mean.with_label_values(&[&k.to_string()]).set(*mean);
+            }
+            m.residual_propensity_correlation.set(summary.propensity_correlation);
+            let reference = *self.reference.get_or_insert(summary.histogram);
+            m.residual_psi.set(psi(&reference, &summary.histogram));
+            m.residual_page_hinkley.set(self.page_hinkley.update(summary.mean_abs));
+            m.residual_windows.inc();
+            self.last_residuals = Some(summary);
+        }
+        Ok(())
+    }
+}
+
+fn propensity_min(batches: &[datafusion::arrow::array::RecordBatch]) -> Option<f64> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Float64Type;
+    batches
+        .iter()
+        .filter_map(|b| b.column_by_name("propensity"))
+        .flat_map(|c| c.as_primitive::<Float64Type>().values().to_vec())
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v))))
+}

@@ -1,0 +1,106 @@
+//! Scheduled retraining: a cron expression from `[train] schedule` fires `train_from_state` (the same
+//! code as `ultr train`, promotion gate included) on a background thread; the first run trains cold,
+//! later runs warm-start from the current model when `[train] warm_start` is set.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::config::PipelineConfig;
+use crate::monitor::metrics::Metrics;
+use crate::train::{train_from_state, TrainOutcome, TrainRequest};
+
+/// The outcome of one scheduled run, kept for logs and tests.
+#[derive(Debug, Clone)]
+pub struct ScheduledRun {
+    pub at: chrono::DateTime<Utc>,
+    pub warm_start: bool,
+    pub result: Result<(String, bool), String>,
+}
+
+pub struct Scheduler {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+    pub runs: Arc<Mutex<Vec<ScheduledRun>>>,
+}
+
+/// Records a training outcome in the metrics.
+pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>) {
+    let now = Utc::now().timestamp_millis() as f64 / 1000.0;
+    match outcome {
+        Ok(o) => {
+            metrics.trainings.with_label_values(&[if o.decision.promoted { "promoted" } else { "rejected" }]).inc();
+            metrics.training_seconds.set(o.fit.seconds);
+            if let Some(best) = o.fit.epochs.iter().find(|e| e.epoch == o.fit.best_epoch).or(o.fit.epochs.last()) {
+                metrics.training_loss.with_label_values(&["train"]).set(best.train_loss);
+                metrics.training_loss.with_label_values(&["validation"]).set(best.validation_loss);
+            }
+            metrics.last_training_success.set(now);
+            let w = &o.fit.weights;
+            metrics.ips_weight_max.set(w.max_weight);
+            metrics.ips_clipped_fraction.set(w.clipped_fraction);
+            metrics.ips_effective_sample_fraction.set(w.effective_sample_fraction);
+            if o.decision.promoted {
+                metrics.last_promotion.set(now);
+                metrics.set_theta(&o.theta);
+            }
+        }
+        Err(_) => metrics.trainings.with_label_values(&["failed"]).inc(),
+    }
+}
+
+impl Scheduler {
+    /// Starts the schedule, or returns `None` when the config has none.
+    pub fn start(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>) -> anyhow::Result<Option<Scheduler>> {
+        let Some(expr) = config.train.schedule.clone() else { return Ok(None) };
+        let schedule = cron::Schedule::from_str(&expr).map_err(|e| anyhow::anyhow!("key `train.schedule` = {expr:?}: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let (stop_flag, runs_log, config) = (stop.clone(), runs.clone(), config.clone());
+        let handle = std::thread::Builder::new().name("ultr-schedule".into()).spawn(move || {
+            let mut next = schedule.upcoming(Utc).next();
+            while !stop_flag.load(Ordering::Relaxed) {
+                let Some(at) = next else { break };
+                if Utc::now() < at {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                let has_current = crate::train::checkpoint::ModelStore::open(&crate::train::models_dir(&config, &state_dir))
+                    .and_then(|s| s.current_id())
+                    .map(|c| c.is_some())
+                    .unwrap_or(false);
+                let warm = config.train.warm_start && has_current;
+                let outcome = if crate::state::read_manifest(&state_dir).map(|m| m.windows.is_empty()).unwrap_or(true) {
+                    Err(anyhow::anyhow!("no closed windows yet"))
+                } else {
+                    train_from_state(&TrainRequest { state_dir: &state_dir, config: &config, warm_start: warm, compare_cold: false, force: false, progress: false })
+                };
+                match &outcome {
+                    Ok(o) => tracing::info!(id = %o.id, promoted = o.decision.promoted, reason = %o.decision.reason, "scheduled training"),
+                    Err(e) => tracing::warn!("scheduled training failed: {e:#}"),
+                }
+                record_outcome(&metrics, &outcome);
+                runs_log.lock().expect("runs").push(ScheduledRun {
+                    at,
+                    warm_start: warm,
+                    result: outcome.map(|o| (o.id, o.decision.promoted)).map_err(|e| format!("{e:#}")),
+                });
+                next = schedule.after(&Utc::now()).next();
+            }
+        })?;
+        Ok(Some(Scheduler { stop, handle: Some(handle), runs }))
+    }
+}
+
+impl Drop for Scheduler {
+    /// Stops scheduling. A training in progress is not waited for: shutdown must stay quick, and a
+    /// checkpoint cut short leaves only a `.tmp-*` directory that the model store ignores.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        drop(self.handle.take());
+    }
+}

@@ -1,0 +1,213 @@
+//! The model store: one directory per checkpoint (written atomically), a `CURRENT` pointer that only
+//! the promotion gate moves, and rejected candidates kept with their reason. Nothing is deleted, so
+//! the previous model is never lost.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use burn::module::Module;
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+use super::config::{TowerKind, TrainConfig};
+use super::export;
+use super::fit::{FitReport, ModelMeta, StopReason, Trained};
+use super::model::TwoTower;
+
+pub const CURRENT: &str = "CURRENT";
+const RECORD: &str = "model.bpk";
+const META: &str = "meta.json";
+const INFO: &str = "checkpoint.json";
+const VOCABULARY: &str = "vocabulary.json";
+
+/// The gate's verdict on a candidate.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decision {
+    pub promoted: bool,
+    pub reason: String,
+    pub candidate_validation_loss: f64,
+    /// The current model's loss on the same validation rows and weights.
+    pub current_validation_loss: Option<f64>,
+    pub current: Option<String>,
+}
+
+/// What a checkpoint records besides its parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    pub id: String,
+    pub created_at: String,
+    pub config: TrainConfig,
+    /// Event-time range of the windows trained on.
+    pub data_range_ms: Option<(i64, i64)>,
+    /// The checkpoint this one warm-started from.
+    pub parent: Option<String>,
+    /// θ_k − θ_1, k = 1..=max_positions.
+    pub theta: Vec<f64>,
+    pub fit: serde_json::Value,
+    pub decision: Decision,
+}
+
+/// The gate: finite training, and a validation loss not worse than the current model's on the same
+/// rows beyond `tolerance` (relative).
+pub fn decide(report: &FitReport, candidate_loss: f64, current: Option<(&str, anyhow::Result<f64>)>, tolerance: f64, force: bool) -> Decision {
+    let mut d = Decision {
+        promoted: false,
+        reason: String::new(),
+        candidate_validation_loss: candidate_loss,
+        current_validation_loss: None,
+        current: current.as_ref().map(|(id, _)| id.to_string()),
+    };
+    if report.stop == StopReason::Diverged || !candidate_loss.is_finite() {
+        d.reason = "training diverged (a loss or parameter became NaN/inf)".into();
+        return d;
+    }
+    match current {
+        None => {
+            d.promoted = true;
+            d.reason = "first model".into();
+        }
+        Some((id, Err(e))) => {
+            d.promoted = force;
+            d.reason = if force {
+                format!("promoted by --force although the current model {id} cannot score this data: {e:#}")
+            } else {
+                format!("the current model {id} cannot score this data ({e:#}); promote with --force after checking")
+            };
+        }
+        Some((id, Ok(loss))) => {
+            d.current_validation_loss = Some(loss);
+            let bound = loss * (1.0 + tolerance);
+            if candidate_loss <= bound || force || !loss.is_finite() {
+                d.promoted = true;
+                d.reason = format!("validation loss {candidate_loss:.6} ≤ {bound:.6} (current {id}: {loss:.6}, tolerance {tolerance})");
+            } else {
+                d.reason = format!("validation loss {candidate_loss:.6} is worse than the current model {id}'s {loss:.6} beyond tolerance {tolerance}");
+            }
+        }
+    }
+    d
+}
+
+pub struct ModelStore {
+    dir: PathBuf,
+}
+
+impl ModelStore {
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        fs::create_dir_all(dir).with_context(|| format!("creating model directory {}", dir.display()))?;
+        Ok(ModelStore { dir: dir.to_path_buf() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The promoted checkpoint's id, if any.
+    pub fn current_id(&self) -> anyhow::Result<Option<String>> {
+        let path = self.dir.join(CURRENT);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let id = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?.trim().to_string();
+        if !self.dir.join(&id).join(INFO).exists() {
+            bail!("{} names {id:?}, which is not a checkpoint in {}", path.display(), self.dir.display());
+        }
+        Ok(Some(id))
+    }
+
+    pub fn info(&self, id: &str) -> anyhow::Result<CheckpointInfo> {
+        let path = self.dir.join(id).join(INFO);
+        let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not a checkpoint description", path.display()))
+    }
+
+    /// Every checkpoint, oldest first.
+    pub fn list(&self) -> anyhow::Result<Vec<CheckpointInfo>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.dir)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with('.') && e.path().join(INFO).exists() {
+                out.push(self.info(&name)?);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// Loads a checkpoint's model for inference on `device`.
+    pub fn load(&self, id: &str, device: &Device) -> anyhow::Result<Trained> {
+        let dir = self.dir.join(id);
+        let meta: ModelMeta = serde_json::from_str(&fs::read_to_string(dir.join(META)).with_context(|| format!("reading {}", dir.join(META).display()))?)
+            .with_context(|| format!("{}: not a model description from this version of ultr", dir.join(META).display()))?;
+        let vocabulary: Vec<(String, String)> = if meta.architecture.tower == TowerKind::Embedding {
+            serde_json::from_str(&fs::read_to_string(dir.join(VOCABULARY))?).with_context(|| format!("{}", dir.join(VOCABULARY).display()))?
+        } else {
+            vec![(String::new(), String::new())]
+        };
+        let skeleton = TwoTower::new(&meta.architecture, meta.n_features, meta.n_bias_features, vocabulary.len(), device);
+        let model = skeleton
+            .try_load_file(dir.join(RECORD))
+            .map_err(|e| anyhow::anyhow!("{}: cannot load the model record ({e}); was it written for another architecture?", dir.join(RECORD).display()))?;
+        Ok(Trained { model, meta, vocabulary })
+    }
+
+    /// Writes a checkpoint directory atomically, then moves `CURRENT` if the decision promotes it.
+    pub fn write(&self, trained: &Trained, mut info: CheckpointInfo) -> anyhow::Result<String> {
+        let id = self.new_id();
+        info.id = id.clone();
+        let tmp = self.dir.join(format!(".tmp-{id}"));
+        fs::create_dir_all(&tmp)?;
+        trained.model.clone().save_file(tmp.join(RECORD)).map_err(|e| anyhow::anyhow!("writing the model record: {e}"))?;
+        write_json(&tmp.join(META), &trained.meta)?;
+        if trained.meta.architecture.tower == TowerKind::Embedding {
+            write_json(&tmp.join(VOCABULARY), &trained.vocabulary)?;
+        }
+        export::write_export(&tmp, trained)?;
+        let mut csv = String::from("position,theta_minus_theta1\n");
+        for (k, t) in info.theta.iter().enumerate() {
+            csv.push_str(&format!("{},{t:.6}\n", k + 1));
+        }
+        fs::write(tmp.join("theta.csv"), csv)?;
+        write_json(&tmp.join(INFO), &info)?;
+        sync_dir(&tmp)?;
+        fs::rename(&tmp, self.dir.join(&id))?;
+        sync_dir(&self.dir)?;
+        if info.decision.promoted {
+            self.set_current(&id)?;
+        }
+        Ok(id)
+    }
+
+    fn set_current(&self, id: &str) -> anyhow::Result<()> {
+        let tmp = self.dir.join(".tmp-CURRENT");
+        fs::write(&tmp, format!("{id}\n"))?;
+        fs::File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, self.dir.join(CURRENT))?;
+        sync_dir(&self.dir)
+    }
+
+    fn new_id(&self) -> String {
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string().replace('.', "");
+        let mut n = 0;
+        loop {
+            let id = format!("m-{stamp}-{n}");
+            if !self.dir.join(&id).exists() && !self.dir.join(format!(".tmp-{id}")).exists() {
+                return id;
+            }
+            n += 1;
+        }
+    }
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
+    let mut f = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    serde_json::to_writer_pretty(&mut f, value)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}

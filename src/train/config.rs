@@ -1,0 +1,166 @@
+//! `[train]`: the two-tower model, IPS weights, optimiser and promotion settings, documented and
+//! strict (unknown keys are refused). Defaults follow Hager et al. 2025 §7.
+
+use serde::{Deserialize, Serialize};
+
+use super::device::BackendKind;
+
+/// The relevance tower r(x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TowerKind {
+    /// One free parameter γ_{q,d} per query-document pair (needs swaps to be identified).
+    Embedding,
+    /// w·x + b.
+    Linear,
+    /// `hidden_layers` × `hidden_units` ELU layers, then a linear output.
+    Mlp,
+}
+
+/// What to do with a training row whose (q,d,k) has no cumulative propensity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingPropensity {
+    /// Refuse to train (the default: the state is inconsistent).
+    Error,
+    /// Weight such rows 1 and report how many there were.
+    UnitWeight,
+}
+
+/// Inverse-propensity sample weights w = 1/π(d,k|q) (Hager Eq. 22).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IpsConfig {
+    pub enabled: bool,
+    /// Weights above this are clipped to it.
+    pub max_weight: f64,
+    /// Divide the weighted loss by Σw instead of N.
+    pub self_normalize: bool,
+    pub on_missing: MissingPropensity,
+}
+
+impl Default for IpsConfig {
+    fn default() -> Self {
+        IpsConfig { enabled: true, max_weight: 100.0, self_normalize: false, on_missing: MissingPropensity::Error }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub tower: TowerKind,
+    pub hidden_layers: usize,
+    pub hidden_units: usize,
+    /// The tower sees only the first N features (None: all). For omitted-variable studies.
+    pub feature_limit: Option<usize>,
+    /// Add a small MLP b(z) over the sessions' bias features to the bias tower.
+    pub bias_feature_tower: bool,
+    /// θ_k is learned for positions 1..=max_positions; deeper impressions are left out (and counted).
+    pub max_positions: usize,
+    pub ips: IpsConfig,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    /// Sessions per batch (a batch is a set of whole sessions).
+    pub batch_sessions: usize,
+    pub max_epochs: usize,
+    /// Stop after this many epochs without a better validation loss.
+    pub patience: usize,
+    /// Share of sessions held out for validation, chosen by session-id hash (stable across runs).
+    pub validation_fraction: f64,
+    pub seed: u64,
+    pub backend: BackendKind,
+    /// Where checkpoints live (default `<state>/models`).
+    pub models_dir: Option<std::path::PathBuf>,
+    /// A candidate is promoted when its validation loss ≤ current's × (1 + tolerance).
+    pub promotion_tolerance: f64,
+    /// Cron expression (sec min hour day month weekday) for `ultr run`'s scheduled retraining.
+    pub schedule: Option<String>,
+    /// Scheduled runs after the first warm-start from the current model on the windows it has not seen.
+    pub warm_start: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            tower: TowerKind::Mlp,
+            hidden_layers: 2,
+            hidden_units: 32,
+            feature_limit: None,
+            bias_feature_tower: false,
+            max_positions: 50,
+            ips: IpsConfig::default(),
+            learning_rate: 0.003,
+            weight_decay: 0.01,
+            batch_sessions: 512,
+            max_epochs: 50,
+            patience: 3,
+            validation_fraction: 0.1,
+            seed: 1,
+            backend: BackendKind::default(),
+            models_dir: None,
+            promotion_tolerance: 0.002,
+            schedule: None,
+            warm_start: true,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Checks ranges; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |v: usize, key: &str| if v == 0 { Err(format!("key `train.{key}` must be >= 1")) } else { Ok(()) };
+        positive(self.batch_sessions, "batch_sessions")?;
+        positive(self.max_epochs, "max_epochs")?;
+        positive(self.max_positions, "max_positions")?;
+        if self.tower == TowerKind::Mlp {
+            positive(self.hidden_layers, "hidden_layers")?;
+            positive(self.hidden_units, "hidden_units")?;
+        }
+        if let Some(0) = self.feature_limit {
+            return Err("key `train.feature_limit` must be >= 1 (or unset for all features)".into());
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return Err(format!("key `train.learning_rate` = {} must be > 0", self.learning_rate));
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return Err(format!("key `train.weight_decay` = {} must be >= 0", self.weight_decay));
+        }
+        if !(0.0 < self.validation_fraction && self.validation_fraction < 1.0) {
+            return Err(format!("key `train.validation_fraction` = {} must lie in (0, 1)", self.validation_fraction));
+        }
+        if !(self.ips.max_weight >= 1.0) {
+            return Err(format!("key `train.ips.max_weight` = {} must be >= 1", self.ips.max_weight));
+        }
+        if !(self.promotion_tolerance >= 0.0) {
+            return Err(format!("key `train.promotion_tolerance` = {} must be >= 0", self.promotion_tolerance));
+        }
+        if let Some(expr) = &self.schedule {
+            expr.parse::<cron::Schedule>().map_err(|e| format!("key `train.schedule` = {expr:?} is not a cron expression: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The settings a checkpoint must share with this config to warm-start from it.
+    pub fn architecture(&self) -> Architecture {
+        Architecture {
+            tower: self.tower,
+            hidden_layers: if self.tower == TowerKind::Mlp { self.hidden_layers } else { 0 },
+            hidden_units: if self.tower == TowerKind::Mlp { self.hidden_units } else { 0 },
+            feature_limit: self.feature_limit,
+            bias_feature_tower: self.bias_feature_tower,
+            max_positions: self.max_positions,
+        }
+    }
+}
+
+/// The shape of a model: what must match to reuse a checkpoint's parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Architecture {
+    pub tower: TowerKind,
+    pub hidden_layers: usize,
+    pub hidden_units: usize,
+    pub feature_limit: Option<usize>,
+    pub bias_feature_tower: bool,
+    pub max_positions: usize,
+}

@@ -1,0 +1,400 @@
+//! The training loop: AdamW over batches of whole sessions, validation on a hash-chosen slice,
+//! early stopping with the best epoch kept, and a refusal to return a model that went NaN.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::config::{Architecture, TowerKind, TrainConfig};
+use super::data::{is_validation, Examples};
+use super::model::{bce_with_logits, weighted_loss, BatchTensors, TwoTower};
+use super::weights::{ips_weights, WeightReport};
+
+/// Standardisation of the tower's input features, fitted on the first training run and kept by warm
+/// starts (so a checkpoint's weights always mean the same thing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Normalizer {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+impl Normalizer {
+    fn fit(ex: &Examples, n_features: usize) -> Normalizer {
+        let mut sum = vec![0f64; n_features];
+        let mut sq = vec![0f64; n_features];
+        for r in &ex.rows {
+            for (j, v) in ex.doc_features(r.doc)[..n_features].iter().enumerate() {
+                sum[j] += *v as f64;
+                sq[j] += (*v as f64) * (*v as f64);
+            }
+        }
+        let n = ex.rows.len().max(1) as f64;
+        let mean: Vec<f32> = sum.iter().map(|s| (s / n) as f32).collect();
+        let std = sq
+            .iter()
+            .zip(&sum)
+            .map(|(q, s)| {
+                let var = (q / n - (s / n) * (s / n)).max(0.0);
+                if var.sqrt() > 1e-6 {
+                    var.sqrt() as f32
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        Normalizer { mean, std }
+    }
+
+    pub fn apply(&self, x: &[f32], out: &mut Vec<f32>) {
+        out.extend(x.iter().zip(self.mean.iter().zip(&self.std)).map(|(v, (m, s))| (v - m) / s));
+    }
+}
+
+/// Everything besides the parameters that a model needs to score (saved next to them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelMeta {
+    pub architecture: Architecture,
+    /// Features the tower reads (after `feature_limit`).
+    pub n_features: usize,
+    pub n_bias_features: usize,
+    pub normalizer: Option<Normalizer>,
+}
+
+/// A model with its meta and (for the embedding tower) vocabulary; index 0 is "unseen pair" (γ = 0).
+#[derive(Debug, Clone)]
+pub struct Trained {
+    pub model: TwoTower,
+    pub meta: ModelMeta,
+    pub vocabulary: Vec<(String, String)>,
+}
+
+impl Trained {
+    fn vocabulary_index(&self) -> HashMap<(&str, &str), u32> {
+        self.vocabulary.iter().enumerate().skip(1).map(|(i, (q, d))| ((q.as_str(), d.as_str()), i as u32)).collect()
+    }
+
+    /// For each of `ex`'s query-document pairs, its vocabulary index (0 when unseen).
+    pub fn qd_map(&self, ex: &Examples) -> Vec<u32> {
+        let index = self.vocabulary_index();
+        ex.qd_keys.iter().map(|(q, d)| index.get(&(q.as_str(), d.as_str())).copied().unwrap_or(0)).collect()
+    }
+
+    /// Checks that this model can read `ex` (feature counts), naming what differs.
+    pub fn check_compatible(&self, ex: &Examples) -> anyhow::Result<()> {
+        let a = &self.meta.architecture;
+        if a.tower != TowerKind::Embedding && ex.n_features < self.meta.n_features {
+            anyhow::bail!("the model reads {} features but the data has {}", self.meta.n_features, ex.n_features);
+        }
+        if a.bias_feature_tower && ex.n_bias_features != self.meta.n_bias_features {
+            anyhow::bail!("the model reads {} bias features but the data has {}", self.meta.n_bias_features, ex.n_bias_features);
+        }
+        Ok(())
+    }
+
+    /// Click logits of every row of `ex` (inference device), in row order.
+    pub fn logits(&self, ex: &Examples, device: &Device) -> Vec<f32> {
+        let qd_map = self.qd_map(ex);
+        let mut out = Vec::with_capacity(ex.rows.len());
+        let ones = vec![1f32; ex.rows.len()];
+        for chunk in (0..ex.sessions.len()).collect::<Vec<_>>().chunks(4096) {
+            let (b, _) = make_batch(ex, chunk, &ones, &qd_map, &self.meta, device);
+            let v: Vec<f32> = self.model.forward(&b).into_data().try_to_vec::<f32>().expect("f32 logits");
+            out.extend(v);
+        }
+        out
+    }
+
+    /// Relevance logits r(x) of every distinct feature row (or γ of every pair for embeddings).
+    pub fn relevance_of_rows(&self, ex: &Examples, device: &Device) -> Vec<f32> {
+        let qd_map = self.qd_map(ex);
+        let ones = vec![1f32; ex.rows.len()];
+        let mut out = Vec::with_capacity(ex.rows.len());
+        for chunk in (0..ex.sessions.len()).collect::<Vec<_>>().chunks(4096) {
+            let (b, _) = make_batch(ex, chunk, &ones, &qd_map, &self.meta, device);
+            let v: Vec<f32> = self.model.relevance(&b).into_data().try_to_vec::<f32>().expect("f32 logits");
+            out.extend(v);
+        }
+        out
+    }
+
+    /// Weighted BCE (`sum w·ℓ / N`, or `/ Σw` when self-normalised) of `ex` under this model.
+    pub fn loss(&self, ex: &Examples, weights: &[f32], self_normalize: bool, device: &Device) -> f64 {
+        let qd_map = self.qd_map(ex);
+        let mut total = 0f64;
+        for chunk in (0..ex.sessions.len()).collect::<Vec<_>>().chunks(4096) {
+            let (b, _) = make_batch(ex, chunk, weights, &qd_map, &self.meta, device);
+            let per_row = bce_with_logits(self.model.forward(&b), b.clicks.clone()) * b.weights.clone();
+            total += per_row.sum().into_scalar::<f32>() as f64;
+        }
+        let denom = if self_normalize { weights.iter().map(|w| *w as f64).sum::<f64>() } else { weights.len() as f64 };
+        total / denom.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Builds the device tensors for sessions `chosen` of `ex` (rows of each session kept together).
+pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> (BatchTensors, usize) {
+    let n: usize = chosen.iter().map(|&s| ex.sessions[s].len).sum();
+    let mut positions = Vec::with_capacity(n);
+    let mut clicks = Vec::with_capacity(n);
+    let mut w = Vec::with_capacity(n);
+    let mut qd = Vec::new();
+    let mut features = Vec::new();
+    let mut bias = Vec::new();
+    let embedding = meta.architecture.tower == TowerKind::Embedding;
+    let f = meta.n_features;
+    let z = ex.n_bias_features;
+    for &s in chosen {
+        let span = ex.sessions[s];
+        for i in span.start..span.start + span.len {
+            let r = &ex.rows[i];
+            positions.push((r.position - 1) as i64);
+            clicks.push(if r.clicked { 1f32 } else { 0f32 });
+            w.push(weights[i]);
+            if embedding {
+                qd.push(qd_map[r.qd as usize] as i64);
+            } else {
+                let x = &ex.doc_features(r.doc)[..f];
+                match &meta.normalizer {
+                    Some(norm) => norm.apply(x, &mut features),
+                    None => features.extend_from_slice(x),
+                }
+            }
+            if meta.architecture.bias_feature_tower {
+                bias.extend_from_slice(&ex.bias[i * z..(i + 1) * z]);
+            }
+        }
+    }
+    let batch = BatchTensors {
+        positions: Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), device),
+        qd: embedding.then(|| Tensor::<1, Int>::from_data(TensorData::new(qd, [n]), device)),
+        features: (!embedding).then(|| Tensor::<2>::from_data(TensorData::new(features, [n, f]), device)),
+        bias_features: meta.architecture.bias_feature_tower.then(|| Tensor::<2>::from_data(TensorData::new(bias, [n, z]), device)),
+        clicks: Tensor::<1>::from_data(TensorData::new(clicks, [n]), device),
+        weights: Tensor::<1>::from_data(TensorData::new(w, [n]), device),
+    };
+    (batch, n)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EpochStats {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub validation_loss: f64,
+    pub seconds: f64,
+    pub impressions_per_second: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    EarlyStopping,
+    MaxEpochs,
+    /// A loss or parameter became NaN/inf; the model is not usable.
+    Diverged,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FitReport {
+    pub epochs: Vec<EpochStats>,
+    pub best_epoch: usize,
+    pub best_validation_loss: f64,
+    pub stop: StopReason,
+    pub train_sessions: usize,
+    pub validation_sessions: usize,
+    pub train_impressions: usize,
+    pub validation_impressions: usize,
+    pub weights: WeightReport,
+    pub warm_started: bool,
+    pub seconds: f64,
+}
+
+/// Refuses data a model cannot be fitted on, with the reason.
+pub fn check_trainable(ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<()> {
+    if ex.rows.is_empty() {
+        anyhow::bail!("no training impressions in the horizon");
+    }
+    let positions: std::collections::BTreeSet<u32> = ex.rows.iter().map(|r| r.position).collect();
+    if positions.len() < 2 {
+        anyhow::bail!("every impression is at position {:?}: position bias cannot be estimated from a single position", positions.iter().next());
+    }
+    if !ex.rows.iter().any(|r| r.clicked) {
+        anyhow::bail!("no clicks among {} impressions: a click model has nothing to fit (θ_k and r(x) would run to −∞)", ex.rows.len());
+    }
+    if ex.rows.iter().all(|r| r.clicked) {
+        anyhow::bail!("every one of {} impressions was clicked: a click model has nothing to fit", ex.rows.len());
+    }
+    if cfg.tower != TowerKind::Embedding && ex.n_features == 0 {
+        anyhow::bail!("tower = {:?} needs item features, but the stream carries none (use tower = \"embedding\")", cfg.tower);
+    }
+    if let Some(limit) = cfg.feature_limit {
+        if limit > ex.n_features && cfg.tower != TowerKind::Embedding {
+            anyhow::bail!("key `train.feature_limit` = {limit} but the data has only {} features", ex.n_features);
+        }
+    }
+    if cfg.bias_feature_tower && ex.n_bias_features == 0 {
+        anyhow::bail!("key `train.bias_feature_tower` is set but the stream carries no bias features");
+    }
+    Ok(())
+}
+
+/// Trains on `ex`. `init` warm-starts from a model with the same architecture.
+pub fn fit(ex: &Examples, cfg: &TrainConfig, init: Option<&Trained>, progress: bool) -> anyhow::Result<(Trained, FitReport)> {
+    check_trainable(ex, cfg)?;
+    let started = Instant::now();
+    let arch = cfg.architecture();
+    let device = cfg.backend.autodiff_device()?;
+    let infer_device = cfg.backend.device()?;
+    device.seed(cfg.seed);
+
+    let n_features = if arch.tower == TowerKind::Embedding { 0 } else { cfg.feature_limit.unwrap_or(ex.n_features) };
+    let (mut trained, warm) = match init {
+        Some(t) => {
+            if t.meta.architecture != arch {
+                anyhow::bail!(
+                    "cannot warm-start: the current model has architecture {:?} but the config says {:?}; train cold (without --warm-start)",
+                    t.meta.architecture,
+                    arch
+                );
+            }
+            t.check_compatible(ex)?;
+            (t.clone(), true)
+        }
+        None => {
+            let meta = ModelMeta {
+                architecture: arch.clone(),
+                n_features,
+                n_bias_features: ex.n_bias_features,
+                normalizer: (arch.tower != TowerKind::Embedding).then(|| Normalizer::fit(ex, n_features)),
+            };
+            let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
+            (Trained { model: TwoTower::new(&arch, n_features, ex.n_bias_features, 1, &infer_device), meta, vocabulary }, false)
+        }
+    };
+    if arch.tower == TowerKind::Embedding {
+        let known: std::collections::HashSet<(String, String)> = trained.vocabulary.iter().cloned().collect();
+        for key in &ex.qd_keys {
+            if !known.contains(key) {
+                trained.vocabulary.push(key.clone());
+            }
+        }
+        let size = trained.vocabulary.len();
+        trained.model = trained.model.grow_embedding(size, &infer_device);
+    }
+    let qd_map = trained.qd_map(ex);
+
+    let (weights, weight_report) = ips_weights(&ex.rows, &cfg.ips)?;
+    let train_idx: Vec<usize> = (0..ex.sessions.len()).filter(|&s| !is_validation(&ex.sessions[s], cfg.validation_fraction)).collect();
+    let val_idx: Vec<usize> = (0..ex.sessions.len()).filter(|&s| is_validation(&ex.sessions[s], cfg.validation_fraction)).collect();
+    if train_idx.is_empty() || val_idx.is_empty() {
+        anyhow::bail!("{} sessions cannot be split into training and validation (train.validation_fraction = {})", ex.sessions.len(), cfg.validation_fraction);
+    }
+    let rows_of = |idx: &[usize]| idx.iter().map(|&s| ex.sessions[s].len).sum::<usize>();
+    let (train_rows, val_rows) = (rows_of(&train_idx), rows_of(&val_idx));
+    let val_denominator = if cfg.ips.self_normalize {
+        val_idx.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).map(|i| weights[i] as f64).sum::<f64>()
+    } else {
+        val_rows as f64
+    };
+
+    let mut model = trained.model.clone().train();
+    let mut optim = AdamWConfig::new().with_weight_decay(cfg.weight_decay as f32).with_epsilon(1e-8).init();
+    let validation_loss = |m: &TwoTower| -> f64 {
+        let mut total = 0f64;
+        for chunk in val_idx.chunks(4096) {
+            let (b, _) = make_batch(ex, chunk, &weights, &qd_map, &trained.meta, &infer_device);
+            let l = (bce_with_logits(m.forward(&b), b.clicks.clone()) * b.weights.clone()).sum();
+            total += l.into_scalar::<f32>() as f64;
+        }
+        total / val_denominator.max(f64::MIN_POSITIVE)
+    };
+
+    let mut best = (validation_loss(&model.valid()), 0usize, model.valid());
+    let mut epochs = Vec::new();
+    let mut stop = StopReason::MaxEpochs;
+    let mut order = train_idx.clone();
+    let steps = order.len().div_ceil(cfg.batch_sessions) as u64;
+    let bar = progress.then(|| {
+        let bar = indicatif::ProgressBar::new(steps * cfg.max_epochs as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} steps  {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar
+    });
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    'epochs: for epoch in 1..=cfg.max_epochs {
+        let t0 = Instant::now();
+        order.shuffle(&mut rng);
+        let mut train_total = 0f64;
+        for chunk in order.chunks(cfg.batch_sessions) {
+            let (b, n) = make_batch(ex, chunk, &weights, &qd_map, &trained.meta, &device);
+            let denominator = if cfg.ips.self_normalize {
+                chunk.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).map(|i| weights[i] as f64).sum()
+            } else {
+                n as f64
+            };
+            let loss = weighted_loss(&model, &b, denominator);
+            let value = loss.clone().into_scalar::<f32>() as f64;
+            if !value.is_finite() {
+                stop = StopReason::Diverged;
+                break 'epochs;
+            }
+            train_total += value * n as f64;
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(cfg.learning_rate, model, grads);
+            if let Some(bar) = &bar {
+                bar.inc(1);
+            }
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        let current = model.valid();
+        let val = validation_loss(&current);
+        epochs.push(EpochStats {
+            epoch,
+            train_loss: train_total / train_rows as f64,
+            validation_loss: val,
+            seconds,
+            impressions_per_second: train_rows as f64 / seconds,
+        });
+        if let Some(bar) = &bar {
+            bar.set_message(format!("epoch {epoch}: train {:.5} val {val:.5}", train_total / train_rows as f64));
+        }
+        if !val.is_finite() || current.theta_normalised().iter().any(|t| !t.is_finite()) {
+            stop = StopReason::Diverged;
+            break;
+        }
+        if val < best.0 {
+            best = (val, epoch, current);
+        } else if epoch - best.1 >= cfg.patience {
+            stop = StopReason::EarlyStopping;
+            break;
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    trained.model = best.2;
+    let report = FitReport {
+        epochs,
+        best_epoch: best.1,
+        best_validation_loss: best.0,
+        stop,
+        train_sessions: train_idx.len(),
+        validation_sessions: val_idx.len(),
+        train_impressions: train_rows,
+        validation_impressions: val_rows,
+        weights: weight_report,
+        warm_started: warm,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    Ok((trained, report))
+}

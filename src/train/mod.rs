@@ -1,0 +1,232 @@
+//! Training: the additive two-tower model in burn, fitted on the state's windows with IPS weights,
+//! checkpointed, and promoted only through the gate. `ultr train` and `ultr run`'s schedule both call
+//! [`train_from_state`].
+
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod device;
+pub mod export;
+pub mod fit;
+pub mod model;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::config::PipelineConfig;
+use checkpoint::{decide, CheckpointInfo, Decision, ModelStore};
+use data::{is_validation, load_from_state, Examples, Horizon};
+use fit::{fit, FitReport, Trained};
+use weights::ips_weights;
+
+/// What `ultr train` was asked to do.
+pub struct TrainRequest<'a> {
+    pub state_dir: &'a Path,
+    pub config: &'a PipelineConfig,
+    /// Continue from the current model on the windows it has not seen.
+    pub warm_start: bool,
+    /// With `warm_start`: also retrain cold on the whole horizon and report both.
+    pub compare_cold: bool,
+    /// Promote even when the gate would refuse (never a diverged model).
+    pub force: bool,
+    pub progress: bool,
+}
+
+/// A warm start next to a cold retrain of the whole horizon, scored on the same validation rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdComparison {
+    pub warm_validation_loss: f64,
+    pub cold_validation_loss: f64,
+    pub warm_seconds: f64,
+    pub cold_seconds: f64,
+    /// max_k |θ_k(warm) − θ_k(cold)| over positions present in the data.
+    pub max_theta_difference: f64,
+    pub cold_train_impressions: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainOutcome {
+    pub id: String,
+    pub decision: Decision,
+    pub fit: FitReport,
+    /// θ_k − θ_1 for the positions seen in training.
+    pub theta: Vec<f64>,
+    pub data_range_ms: Option<(i64, i64)>,
+    pub models_dir: PathBuf,
+    pub note: Option<String>,
+    pub cold_comparison: Option<ColdComparison>,
+}
+
+pub fn models_dir(config: &PipelineConfig, state_dir: &Path) -> PathBuf {
+    config.train.models_dir.clone().unwrap_or_else(|| state_dir.join("models"))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// The validation slice of `ex` with its weights (what the gate compares models on).
+pub fn validation_slice(ex: &Examples, config: &PipelineConfig) -> anyhow::Result<(Examples, Vec<f32>)> {
+    let val = ex.filter_sessions(|s| is_validation(s, config.train.validation_fraction));
+    let (w, _) = ips_weights(&val.rows, &config.train.ips)?;
+    Ok((val, w))
+}
+
+/// Trains on the state, writes a checkpoint, and lets the gate decide whether it becomes current.
+pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
+    let cfg = &req.config.train;
+    let manifest = crate::state::read_manifest(req.state_dir)?;
+    let store = ModelStore::open(&models_dir(req.config, req.state_dir))?;
+    let device = cfg.backend.device()?;
+    let current_id = store.current_id()?;
+    let current: Option<(String, anyhow::Result<Trained>)> = current_id.map(|id| {
+        let loaded = store.load(&id, &device);
+        (id, loaded)
+    });
+    let rt = runtime()?;
+    let lookback = req.config.lookback_ms();
+
+    let mut note = None;
+    let mut parent = None;
+    let horizon = match (&current, req.warm_start) {
+        (Some((id, Ok(t))), true) => {
+            if t.meta.architecture != cfg.architecture() {
+                anyhow::bail!(
+                    "cannot warm-start from {id}: its architecture is {:?} but the config says {:?}; train cold (without --warm-start)",
+                    t.meta.architecture,
+                    cfg.architecture()
+                );
+            }
+            let info = store.info(id)?;
+            let after = info.data_range_ms.map(|(_, end)| end).unwrap_or(i64::MIN);
+            parent = Some(id.clone());
+            Horizon::After(after)
+        }
+        (Some((id, Err(e))), true) => anyhow::bail!("cannot warm-start from the current model {id}: {e:#}"),
+        (None, true) => {
+            note = Some("--warm-start: no current model yet, trained cold on the whole horizon".to_string());
+            Horizon::Lookback(lookback)
+        }
+        (_, false) => Horizon::Lookback(lookback),
+    };
+    if let (Horizon::After(t), Some(id)) = (horizon, &parent) {
+        if !manifest.windows.iter().any(|w| w.end_ms > t) {
+            anyhow::bail!("nothing to warm-start on: no closed window ends after the current model {id}'s data (up to {t} ms)");
+        }
+    }
+    let ex = rt
+        .block_on(load_from_state(req.state_dir, &manifest, lookback, horizon, cfg.max_positions))
+        .with_context(|| format!("loading training data from {}", req.state_dir.display()))?;
+    let init = match (&current, &parent) {
+        (Some((_, Ok(t))), Some(_)) => Some(t),
+        _ => None,
+    };
+    let (trained, report) = fit(&ex, cfg, init, req.progress)?;
+
+    let (val, w) = validation_slice(&ex, req.config)?;
+    let candidate_loss = trained.loss(&val, &w, cfg.ips.self_normalize, &device);
+    let current_loss = current.as_ref().map(|(id, t)| {
+        let loss = match t {
+            Ok(t) => t.check_compatible(&val).map(|_| t.loss(&val, &w, cfg.ips.self_normalize, &device)),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        };
+        (id.as_str(), loss)
+    });
+    let decision = decide(&report, candidate_loss, current_loss, cfg.promotion_tolerance, req.force);
+
+    let cold_comparison = if req.compare_cold && parent.is_some() {
+        let full = rt.block_on(load_from_state(req.state_dir, &manifest, lookback, Horizon::Lookback(lookback), cfg.max_positions))?;
+        let (cold, cold_report) = fit(&full, cfg, None, req.progress)?;
+        let cold_loss = cold.loss(&val, &w, cfg.ips.self_normalize, &device);
+        let k = ex.max_position().min(full.max_position()) as usize;
+        let (tw, tc) = (trained.model.theta_normalised(), cold.model.theta_normalised());
+        Some(ColdComparison {
+            warm_validation_loss: candidate_loss,
+            cold_validation_loss: cold_loss,
+            warm_seconds: report.seconds,
+            cold_seconds: cold_report.seconds,
+            max_theta_difference: (0..k).map(|i| (tw[i] - tc[i]).abs()).fold(0.0, f64::max),
+            cold_train_impressions: cold_report.train_impressions,
+        })
+    } else {
+        None
+    };
+
+    let seen = ex.max_position() as usize;
+    let theta: Vec<f64> = trained.model.theta_normalised().into_iter().take(seen).collect();
+    let info = CheckpointInfo {
+        id: String::new(),
+        created_at: chrono::Utc::now().to_rfc3339(),
+        config: cfg.clone(),
+        data_range_ms: ex.data_range_ms,
+        parent,
+        theta: theta.clone(),
+        fit: serde_json::to_value(&report)?,
+        decision: decision.clone(),
+    };
+    let id = store.write(&trained, info)?;
+    let note = match (note, &report.weights.note) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b.clone()),
+    };
+    Ok(TrainOutcome {
+        id,
+        decision,
+        fit: report,
+        theta,
+        data_range_ms: ex.data_range_ms,
+        models_dir: store.dir().to_path_buf(),
+        note,
+        cold_comparison,
+    })
+}
+
+impl TrainOutcome {
+    pub fn render(&self) -> String {
+        let f = &self.fit;
+        let mut s = String::new();
+        s.push_str(&format!("checkpoint {} in {}\n", self.id, self.models_dir.display()));
+        s.push_str(&format!(
+            "  {} sessions / {} impressions trained, {} / {} validation; {}; {} epochs ({:?}, best {}), {:.1}s\n",
+            f.train_sessions,
+            f.train_impressions,
+            f.validation_sessions,
+            f.validation_impressions,
+            if f.warm_started { "warm start" } else { "cold start" },
+            f.epochs.len(),
+            f.stop,
+            f.best_epoch,
+            f.seconds
+        ));
+        if let Some(last) = f.epochs.last() {
+            s.push_str(&format!("  last epoch: train loss {:.5}, validation loss {:.5}, {:.0} impressions/s\n", last.train_loss, last.validation_loss, last.impressions_per_second));
+        }
+        let w = &f.weights;
+        s.push_str(&format!(
+            "  IPS {}: min π {:.4}, max weight {:.2}, clipped {:.2}%, effective sample size {:.0} ({:.1}%)\n",
+            if w.enabled { "on" } else { "off" },
+            w.min_propensity,
+            w.max_weight,
+            100.0 * w.clipped_fraction,
+            w.effective_sample_size,
+            100.0 * w.effective_sample_fraction
+        ));
+        s.push_str("  θ_k − θ_1: ");
+        s.push_str(&self.theta.iter().take(10).map(|t| format!("{t:+.3}")).collect::<Vec<_>>().join(" "));
+        s.push('\n');
+        s.push_str(&format!("  {}: {}\n", if self.decision.promoted { "PROMOTED" } else { "REJECTED" }, self.decision.reason));
+        if let Some(c) = &self.cold_comparison {
+            s.push_str(&format!(
+                "  warm vs cold retrain on the whole horizon ({} impressions): validation loss {:.6} vs {:.6}, {:.1}s vs {:.1}s, max |Δθ| {:.4}\n",
+                c.cold_train_impressions, c.warm_validation_loss, c.cold_validation_loss, c.warm_seconds, c.cold_seconds, c.max_theta_difference
+            ));
+        }
+        if let Some(n) = &self.note {
+            s.push_str(&format!("  note: {n}\n"));
+        }
+        s
+    }
+}

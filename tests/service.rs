@@ -1,0 +1,279 @@
+//! `ultr run`: a real Prometheus scrapes it while a compressed nightly schedule trains twice (the
+//! second warm-starts, the gate decides, the metrics show it); SIGTERM mid-window stops cleanly and a
+//! restart loses and double-counts nothing; a policy switch to τ = 0 makes IdentifiabilityLost fire
+//! (through promtool), and not before.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{final_counts, free_port, http_get, metric_sum};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::jsonl::JsonlSink;
+
+fn ultr() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ultr"))
+}
+
+/// Kills the child on drop (a failing test must not leave servers behind).
+struct Guard(Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(ok.success());
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> i32 {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "did not exit within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `ultr run` and waits until it says where its metrics are.
+fn start_run(args: &[&str], config: &Path, state: &Path, listen: &str) -> Guard {
+    let mut child = ultr()
+        .arg("run")
+        .arg(config)
+        .arg("--state")
+        .arg(state)
+        .args(["--listen", listen])
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[ultr run] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("ultr run did not report its metrics address");
+        if line.contains("metrics at http://") {
+            break;
+        }
+    }
+    Guard(child)
+}
+
+fn wait_for(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn prometheus_query(addr: &str, query: &str) -> Option<f64> {
+    let encoded: String = query.bytes().map(|b| if b.is_ascii_alphanumeric() || b"_-.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+    let (code, body) = http_get(addr, &format!("/api/v1/query?query={encoded}")).ok()?;
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("live.toml");
+    std::fs::write(
+        &config,
+        "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 200000\nseed = 5\ninterval_ms = 100\nsessions_per_second = 2500\n\
+         [simulator.policy]\ntau = 0.3\n[simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n\
+         [window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n[state]\ncheckpoint_every_records = 5000\n\
+         [train]\ntower = \"linear\"\nmax_epochs = 4\nschedule = \"*/10 * * * * *\"\nwarm_start = true\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let state = dir.path().join("state");
+    let mut service = start_run(&[], &config, &state, &listen);
+
+    let prom_port = free_port();
+    let prom_cfg = dir.path().join("prometheus.yml");
+    std::fs::write(&prom_cfg, format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ultr\n    static_configs:\n      - targets: [\"{listen}\"]\n")).unwrap();
+    let prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", prom_cfg.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus (Debian package) on PATH");
+    let _prom = Guard(prom);
+    let prom_addr = format!("127.0.0.1:{prom_port}");
+
+    // Two scheduled trainings, seen through Prometheus's query API.
+    wait_for("two scheduled trainings in Prometheus", Duration::from_secs(150), || {
+        prometheus_query(&prom_addr, "sum(ultr_trainings_total)").is_some_and(|v| v >= 2.0)
+    });
+    let records = prometheus_query(&prom_addr, "ultr_records_total").unwrap();
+    assert!(records > 0.0);
+    let components = prometheus_query(&prom_addr, "ultr_graph_components{graph=\"swap\"}").unwrap();
+    assert_eq!(components, 1.0, "τ = 0.3 connects the swap graph");
+    assert!(prometheus_query(&prom_addr, "ultr_last_training_success_timestamp_seconds").unwrap() > 1.7e9);
+    wait_for("θ_2 in Prometheus", Duration::from_secs(30), || prometheus_query(&prom_addr, "ultr_theta{position=\"2\"}").is_some());
+    let theta2 = prometheus_query(&prom_addr, "ultr_theta{position=\"2\"}").unwrap();
+    assert!((theta2 + 2f64.ln()).abs() < 0.25, "θ_2 − θ_1 = {theta2}");
+
+    // The checkpoints: the first cold and promoted, a later one warm-started from a previous one.
+    let store = ultr::train::checkpoint::ModelStore::open(&state.join("models")).unwrap();
+    let list = store.list().unwrap();
+    assert!(list.len() >= 2, "{} checkpoints", list.len());
+    assert!(list[0].parent.is_none() && list[0].decision.promoted);
+    assert!(list[1].parent.is_some(), "the second scheduled training warm-starts");
+    assert!(!list[1].decision.reason.is_empty());
+    let (_, body) = http_get(&listen, "/metrics").unwrap();
+    let promoted = metric_sum(&body, "ultr_trainings_total{result=\"promoted\"}").unwrap_or(0.0);
+    let rejected = metric_sum(&body, "ultr_trainings_total{result=\"rejected\"}").unwrap_or(0.0);
+    assert!(promoted + rejected >= 2.0, "{body}");
+    assert_eq!(http_get(&listen, "/healthz").unwrap().0, 200);
+
+    sigterm(&service.0);
+    assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
+}
+
+fn stream_file(dir: &Path, name: &str, tau: f64, sessions: u64, start_ms: i64, seed: u64) -> PathBuf {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau, ..PolicyConfig::default() },
+        sessions,
+        seed,
+        start_ms,
+        interval_ms: 500,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let path = dir.join(name);
+    sim.run(&mut JsonlSink::create(&path).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn sigterm_during_a_window_then_restart_loses_and_double_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = stream_file(dir.path(), "sessions.jsonl", 0.3, 60_000, 1_767_225_600_000, 21);
+    let config = dir.path().join("file.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "batch_records = 500\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"2h\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 3000\n",
+            data.display().to_string()
+        ),
+    )
+    .unwrap();
+    let reference = dir.path().join("reference");
+    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&reference).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let state = dir.path().join("state");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut service = start_run(&["--exit-when-done"], &config, &state, &listen);
+    wait_for("some records read", Duration::from_secs(60), || {
+        http_get(&listen, "/metrics").ok().and_then(|(_, b)| metric_sum(&b, "ultr_records_total")).is_some_and(|v| v >= 6000.0)
+    });
+    sigterm(&service.0);
+    assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0, "SIGTERM is a clean stop");
+    let manifest = ultr::state::read_manifest(&state).unwrap();
+    assert!(!manifest.open_segments.is_empty(), "stopped inside a window: its rows are in open segments");
+    assert!(manifest.operator.counters.sessions < 60_000, "stopped before the end");
+
+    let mut again = start_run(&["--exit-when-done"], &config, &state, &format!("127.0.0.1:{}", free_port()));
+    assert_eq!(wait_exit(&mut again.0, Duration::from_secs(120)), 0);
+    assert_eq!(final_counts(&state), final_counts(&reference));
+}
+
+/// The policy switches from τ = 0.3 to τ = 0 and the 30-minute lookback rolls past the randomized
+/// part: the swap-graph component metric rises above 1; fed to promtool with the real alert rules,
+/// IdentifiabilityLost fires after the switch and not before.
+#[test]
+fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = 1_767_225_600_000i64;
+    let a = stream_file(dir.path(), "randomized.jsonl", 0.3, 7200, t0, 31); // 60 min
+    let b = stream_file(dir.path(), "deterministic.jsonl", 0.0, 10_800, t0 + 7200 * 500, 32); // 90 min
+    let config = ultr::config::PipelineConfig::parse(
+        &format!(
+            "[source.file]\npaths = [{:?}, {:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"30m\"\n",
+            a.display().to_string(),
+            b.display().to_string()
+        ),
+        "switch.toml",
+    )
+    .unwrap();
+    let metrics = std::sync::Arc::new(ultr::monitor::metrics::Metrics::new());
+    let state = dir.path().join("state");
+    let mut monitor = ultr::monitor::Monitor::new(metrics.clone(), &config, &state);
+    struct Record<'a> {
+        monitor: &'a mut ultr::monitor::Monitor,
+        series: Vec<(i64, f64)>,
+    }
+    impl ultr::pipeline::Observer for Record<'_> {
+        fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
+            self.monitor.observe(store, report).unwrap();
+            let latest = store.manifest().windows.iter().map(|w| w.end_ms).max();
+            if let Some(end) = latest {
+                if self.series.last().is_none_or(|(e, _)| *e != end) {
+                    self.series.push((end, self.monitor.metrics.graph_components.with_label_values(&["swap"]).get() as f64));
+                }
+            }
+        }
+    }
+    let mut rec = Record { monitor: &mut monitor, series: Vec::new() };
+    ultr::pipeline::run_to_state(&config, &state, &mut rec).unwrap();
+    let series = rec.series;
+    let switch_end = t0 + 60 * 60_000;
+    let before: Vec<f64> = series.iter().filter(|(e, _)| *e <= switch_end).map(|(_, v)| *v).collect();
+    let after: Vec<f64> = series.iter().filter(|(e, _)| *e > switch_end + 30 * 60_000).map(|(_, v)| *v).collect();
+    assert!(before.iter().all(|v| *v == 1.0), "randomized part: {series:?}");
+    assert!(!after.is_empty() && after.iter().all(|v| *v > 1.0), "after the horizon rolled past the switch: {series:?}");
+
+    // One window = 5 samples at 1m: IdentifiabilityLost needs 15m above 1.
+    let values: Vec<String> = series.iter().flat_map(|(_, v)| std::iter::repeat_n(format!("{v}"), 5)).collect();
+    let minutes = |windows: usize| windows * 5;
+    let n_before = series.iter().filter(|(e, _)| *e <= switch_end).count();
+    let rules: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap()).unwrap();
+    let runbook = rules["groups"][0]["rules"].as_sequence().unwrap().iter().find(|r| r["alert"] == "IdentifiabilityLost").unwrap()["annotations"]["runbook"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_string();
+    let last = series.last().unwrap().1;
+    let test = format!(
+        "rule_files:\n  - {rules:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: 'ultr_graph_components{{instance=\"ultr\", graph=\"swap\"}}'\n        values: '{values}'\n    alert_rule_test:\n      - eval_time: {before}m\n        alertname: IdentifiabilityLost\n        exp_alerts: []\n      - eval_time: {end}m\n        alertname: IdentifiabilityLost\n        exp_alerts:\n          - exp_labels: {{ severity: warning, instance: ultr, graph: swap }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: {runbook:?}\n",
+        rules = repo().join("pipelines/alerts.yml").display().to_string(),
+        values = values.join(" "),
+        before = minutes(n_before) - 1,
+        end = minutes(series.len()) - 1,
+        summary = format!("swap graph has {last} components: θ_k is not identified across them"),
+    );
+    let test_file = dir.path().join("switch.test.yml");
+    std::fs::write(&test_file, test).unwrap();
+    let out = Command::new("promtool").arg("test").arg("rules").arg(&test_file).output().expect("promtool on PATH");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}

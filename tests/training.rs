@@ -1,0 +1,250 @@
+//! Training: the Hager 2025 orderings on a small fast grid, the CLI's checkpoint / promotion gate /
+//! warm start, the framework-neutral export against burn, and refusals of data that cannot train.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ultr::experiment::hager2025;
+use ultr::train::checkpoint::ModelStore;
+use ultr::train::config::{TowerKind, TrainConfig};
+use ultr::train::data::{Examples, Row, SessionSpan};
+use ultr::train::device::BackendKind;
+use ultr::train::export::RelevanceExport;
+use ultr::train::fit::fit;
+
+fn ultr() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ultr"))
+}
+
+/// The four claims on a smaller grid (1 seed, fewer sessions); thresholds scaled to the sample size.
+#[test]
+fn hager2025_orderings_on_a_small_grid() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = hager2025::run(&hager2025::Options {
+        out: dir.path().to_path_buf(),
+        data: common::mq2008_files(),
+        train_sessions: 60_000,
+        seeds: vec![11],
+        max_epochs: 30,
+        jobs: 2,
+        backend: BackendKind::Flex,
+        positions: 10,
+        progress: true,
+    })
+    .unwrap();
+    let rmse = |name: &str, tau: f64, ips: bool| {
+        summary.runs.iter().find(|r| r.setting.name == name && r.setting.tau == tau && r.setting.ips == ips).unwrap().rmse
+    };
+    for r in &summary.runs {
+        eprintln!("{:<32} τ={:<5} ips={:<5} RMSE {:.4} epochs {}", r.setting.name, r.setting.tau, r.setting.ips, r.rmse, r.epochs);
+    }
+    // 1. features identify well-specified models without swaps
+    assert!(rmse("well-specified linear", 0.0, false) <= 0.1);
+    assert!(rmse("well-specified mlp", 0.0, false) <= 0.1);
+    // 2. embeddings need swaps
+    assert!(rmse("embedding", 0.0, false) >= 0.3);
+    assert!(rmse("embedding", 1.0, false) <= 0.1);
+    // 3. the policy amplifies misspecification
+    for name in ["linear tower on mlp relevance", "omitted features (30 of 46)"] {
+        assert!(rmse(name, 0.0, false) > rmse(name, 1.0, false), "{name}");
+        // 4. IPS dampens it where π allows, and does nothing (said so) at τ = 0
+        for tau in [0.333, 0.666] {
+            assert!(rmse(name, tau, true) < rmse(name, tau, false), "{name} τ={tau}");
+        }
+        let ips0 = summary.runs.iter().find(|r| r.setting.name == name && r.setting.tau == 0.0 && r.setting.ips).unwrap();
+        assert!(ips0.ips_note.as_deref().unwrap().contains("changes nothing"));
+        assert!((rmse(name, 0.0, true) - rmse(name, 0.0, false)).abs() < 0.01);
+    }
+    for f in ["results.csv", "summary.md", "summary.json", "theta.svg"] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + summary.runs.len());
+}
+
+fn pipeline(dir: &Path, sessions: u64, extra: &str) -> PathBuf {
+    let path = dir.join(format!("pipeline-{sessions}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = {sessions}\nseed = 3\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
+             [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(out.status.code().is_some(), "killed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// `ultr train` writes a checkpoint and promotes it; a warm start continues on the new windows only;
+/// a worse candidate is kept as rejected with its reason and CURRENT does not move.
+#[test]
+fn train_cli_checkpoints_gate_and_warm_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let first = pipeline(dir.path(), 20_000, "");
+    assert!(run_ok(ultr().args(["ingest", "--config"]).arg(&first).arg("--state").arg(&state)).status.success());
+    let out = run_ok(ultr().args(["train", "--json", "--config"]).arg(&first).arg("--state").arg(&state));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["decision"]["promoted"], true);
+    let first_id = outcome["id"].as_str().unwrap().to_string();
+    let models = state.join("models");
+    assert_eq!(std::fs::read_to_string(models.join("CURRENT")).unwrap().trim(), first_id);
+    for f in ["model.bpk", "meta.json", "checkpoint.json", "theta.csv", "relevance.json"] {
+        assert!(models.join(&first_id).join(f).exists(), "{f}");
+    }
+    // θ_2 − θ_1 recovered from 20k sessions of a randomised policy: −ln 2 within 0.15.
+    let theta2 = outcome["theta"][1].as_f64().unwrap();
+    assert!((theta2 + 2f64.ln()).abs() < 0.15, "θ_2 − θ_1 = {theta2}");
+    let first_end = outcome["data_range_ms"][1].as_i64().unwrap();
+
+    // More of the same stream: the warm start sees only the windows after the current model's data.
+    let second = pipeline(dir.path(), 40_000, "");
+    assert!(run_ok(ultr().args(["ingest", "--config"]).arg(&second).arg("--state").arg(&state)).status.success());
+    let out = run_ok(ultr().args(["train", "--json", "--warm-start", "--compare-cold", "--config"]).arg(&second).arg("--state").arg(&state));
+    let warm: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(warm["fit"]["warm_started"], true);
+    assert!(warm["data_range_ms"][0].as_i64().unwrap() >= first_end - 3_600_000);
+    let cold = &warm["cold_comparison"];
+    assert!(cold["cold_train_impressions"].as_u64().unwrap() > warm["fit"]["train_impressions"].as_u64().unwrap());
+    // Same stream, same model class: warm and cold land on nearly the same loss.
+    let (wl, cl) = (cold["warm_validation_loss"].as_f64().unwrap(), cold["cold_validation_loss"].as_f64().unwrap());
+    assert!((wl - cl).abs() / cl < 0.02, "warm {wl} vs cold {cl}");
+    let after_warm = std::fs::read_to_string(models.join("CURRENT")).unwrap().trim().to_string();
+
+    // A candidate that barely trained is worse than the current model: rejected, CURRENT unchanged.
+    let bad = pipeline(dir.path(), 40_001, "learning_rate = 0.00001\nmax_epochs = 1\n");
+    let bad_cfg = std::fs::read_to_string(&bad).unwrap().replace("sessions = 40001", "sessions = 40000");
+    std::fs::write(&bad, bad_cfg).unwrap();
+    let out = run_ok(ultr().args(["train", "--json", "--config"]).arg(&bad).arg("--state").arg(&state));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let rejected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rejected["decision"]["promoted"], false);
+    assert!(rejected["decision"]["reason"].as_str().unwrap().contains("worse"));
+    assert_eq!(std::fs::read_to_string(models.join("CURRENT")).unwrap().trim(), after_warm);
+    let info = ModelStore::open(&models).unwrap().info(rejected["id"].as_str().unwrap()).unwrap();
+    assert!(!info.decision.promoted);
+
+    // Warm-starting an MLP from the linear current model is refused, naming the architecture.
+    let mlp = pipeline(dir.path(), 40_002, "");
+    let text = std::fs::read_to_string(&mlp).unwrap().replace("tower = \"linear\"", "tower = \"mlp\"").replace("sessions = 40002", "sessions = 40000");
+    std::fs::write(&mlp, text).unwrap();
+    let out = run_ok(ultr().args(["train", "--warm-start", "--config"]).arg(&mlp).arg("--state").arg(&state));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("architecture") && err.contains("Mlp"), "{err}");
+
+    // eval reports all three families of figures.
+    let out = run_ok(ultr().args(["eval", "--json", "--config"]).arg(&second).arg("--state").arg(&state));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let eval: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = &eval["report"];
+    assert!(report["ndcg"]["10"].as_f64().unwrap() > 0.5);
+    assert!(report["perplexity"].as_f64().unwrap() > 1.0 && report["perplexity"].as_f64().unwrap() < 2.0);
+    assert!(report["bias_rmse"].as_f64().unwrap() < 0.15);
+}
+
+/// The documented export scores exactly like the burn model, and `ultr score` writes those scores.
+#[test]
+fn export_and_score_match_the_burn_model() {
+    let data = common::mq2008_files();
+    let dataset = ultr::simulate::dataset::load_svmlight(&[data[0].as_path()]).unwrap();
+    // A model trained on a tiny synthetic set with MQ2008's 46 features.
+    let mut ex = Examples { n_features: 46, ..Examples::default() };
+    let mut clicks = 0u32;
+    for q in dataset.queries.iter().take(40) {
+        let start = ex.rows.len();
+        for (k, d) in q.docs.iter().enumerate().take(10) {
+            let qd = ex.qd_keys.len() as u32;
+            ex.qd_keys.push((q.query_id.clone(), d.doc_id.clone()));
+            ex.docs.extend_from_slice(&d.features);
+            clicks += 1;
+            ex.rows.push(Row { doc: qd, qd, position: k as u32 + 1, clicked: d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0, propensity: 1.0 });
+        }
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&q.query_id, 0) });
+    }
+    let cfg = TrainConfig { tower: TowerKind::Mlp, max_epochs: 3, validation_fraction: 0.3, ..TrainConfig::default() };
+    let (trained, report) = fit(&ex, &cfg, None, false).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ModelStore::open(dir.path()).unwrap();
+    let decision = ultr::train::checkpoint::decide(&report, report.best_validation_loss, None, 0.0, false);
+    let info = ultr::train::checkpoint::CheckpointInfo {
+        id: String::new(),
+        created_at: String::new(),
+        config: cfg.clone(),
+        data_range_ms: None,
+        parent: None,
+        theta: trained.model.theta_normalised(),
+        fit: serde_json::Value::Null,
+        decision,
+    };
+    let id = store.write(&trained, info).unwrap();
+    let export: RelevanceExport = serde_json::from_str(&std::fs::read_to_string(dir.path().join(&id).join("relevance.json")).unwrap()).unwrap();
+
+    let out = ultr().args(["score", "--model"]).arg(dir.path()).arg("--input").arg(&data[0]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut n = 0;
+    let by_id: std::collections::HashMap<(String, String), &Vec<f32>> =
+        dataset.queries.iter().flat_map(|q| q.docs.iter().map(move |d| ((q.query_id.clone(), d.doc_id.clone()), &d.features))).collect();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let burn_score: f64 = f[2].parse().unwrap();
+        let reference = export.score_features(by_id[&(f[0].to_string(), f[1].to_string())]);
+        assert!((burn_score - reference).abs() < 1e-4, "{line}: reference {reference}");
+        n += 1;
+    }
+    assert_eq!(n, dataset.n_docs());
+}
+
+fn tiny(positions: &[u32], clicked: impl Fn(usize) -> bool, propensity: f64) -> Examples {
+    let mut ex = Examples { n_features: 2, ..Examples::default() };
+    for s in 0..200usize {
+        let start = ex.rows.len();
+        for (i, &k) in positions.iter().enumerate() {
+            let qd = (s % 5 * positions.len() + i) as u32;
+            while ex.qd_keys.len() <= qd as usize {
+                ex.qd_keys.push((format!("q{}", ex.qd_keys.len() / positions.len()), format!("d{}", ex.qd_keys.len())));
+                ex.docs.extend_from_slice(&[ex.qd_keys.len() as f32, 1.0]);
+            }
+            ex.rows.push(Row { doc: qd, qd, position: k, clicked: clicked(ex.rows.len()), propensity });
+        }
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&format!("s{s}"), 0) });
+    }
+    ex
+}
+
+/// Data that cannot identify or fit a model is refused with the reason, never trained silently.
+#[test]
+fn untrainable_data_is_refused_with_a_reason() {
+    let cfg = TrainConfig { tower: TowerKind::Linear, max_epochs: 2, ..TrainConfig::default() };
+    let err = |ex: &Examples, cfg: &TrainConfig| format!("{:#}", fit(ex, cfg, None, false).unwrap_err());
+    assert!(err(&tiny(&[1, 2, 3], |_| false, 1.0), &cfg).contains("no clicks"));
+    assert!(err(&tiny(&[1, 2, 3], |_| true, 1.0), &cfg).contains("every one"));
+    assert!(err(&tiny(&[1], |i| i % 3 == 0, 1.0), &cfg).contains("single position"));
+    assert!(err(&Examples::default(), &cfg).contains("no training impressions"));
+    // Missing propensities: an error by default, weight 1 when configured (and reported).
+    let missing = tiny(&[1, 2, 3], |i| i % 3 == 0, f64::NAN);
+    assert!(err(&missing, &cfg).contains("have no propensity"));
+    let mut lenient = cfg.clone();
+    lenient.ips.on_missing = ultr::train::config::MissingPropensity::UnitWeight;
+    let (_, report) = fit(&missing, &lenient, None, false).unwrap();
+    assert_eq!(report.weights.missing_propensity, missing.rows.len());
+    // A linear tower without features.
+    let mut no_features = tiny(&[1, 2, 3], |i| i % 3 == 0, 1.0);
+    no_features.n_features = 0;
+    no_features.docs.clear();
+    assert!(err(&no_features, &cfg).contains("needs item features"));
+    // Weights off and IPS over π = 1 are the same model, and the report says IPS did nothing.
+    let plain = tiny(&[1, 2, 3], |i| i % 3 == 0, 1.0);
+    let (_, r) = fit(&plain, &cfg, None, false).unwrap();
+    assert!(r.weights.note.as_deref().unwrap().contains("changes nothing"));
+}
