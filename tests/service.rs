@@ -101,7 +101,7 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
         "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 200000\nseed = 5\ninterval_ms = 100\nsessions_per_second = 2500\n\
          [simulator.policy]\ntau = 0.3\n[simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n\
          [window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n[state]\ncheckpoint_every_records = 5000\n\
-         [train]\ntower = \"linear\"\nmax_epochs = 4\nschedule = \"*/10 * * * * *\"\nwarm_start = true\n",
+         [train]\ntower = \"linear\"\nmax_epochs = 30\nschedule = \"*/10 * * * * *\"\nwarm_start = true\n",
     )
     .unwrap();
     let port = free_port();
@@ -211,13 +211,18 @@ fn sigterm_during_a_window_then_restart_loses_and_double_counts_nothing() {
 fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = 1_767_225_600_000i64;
+    // One file (one partition): the watermark follows the stream across the switch.
     let a = stream_file(dir.path(), "randomized.jsonl", 0.3, 7200, t0, 31); // 60 min
-    let b = stream_file(dir.path(), "deterministic.jsonl", 0.0, 10_800, t0 + 7200 * 500, 32); // 90 min
+    let b = stream_file(dir.path(), "deterministic.jsonl", 0.0, 10_800, t0 + 7200 * 500, 31); // 90 min, same corpus
+    let both = dir.path().join("switch.jsonl");
+    let renamed = std::fs::read_to_string(&b).unwrap().replace("\"session_id\":\"s31-", "\"session_id\":\"s31-after-");
+    assert!(renamed.contains("s31-after-"));
+    let text = std::fs::read_to_string(&a).unwrap() + &renamed;
+    std::fs::write(&both, text).unwrap();
     let config = ultr::config::PipelineConfig::parse(
         &format!(
-            "[source.file]\npaths = [{:?}, {:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"30m\"\n",
-            a.display().to_string(),
-            b.display().to_string()
+            "batch_records = 200\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"30m\"\n",
+            both.display().to_string()
         ),
         "switch.toml",
     )
@@ -276,4 +281,93 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stream_with_clicks(dir: &Path, name: &str, click: ultr::simulate::click::ClickModel, sessions: u64, start_ms: i64) -> PathBuf {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        click_model: click,
+        sessions,
+        seed: 41,
+        start_ms,
+        interval_ms: 125,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let path = dir.join(name);
+    sim.run(&mut JsonlSink::create(&path).unwrap()).unwrap();
+    path
+}
+
+/// Per-window residual–π correlation after an additive model is trained on the first hour.
+fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel) -> (Vec<f64>, Vec<f64>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let t0 = 1_767_225_600_000i64;
+    let a = stream_with_clicks(dir, "pbm.jsonl", Default::default(), 28_800, t0); // 60 min
+    let b = stream_with_clicks(dir, "second.jsonl", second, 43_200, t0 + 28_800 * 125); // 90 min
+    let config = ultr::config::PipelineConfig::parse(
+        &format!(
+            "batch_records = 500\n[source.file]\npaths = [{:?}, {:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"2h\"\n[train]\ntower = \"linear\"\nmax_epochs = 30\n",
+            a.display().to_string(),
+            b.display().to_string()
+        ),
+        "switch.toml",
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let metrics = std::sync::Arc::new(ultr::monitor::metrics::Metrics::new());
+    let mut monitor = ultr::monitor::Monitor::new(metrics, &config, &state);
+    struct Rec<'a> {
+        monitor: &'a mut ultr::monitor::Monitor,
+        config: &'a ultr::config::PipelineConfig,
+        switch_ms: i64,
+        trained: bool,
+        before: Vec<f64>,
+        after: Vec<f64>,
+        scored: usize,
+    }
+    impl ultr::pipeline::Observer for Rec<'_> {
+        fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
+            let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
+            if !self.trained && latest >= self.switch_ms {
+                let req = ultr::train::TrainRequest { state_dir: store.dir(), config: self.config, warm_start: false, compare_cold: false, force: false, progress: false };
+                ultr::train::train_from_state(&req).unwrap();
+                self.trained = true;
+            }
+            self.monitor.observe(store, report).unwrap();
+            let scored = self.monitor.metrics.residual_windows.get() as usize;
+            let new = scored - self.scored;
+            self.scored = scored;
+            let n = self.monitor.history.len();
+            for (end, summary) in self.monitor.history.iter().skip(n - new) {
+                let corr = summary.propensity_correlation;
+                eprintln!("window {end}: pooled {corr:+.4} by position {:+.3?}", summary.correlation_by_position.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+                if *end <= self.switch_ms { self.before.push(corr) } else { self.after.push(corr) }
+            }
+        }
+    }
+    let mut rec = Rec { monitor: &mut monitor, config: &config, switch_ms: t0 + 60 * 60_000, trained: false, before: vec![], after: vec![], scored: 0 };
+    ultr::pipeline::run_to_state(&config, &state, &mut rec).unwrap();
+    (rec.before, rec.after)
+}
+
+/// The click model turns into the non-factorisable 0:1:1:0 mixture (Yan 2022) while the model stays
+/// additive: the residual–π correlation crosses the MisspecificationSuspected threshold within a few
+/// windows; on a PBM-only stream with the same policy it stays below.
+#[test]
+fn misspecification_signal_moves_when_clicks_stop_being_additive() {
+    let threshold = 0.03; // pipelines/alerts.yml, MisspecificationSuspected
+    let dir = tempfile::tempdir().unwrap();
+    let mixture = ultr::simulate::click::ClickModel { kind: ultr::simulate::click::ClickModelKind::Mixture, ..Default::default() };
+    let (pbm_before, pbm_after) = residual_correlations(&dir.path().join("pbm"), Default::default());
+    let (mix_before, mix_after) = residual_correlations(&dir.path().join("mix"), mixture);
+    eprintln!("PBM then PBM: {pbm_before:.4?} | {pbm_after:.4?}");
+    eprintln!("PBM then mixture: {mix_before:.4?} | {mix_after:.4?}");
+    assert!(pbm_before.iter().chain(&pbm_after).all(|c| c.abs() < threshold));
+    assert!(mix_before.iter().all(|c| c.abs() < threshold));
+    let first_over = mix_after.iter().position(|c| c.abs() > threshold).expect("the signal crosses the threshold");
+    assert!(first_over <= 2, "crossed only after {first_over} windows");
+    assert!(mix_after[first_over..].iter().all(|c| c.abs() > threshold));
 }

@@ -1,7 +1,8 @@
 //! `ultr experiment hager2025`: Hager et al. 2025 §8 on MQ2008 through the real pipeline (simulator →
 //! windows → state → training), over seeds, with a CSV/Markdown table, an SVG plot and the four
 //! claims checked: features identify well-specified models without swaps; embeddings need swaps;
-//! the logging policy amplifies misspecification; IPS dampens it when π allows.
+//! the logging policy amplifies misspecification; IPS (Eq. 22) reweights to uniform exposure, so with
+//! it θ no longer depends on the policy, and at τ = 0 (π = 1 everywhere) it can do nothing.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -222,6 +223,17 @@ fn mean_rmse(runs: &[RunResult], pred: impl Fn(&Setting) -> bool) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
+/// Mean θ vector over seeds of the runs matching `pred`.
+fn mean_theta(runs: &[RunResult], pred: impl Fn(&Setting) -> bool) -> Vec<f64> {
+    let chosen: Vec<&RunResult> = runs.iter().filter(|r| pred(&r.setting)).collect();
+    let k = chosen.iter().map(|r| r.theta.len()).min().unwrap_or(0);
+    (0..k).map(|j| chosen.iter().map(|r| r.theta[j]).sum::<f64>() / chosen.len() as f64).collect()
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
 fn checks(runs: &[RunResult]) -> Vec<Check> {
     let mut out = Vec::new();
     let mut check = |claim, statement: String, holds: bool, detail: String| out.push(Check { claim, statement, holds, detail });
@@ -241,6 +253,18 @@ fn checks(runs: &[RunResult]) -> Vec<Check> {
             let (plain, ips) = (at(tau, false), at(tau, true));
             let cut = 1.0 - ips / plain;
             check(4, format!("{name}, τ = {tau}: IPS lowers RMSE by ≥ 30%"), cut >= 0.30, format!("{plain:.4} → {ips:.4} ({:.0}% lower)", 100.0 * cut));
+        }
+        // What IPS does by construction (Eq. 22 reweights to uniform exposure): its θ matches τ = 1's.
+        let theta_at = |tau: f64, ips: bool| mean_theta(runs, |s| s.name == name && s.tau == tau && s.ips == ips);
+        let uniform = theta_at(1.0, false);
+        for tau in [0.333, 0.666] {
+            let (d_ips, d_plain) = (max_abs_diff(&theta_at(tau, true), &uniform), max_abs_diff(&theta_at(tau, false), &uniform));
+            check(
+                4,
+                format!("{name}, τ = {tau}: IPS makes θ policy-independent (closer to the τ = 1 estimate than without IPS)"),
+                d_ips < d_plain,
+                format!("max |θ − θ(τ=1)|: {d_ips:.4} with IPS, {d_plain:.4} without"),
+            );
         }
         let (plain, ips) = (at(0.0, false), at(0.0, true));
         let said = runs.iter().filter(|r| r.setting.name == name && r.setting.tau == 0.0 && r.setting.ips).all(|r| r.ips_note.as_deref().is_some_and(|n| n.contains("changes nothing")));

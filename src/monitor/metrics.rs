@@ -97,7 +97,7 @@ impl Metrics {
             residual_mean: gauge_vec("residual_mean", "Policy-weighted mean residual c − σ(θ_k + r(x)) of the last window, per position.", &["position"]),
             residual_propensity_correlation: gauge(
                 "residual_propensity_correlation",
-                "Correlation of the last window's residuals with π(d,k|q) (≈ 0 for a well-specified model).",
+                "RMS over positions of the within-position correlation of the last window's residuals with π(d,k|q) (≈ 1/√rows per position for a well-specified model).",
             ),
             residual_psi: gauge("residual_psi", "Population stability index of the residual distribution against the reference window."),
             residual_page_hinkley: gauge("residual_page_hinkley", "Page-Hinkley statistic of the per-window mean absolute residual."),

@@ -22,6 +22,9 @@ use residuals::{summarize, ResidualSummary, BINS};
 /// At most this many windows are scored in one checkpoint (the newest).
 const MAX_WINDOWS_SCORED_AT_ONCE: usize = 8;
 
+/// Residual summaries kept for inspection.
+const HISTORY: usize = 64;
+
 /// What the monitor remembers between checkpoints.
 pub struct Monitor {
     pub metrics: Arc<Metrics>,
@@ -35,8 +38,8 @@ pub struct Monitor {
     /// The residual histogram of the first window scored under the current model.
     reference: Option<[f64; BINS]>,
     page_hinkley: PageHinkley,
-    /// The newest residual summary (for tests and logs).
-    pub last_residuals: Option<ResidualSummary>,
+    /// Residual summaries of the most recently scored windows (end_ms, summary), newest last.
+    pub history: std::collections::VecDeque<(i64, ResidualSummary)>,
     pub last_identified: Option<bool>,
 }
 
@@ -53,7 +56,7 @@ impl Monitor {
             model: None,
             reference: None,
             page_hinkley: PageHinkley::new(0.005),
-            last_residuals: None,
+            history: Default::default(),
             last_identified: None,
         }
     }
@@ -160,7 +163,10 @@ impl Monitor {
             m.residual_psi.set(psi(&reference, &summary.histogram));
             m.residual_page_hinkley.set(self.page_hinkley.update(summary.mean_abs));
             m.residual_windows.inc();
-            self.last_residuals = Some(summary);
+            if self.history.len() == HISTORY {
+                self.history.pop_front();
+            }
+            self.history.push_back((w.end_ms, summary));
         }
         Ok(())
     }

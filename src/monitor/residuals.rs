@@ -15,8 +15,14 @@ pub struct ResidualSummary {
     pub rows: usize,
     /// (position, IPS-weighted mean residual, Σ weights)
     pub per_position: Vec<(u32, f64, f64)>,
-    /// Pearson correlation of residuals with π(d,k|q); 0 when either is constant.
+    /// Policy dependence of the residuals: the row-weighted root mean square over positions of the
+    /// within-position Pearson correlation of residuals with π(d,k|q). ≈ 1/√(rows per position) for a
+    /// well-specified model, whatever the policy.
     pub propensity_correlation: f64,
+    /// The correlation pooled over positions (each centred on its position's mean).
+    pub pooled_correlation: f64,
+    /// The same correlation at each position.
+    pub correlation_by_position: Vec<(u32, f64)>,
     pub mean_abs: f64,
     /// Share of residuals per bin of [−1, 1].
     pub histogram: [f64; BINS],
@@ -31,40 +37,72 @@ pub fn bin_of(e: f64) -> usize {
 }
 
 /// Summarises residuals of `rows` under click logits `logits`; π-weights are clipped at `max_weight`.
+///
+/// The correlation with π is taken within positions (both centred on their position's mean): a model
+/// that is only off in its overall level at some position (drift, which the PSI and Page-Hinkley
+/// statistics watch) does not count as correlated with the policy; a model whose errors depend on
+/// whether the policy put the item there does.
 pub fn summarize(rows: &[Row], logits: &[f32], max_weight: f64) -> ResidualSummary {
-    let mut by_pos: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
-    let (mut se, mut sp, mut see, mut spp, mut sep, mut sabs) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    let residual = |r: &Row, z: f32| (r.clicked as u8 as f64) - sigmoid(z as f64);
+    let propensity = |r: &Row| if r.propensity.is_finite() && r.propensity > 0.0 { r.propensity } else { 1.0 };
+    // pass 1: per-position sums
+    let mut by_pos: std::collections::BTreeMap<u32, PositionSums> = Default::default();
     let mut hist = [0f64; BINS];
-    let mut n = 0usize;
+    let mut sabs = 0.0;
     for (r, z) in rows.iter().zip(logits) {
-        let e = (r.clicked as u8 as f64) - sigmoid(*z as f64);
-        let p = if r.propensity.is_finite() && r.propensity > 0.0 { r.propensity } else { 1.0 };
+        let (e, p) = (residual(r, *z), propensity(r));
         let w = (1.0 / p).min(max_weight);
-        let entry = by_pos.entry(r.position).or_default();
-        entry.0 += w * e;
-        entry.1 += w;
-        se += e;
-        sp += p;
-        see += e * e;
-        spp += p * p;
-        sep += e * p;
+        let s = by_pos.entry(r.position).or_default();
+        s.weighted += w * e;
+        s.weights += w;
+        s.e += e;
+        s.p += p;
+        s.n += 1.0;
         sabs += e.abs();
         hist[bin_of(e)] += 1.0;
-        n += 1;
     }
+    // pass 2: within-position covariance, pooled and per position
+    let (mut cov, mut var_e, mut var_p) = (0.0, 0.0, 0.0);
+    let mut per: std::collections::BTreeMap<u32, (f64, f64, f64)> = Default::default();
+    for (r, z) in rows.iter().zip(logits) {
+        let s = &by_pos[&r.position];
+        let de = residual(r, *z) - s.e / s.n;
+        let dp = propensity(r) - s.p / s.n;
+        cov += de * dp;
+        var_e += de * de;
+        var_p += dp * dp;
+        let t = per.entry(r.position).or_default();
+        t.0 += de * dp;
+        t.1 += de * de;
+        t.2 += dp * dp;
+    }
+    let by_position: Vec<(u32, f64)> =
+        per.iter().map(|(k, (c, ve, vp))| (*k, if *ve > 1e-12 && *vp > 1e-12 { c / (ve * vp).sqrt() } else { 0.0 })).collect();
+    let n = rows.len().min(logits.len());
     let nf = n.max(1) as f64;
-    let cov = sep / nf - (se / nf) * (sp / nf);
-    let var_e = see / nf - (se / nf).powi(2);
-    let var_p = spp / nf - (sp / nf).powi(2);
-    let correlation = if var_e > 1e-12 && var_p > 1e-12 { cov / (var_e * var_p).sqrt() } else { 0.0 };
+    let pooled = if var_e > 1e-12 && var_p > 1e-12 { cov / (var_e * var_p).sqrt() } else { 0.0 };
+    // Misfit often changes sign with position (over-predicting on-policy items at the top, under- at the
+    // bottom), which cancels in the pooled value; the row-weighted RMS over positions does not cancel.
+    let rms = (by_position.iter().map(|(k, c)| by_pos[k].n * c * c).sum::<f64>() / nf).sqrt();
     for h in &mut hist {
         *h /= nf;
     }
     ResidualSummary {
         rows: n,
-        per_position: by_pos.into_iter().map(|(k, (s, w))| (k, if w > 0.0 { s / w } else { 0.0 }, w)).collect(),
-        propensity_correlation: correlation,
+        per_position: by_pos.into_iter().map(|(k, s)| (k, if s.weights > 0.0 { s.weighted / s.weights } else { 0.0 }, s.weights)).collect(),
+        propensity_correlation: rms,
+        pooled_correlation: pooled,
+        correlation_by_position: by_position,
         mean_abs: sabs / nf,
         histogram: hist,
     }
+}
+
+#[derive(Default)]
+struct PositionSums {
+    weighted: f64,
+    weights: f64,
+    e: f64,
+    p: f64,
+    n: f64,
 }

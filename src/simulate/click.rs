@@ -59,6 +59,7 @@ pub fn theta(position: usize) -> f64 {
 
 /// ω = ε + (1−ε)(2^y − 1)/(2^ymax − 1).
 pub fn omega(epsilon: f64, y: f64, y_max: f64) -> f64 {
+    let y = y.clamp(0.0, y_max); // synthetic relevance has unclipped tails; a probability must stay in [ε, 1]
     epsilon + (1.0 - epsilon) * (2f64.powf(y) - 1.0) / (2f64.powf(y_max) - 1.0)
 }
 

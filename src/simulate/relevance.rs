@@ -13,7 +13,7 @@ pub enum RelevanceKind {
     Labels,
     /// w·x + ξ.
     Linear,
-    /// W2·tanh(W1·x + b1) + b2 + ξ with 16 hidden units.
+    /// W2·tanh(W1·x) + ξ with 16 hidden units (zero biases).
     Mlp,
 }
 
@@ -39,7 +39,7 @@ pub fn synthetic_raw(kind: RelevanceKind, x: &Array2<f32>, noise_sigma: f64, rng
         RelevanceKind::Mlp => {
             let hidden = 16;
             let w1 = Array2::from_shape_fn((d, hidden), |_| normal(rng, 1.0 / (d as f64).sqrt()));
-            let b1 = Array1::from_shape_fn(hidden, |_| normal(rng, 0.5));
+            let b1 = Array1::<f32>::zeros(hidden); // Flax's default bias initialisation, as in Hager's code
             let w2 = Array1::from_shape_fn(hidden, |_| normal(rng, 1.0 / (hidden as f64).sqrt()));
             let h = (z.dot(&w1) + &b1).mapv(f32::tanh);
             h.dot(&w2)
@@ -49,7 +49,8 @@ pub fn synthetic_raw(kind: RelevanceKind, x: &Array2<f32>, noise_sigma: f64, rng
     clean.iter().map(|&c| c as f64 + noise.sample(rng)).collect()
 }
 
-/// Linear map sending the 5th and 95th percentiles to 0 and 4, clipped to [0, 4].
+/// Linear map sending the 5th and 95th percentiles to 0 and 4 (Hager §7). The tails are not
+/// clipped: a clip would make "linear" relevance non-linear and misspecify the linear tower.
 pub fn rescale_to_0_4(values: &[f64]) -> Vec<f64> {
     if values.is_empty() {
         return Vec::new();
@@ -59,5 +60,5 @@ pub fn rescale_to_0_4(values: &[f64]) -> Vec<f64> {
     let pct = |p: f64| sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)];
     let (lo, hi) = (pct(0.05), pct(0.95));
     let span = if hi - lo > 1e-12 { hi - lo } else { 1.0 };
-    values.iter().map(|v| (4.0 * (v - lo) / span).clamp(0.0, 4.0)).collect()
+    values.iter().map(|v| 4.0 * (v - lo) / span).collect()
 }
