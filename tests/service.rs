@@ -153,21 +153,27 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
     assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
 }
 
-fn stream_file(dir: &Path, name: &str, tau: f64, sessions: u64, start_ms: i64, seed: u64) -> PathBuf {
+/// Simulated sessions (40 queries × 8 docs × 4 features, linear relevance) written to `dir/name`.
+fn simulated(dir: &Path, name: &str, policy_tau: f64, click: ultr::simulate::click::ClickModel, sessions: u64, start_ms: i64, seed: u64, interval_ms: i64) -> PathBuf {
     let sim = Simulator::new(SimConfig {
         synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 },
         relevance: RelevanceKind::Linear,
-        policy: PolicyConfig { tau, ..PolicyConfig::default() },
+        policy: PolicyConfig { tau: policy_tau, ..PolicyConfig::default() },
+        click_model: click,
         sessions,
         seed,
         start_ms,
-        interval_ms: 500,
+        interval_ms,
         ..SimConfig::default()
     })
     .unwrap();
     let path = dir.join(name);
     sim.run(&mut JsonlSink::create(&path).unwrap()).unwrap();
     path
+}
+
+fn stream_file(dir: &Path, name: &str, tau: f64, sessions: u64, start_ms: i64, seed: u64) -> PathBuf {
+    simulated(dir, name, tau, Default::default(), sessions, start_ms, seed, 500)
 }
 
 #[test]
@@ -284,21 +290,7 @@ fn repo() -> PathBuf {
 }
 
 fn stream_with_clicks(dir: &Path, name: &str, click: ultr::simulate::click::ClickModel, sessions: u64, start_ms: i64) -> PathBuf {
-    let sim = Simulator::new(SimConfig {
-        synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 },
-        relevance: RelevanceKind::Linear,
-        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
-        click_model: click,
-        sessions,
-        seed: 41,
-        start_ms,
-        interval_ms: 125,
-        ..SimConfig::default()
-    })
-    .unwrap();
-    let path = dir.join(name);
-    sim.run(&mut JsonlSink::create(&path).unwrap()).unwrap();
-    path
+    simulated(dir, name, 0.3, click, sessions, start_ms, 41, 125)
 }
 
 /// Per-window residual–π correlation after an additive model is trained on the first hour.

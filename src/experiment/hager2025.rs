@@ -318,15 +318,7 @@ fn write_outputs(opts: &Options, summary: &Summary) -> anyhow::Result<()> {
         opts.train_sessions, opts.seeds, summary.seconds
     );
     md.push_str("| claim | setting | tower | τ | IPS | bias RMSE | nDCG@10 | epochs |\n|---|---|---|---|---|---|---|---|\n");
-    let mut seen = Vec::new();
-    for r in &summary.runs {
-        let s = &r.setting;
-        let id = (s.name.clone(), s.tau.to_bits(), s.ips);
-        if seen.contains(&id) {
-            continue;
-        }
-        seen.push(id);
-        let same: Vec<&RunResult> = summary.runs.iter().filter(|o| o.setting.name == s.name && o.setting.tau == s.tau && o.setting.ips == s.ips).collect();
+    for (s, same) in by_setting(&summary.runs) {
         let (m, sd) = mean_sd(same.iter().map(|o| o.rmse));
         let (nd, _) = mean_sd(same.iter().map(|o| o.ndcg10));
         let (ep, _) = mean_sd(same.iter().map(|o| o.epochs as f64));
@@ -340,23 +332,29 @@ fn write_outputs(opts: &Options, summary: &Summary) -> anyhow::Result<()> {
     std::fs::write(opts.out.join("summary.md"), md)?;
     std::fs::write(opts.out.join("summary.json"), serde_json::to_string_pretty(summary)?)?;
 
-    let mut panels = Vec::new();
-    let mut seen = Vec::new();
-    for r in &summary.runs {
-        let s = &r.setting;
-        let id = (s.name.clone(), s.tau.to_bits(), s.ips);
-        if seen.contains(&id) {
-            continue;
-        }
-        seen.push(id);
-        panels.push(super::plot::Panel {
+    let panels: Vec<super::plot::Panel> = by_setting(&summary.runs)
+        .into_iter()
+        .map(|(s, same)| super::plot::Panel {
             title: format!("{} τ={}{}", s.name, s.tau, if s.ips { " +IPS" } else { "" }),
             truth: summary.truth.clone(),
-            estimates: summary.runs.iter().filter(|o| o.setting.name == s.name && o.setting.tau == s.tau && o.setting.ips == s.ips).map(|o| o.theta.clone()).collect(),
-        });
-    }
+            estimates: same.iter().map(|o| o.theta.clone()).collect(),
+        })
+        .collect();
     std::fs::write(opts.out.join("theta.svg"), super::plot::theta_panels_svg(&panels, 4))?;
     Ok(())
+}
+
+/// Runs grouped by setting (name, τ, IPS), in first-seen order.
+fn by_setting(runs: &[RunResult]) -> Vec<(&Setting, Vec<&RunResult>)> {
+    let mut out: Vec<(&Setting, Vec<&RunResult>)> = Vec::new();
+    for r in runs {
+        let s = &r.setting;
+        match out.iter_mut().find(|(o, _)| o.name == s.name && o.tau == s.tau && o.ips == s.ips) {
+            Some((_, group)) => group.push(r),
+            None => out.push((s, vec![r])),
+        }
+    }
+    out
 }
 
 fn mean_sd(values: impl Iterator<Item = f64>) -> (f64, f64) {
