@@ -200,6 +200,9 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
             }
         }
         assert_eq!(got, counts, "propensity_counts of window {} (seed {seed})", w.start);
+        // The training rows are every impression of the window, once.
+        let training_rows: usize = table(&tables, "training_impressions").iter().map(|b| b.num_rows()).sum();
+        assert_eq!(training_rows as i64, counts.values().map(|(imp, _)| imp).sum::<i64>(), "training rows of window {}", w.start);
 
         let mut got = BTreeMap::new();
         for b in table(&tables, "query_sessions") {
