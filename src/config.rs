@@ -83,13 +83,16 @@ pub struct StateConfig {
     pub lookback: String,
     /// Checkpoint at least this often, in records read (and whenever a window closes).
     pub checkpoint_every_records: u64,
+    /// ... and at least this often in wall time while records arrive, so a quiet stream's tail is
+    /// made durable, its offsets committed and its consumer lag reported.
+    pub checkpoint_interval: String,
     /// Keep closed windows this far back from the newest (default: `lookback`).
     pub retention: Option<String>,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, retention: None }
+        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, checkpoint_interval: "10s".into(), retention: None }
     }
 }
 
@@ -175,6 +178,10 @@ impl PipelineConfig {
         Ok(crate::window::operator::WindowSpec { size_ms: size, slide_ms: slide, allowed_lateness_ms: lateness, idle_timeout_ms: idle })
     }
 
+    pub fn checkpoint_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(parse_duration_ms(&self.state.checkpoint_interval).unwrap_or(10_000).max(0) as u64)
+    }
+
     pub fn lookback_ms(&self) -> i64 {
         parse_duration_ms(&self.state.lookback).unwrap_or(28 * 86_400_000)
     }
@@ -200,6 +207,7 @@ impl PipelineConfig {
         }
         config.window_spec().map_err(|e| invalid(e))?;
         parse_duration_ms(&config.state.lookback).map_err(|e| invalid(format!("key `state.lookback`: {e}")))?;
+        parse_duration_ms(&config.state.checkpoint_interval).map_err(|e| invalid(format!("key `state.checkpoint_interval`: {e}")))?;
         if let Some(r) = &config.state.retention {
             parse_duration_ms(r).map_err(|e| invalid(format!("key `state.retention`: {e}")))?;
         }

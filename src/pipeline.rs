@@ -92,6 +92,8 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     let mut resume = manifest.resume.clone();
     let mut pending = Pending::default();
     let mut since_checkpoint = 0u64;
+    let mut last_checkpoint = Instant::now();
+    let interval = config.checkpoint_interval();
     loop {
         let next = ingest.next()?;
         for key in ingest.source().assigned_partitions() {
@@ -113,7 +115,10 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
             Next::Idle => {}
             Next::End => pending.closed.extend(operator.flush_all()),
         }
-        let due = !pending.closed.is_empty() || since_checkpoint >= config.state.checkpoint_every_records || ended;
+        let due = !pending.closed.is_empty()
+            || since_checkpoint >= config.state.checkpoint_every_records
+            || ended
+            || (since_checkpoint > 0 && last_checkpoint.elapsed() >= interval);
         let stop = observer.should_stop();
         if (due || stop) && (pending.has_work() || resume != store.manifest().resume) {
             dead.flush()?; // dead letters before the manifest that counts them
@@ -136,6 +141,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
             report.lag = ingest.source().lag(&resume);
             report.checkpoints += 1;
             since_checkpoint = 0;
+            last_checkpoint = Instant::now();
             report.counters = operator.counters().clone();
             report.watermark_ms = operator.watermark();
             observer.after_checkpoint(&store, &report);

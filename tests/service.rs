@@ -125,7 +125,7 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
 
     // Two scheduled trainings, seen through Prometheus's query API.
     wait_for("two scheduled trainings in Prometheus", Duration::from_secs(150), || {
-        prometheus_query(&prom_addr, "sum(ultr_trainings_total)").is_some_and(|v| v >= 2.0)
+        prometheus_query(&prom_addr, "sum(ultr_trainings_total{result=~\"promoted|rejected\"})").is_some_and(|v| v >= 2.0)
     });
     let records = prometheus_query(&prom_addr, "ultr_records_total").unwrap();
     assert!(records > 0.0);
@@ -362,4 +362,44 @@ fn misspecification_signal_moves_when_clicks_stop_being_additive() {
     let first_over = mix_after.iter().position(|c| c.abs() > threshold).expect("the signal crosses the threshold");
     assert!(first_over <= 2, "crossed only after {first_over} windows");
     assert!(mix_after[first_over..].iter().all(|c| c.abs() > threshold));
+}
+
+/// Consumer lag per partition moves with the stream: positive while `ultr run` catches up with a
+/// topic, 0 on every partition once it has read and committed everything (a real broker).
+#[test]
+fn consumer_lag_per_partition_falls_to_zero_as_ultr_run_catches_up() {
+    let brokers = std::env::var("ULTR_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let topic = format!("ultr-lag-{}-{nanos}", std::process::id());
+    ultr::sinks::kafka::ensure_topic(&brokers, &topic, 2).expect("broker reachable (the README's test command starts one)");
+    let mut sink = ultr::sinks::kafka::KafkaSink::new(&brokers, &topic, &Default::default()).unwrap();
+    let sessions = 20_000u64;
+    let sim = Simulator::new(SimConfig { synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 }, sessions, seed: 9, ..SimConfig::default() }).unwrap();
+    sim.run(&mut sink).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kafka.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "batch_records = 500\n[source.kafka]\nbrokers = {brokers:?}\ngroup_id = \"lag-{nanos}\"\ntopics = [{topic:?}]\n[decode]\nfeature_dim = 4\n\
+             [window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\ncheckpoint_every_records = 2000\ncheckpoint_interval = \"1s\"\n"
+        ),
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut service = start_run(&[], &config, &dir.path().join("state"), &listen);
+    let lag = |body: &str| metric_sum(body, "ultr_kafka_consumer_lag_messages");
+    let mut seen_positive = false;
+    wait_for("every record read and the lag at 0", Duration::from_secs(120), || {
+        let Ok((_, body)) = http_get(&listen, "/metrics") else { return false };
+        if lag(&body).is_some_and(|l| l > 0.0) {
+            seen_positive = true;
+        }
+        metric_sum(&body, "ultr_records_total") == Some(sessions as f64) && lag(&body) == Some(0.0)
+    });
+    let (_, body) = http_get(&listen, "/metrics").unwrap();
+    assert_eq!(body.lines().filter(|l| l.starts_with("ultr_kafka_consumer_lag_messages{")).count(), 2, "one series per partition");
+    assert!(seen_positive, "the lag was never seen above 0 while catching up");
+    sigterm(&service.0);
+    assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
 }

@@ -93,7 +93,7 @@ impl Metrics {
             training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
             last_training_success: gauge("last_training_success_timestamp_seconds", "When a training last finished without error."),
             last_promotion: gauge("last_promotion_timestamp_seconds", "When a checkpoint was last promoted."),
-            trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Trainings by result: promoted, rejected, failed."), &["result"]).expect("valid")),
+            trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Scheduled or triggered trainings by result: promoted, rejected, failed, skipped (nothing new to learn from)."), &["result"]).expect("valid")),
             residual_mean: gauge_vec("residual_mean", "Policy-weighted mean residual c − σ(θ_k + r(x)) of the last window, per position.", &["position"]),
             residual_propensity_correlation: gauge(
                 "residual_propensity_correlation",

@@ -69,16 +69,27 @@ impl Scheduler {
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
-                let has_current = crate::train::checkpoint::ModelStore::open(&crate::train::models_dir(&config, &state_dir))
-                    .and_then(|s| s.current_id())
-                    .map(|c| c.is_some())
-                    .unwrap_or(false);
-                let warm = config.train.warm_start && has_current;
-                let outcome = if crate::state::read_manifest(&state_dir).map(|m| m.windows.is_empty()).unwrap_or(true) {
-                    Err(anyhow::anyhow!("no closed windows yet"))
-                } else {
-                    train_from_state(&TrainRequest { state_dir: &state_dir, config: &config, warm_start: warm, compare_cold: false, force: false, progress: false })
+                let store = crate::train::checkpoint::ModelStore::open(&crate::train::models_dir(&config, &state_dir)).ok();
+                let current_end = store
+                    .as_ref()
+                    .and_then(|s| s.current_id().ok().flatten().and_then(|id| s.info(&id).ok()))
+                    .map(|info| info.data_range_ms.map(|(_, end)| end).unwrap_or(i64::MIN));
+                let warm = config.train.warm_start && current_end.is_some();
+                let newest = crate::state::read_manifest(&state_dir).ok().and_then(|m| m.windows.iter().map(|w| w.end_ms).max());
+                // Nothing to learn from is a skip, not a failure: no window yet, or none newer than the model.
+                let skip = match (newest, current_end) {
+                    (None, _) => Some("no closed windows yet".to_string()),
+                    (Some(n), Some(end)) if warm && n <= end => Some("no window newer than the current model's data".to_string()),
+                    _ => None,
                 };
+                if let Some(why) = skip {
+                    tracing::info!("scheduled training skipped: {why}");
+                    metrics.trainings.with_label_values(&["skipped"]).inc();
+                    next = schedule.after(&Utc::now()).next();
+                    continue;
+                }
+                let outcome =
+                    train_from_state(&TrainRequest { state_dir: &state_dir, config: &config, warm_start: warm, compare_cold: false, force: false, progress: false });
                 match &outcome {
                     Ok(o) => tracing::info!(id = %o.id, promoted = o.decision.promoted, reason = %o.decision.reason, "scheduled training"),
                     Err(e) => tracing::warn!("scheduled training failed: {e:#}"),
