@@ -87,7 +87,18 @@ impl Examples {
 
     /// Keeps the sessions for which `keep(hash)` holds (for splits).
     pub fn filter_sessions(&self, keep: impl Fn(&SessionSpan) -> bool) -> Examples {
-        let mut out = Examples { rows: Vec::new(), bias: Vec::new(), sessions: Vec::new(), ..self.clone() };
+        // Feature rows and the vocabulary are shared by index, so they are copied; rows are chosen.
+        let mut out = Examples {
+            n_features: self.n_features,
+            n_bias_features: self.n_bias_features,
+            docs: self.docs.clone(),
+            qd_keys: self.qd_keys.clone(),
+            rows: Vec::new(),
+            bias: Vec::new(),
+            sessions: Vec::new(),
+            deeper_than_max: self.deeper_than_max,
+            data_range_ms: self.data_range_ms,
+        };
         for s in self.sessions.iter().filter(|s| keep(s)) {
             let start = out.rows.len();
             out.rows.extend_from_slice(&self.rows[s.start..s.start + s.len]);
