@@ -99,44 +99,50 @@ impl Trained {
         Ok(())
     }
 
-    /// Click logits of every row of `ex` (inference device), in row order.
-    pub fn logits(&self, ex: &Examples, device: &Device) -> Vec<f32> {
+    /// Applies `output` to every row of `ex` in chunks of sessions (inference device), in row order.
+    fn per_row(&self, ex: &Examples, device: &Device, output: impl Fn(&TwoTower, &BatchTensors) -> Tensor<1>) -> Vec<f32> {
         let qd_map = self.qd_map(ex);
-        let mut out = Vec::with_capacity(ex.rows.len());
         let ones = vec![1f32; ex.rows.len()];
-        for chunk in (0..ex.sessions.len()).collect::<Vec<_>>().chunks(4096) {
+        let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
+        let mut out = Vec::with_capacity(ex.rows.len());
+        for chunk in sessions.chunks(EVAL_SESSIONS) {
             let (b, _) = make_batch(ex, chunk, &ones, &qd_map, &self.meta, device);
-            let v: Vec<f32> = self.model.forward(&b).into_data().try_to_vec::<f32>().expect("f32 logits");
-            out.extend(v);
+            out.extend(output(&self.model, &b).into_data().try_to_vec::<f32>().expect("f32 outputs"));
         }
         out
     }
 
-    /// Relevance logits r(x) of every distinct feature row (or γ of every pair for embeddings).
+    /// Click logits of every row of `ex`, in row order.
+    pub fn logits(&self, ex: &Examples, device: &Device) -> Vec<f32> {
+        self.per_row(ex, device, |m, b| m.forward(b))
+    }
+
+    /// Relevance logits r(x) (or γ for embeddings) of every row of `ex`, in row order.
     pub fn relevance_of_rows(&self, ex: &Examples, device: &Device) -> Vec<f32> {
-        let qd_map = self.qd_map(ex);
-        let ones = vec![1f32; ex.rows.len()];
-        let mut out = Vec::with_capacity(ex.rows.len());
-        for chunk in (0..ex.sessions.len()).collect::<Vec<_>>().chunks(4096) {
-            let (b, _) = make_batch(ex, chunk, &ones, &qd_map, &self.meta, device);
-            let v: Vec<f32> = self.model.relevance(&b).into_data().try_to_vec::<f32>().expect("f32 logits");
-            out.extend(v);
-        }
-        out
+        self.per_row(ex, device, |m, b| m.relevance(b))
     }
 
     /// Weighted BCE (`sum w·ℓ / N`, or `/ Σw` when self-normalised) of `ex` under this model.
     pub fn loss(&self, ex: &Examples, weights: &[f32], self_normalize: bool, device: &Device) -> f64 {
-        let qd_map = self.qd_map(ex);
-        let mut total = 0f64;
-        for chunk in (0..ex.sessions.len()).collect::<Vec<_>>().chunks(4096) {
-            let (b, _) = make_batch(ex, chunk, weights, &qd_map, &self.meta, device);
-            let per_row = bce_with_logits(self.model.forward(&b), b.clicks.clone()) * b.weights.clone();
-            total += per_row.sum().into_scalar::<f32>() as f64;
-        }
+        let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
+        let total = weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device);
         let denom = if self_normalize { weights.iter().map(|w| *w as f64).sum::<f64>() } else { weights.len() as f64 };
         total / denom.max(f64::MIN_POSITIVE)
     }
+}
+
+/// Sessions per chunk when scoring without gradients.
+const EVAL_SESSIONS: usize = 4096;
+
+/// Σ w·ℓ over the rows of sessions `chosen` (no gradients).
+fn weighted_loss_sum(model: &TwoTower, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> f64 {
+    let mut total = 0f64;
+    for chunk in chosen.chunks(EVAL_SESSIONS) {
+        let (b, _) = make_batch(ex, chunk, weights, qd_map, meta, device);
+        let per_row = bce_with_logits(model.forward(&b), b.clicks.clone()) * b.weights.clone();
+        total += per_row.sum().into_scalar::<f32>() as f64;
+    }
+    total
 }
 
 /// Builds the device tensors for sessions `chosen` of `ex` (rows of each session kept together).
@@ -307,13 +313,7 @@ pub fn fit(ex: &Examples, cfg: &TrainConfig, init: Option<&Trained>, progress: b
     let mut model = trained.model.clone().train();
     let mut optim = AdamWConfig::new().with_weight_decay(cfg.weight_decay as f32).with_epsilon(1e-8).init();
     let validation_loss = |m: &TwoTower| -> f64 {
-        let mut total = 0f64;
-        for chunk in val_idx.chunks(4096) {
-            let (b, _) = make_batch(ex, chunk, &weights, &qd_map, &trained.meta, &infer_device);
-            let l = (bce_with_logits(m.forward(&b), b.clicks.clone()) * b.weights.clone()).sum();
-            total += l.into_scalar::<f32>() as f64;
-        }
-        total / val_denominator.max(f64::MIN_POSITIVE)
+        weighted_loss_sum(m, ex, &val_idx, &weights, &qd_map, &trained.meta, &infer_device) / val_denominator.max(f64::MIN_POSITIVE)
     };
 
     let mut best = (validation_loss(&model.valid()), 0usize, model.valid());
