@@ -105,6 +105,9 @@ pub struct Hager2025Args {
     backend: BackendKind,
     #[arg(long, default_value_t = 10)]
     positions: usize,
+    /// Skip training; compute only the infinite-session optimum of the linear-tower cells (minutes).
+    #[arg(long)]
+    population_only: bool,
 }
 
 fn load_config(path: &Path) -> anyhow::Result<PipelineConfig> {
@@ -292,8 +295,10 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
         backend: a.backend,
         positions: a.positions,
         progress: true,
+        population_only: a.population_only,
     })?;
     print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
-    println!("\nwrote {}/{{results.csv,summary.md,summary.json,theta.svg}} in {:.0}s", a.out.display(), summary.seconds);
+    let files = if a.population_only { "summary.md,summary.json,population.csv" } else { "results.csv,summary.md,summary.json,theta.svg,population.csv" };
+    println!("\nwrote {}/{{{files}}} in {:.0}s", a.out.display(), summary.seconds);
     Ok(summary.checks.iter().all(|c| c.holds))
 }

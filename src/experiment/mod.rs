@@ -2,3 +2,4 @@
 
 pub mod hager2025;
 pub mod plot;
+pub mod population;

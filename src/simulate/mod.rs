@@ -396,6 +396,16 @@ impl Simulator {
         &self.config
     }
 
+    /// Dense features of query `index`'s documents, in the order of `truth().queries[index].docs`
+    /// (exactly the values sessions carry).
+    pub fn query_features(&self, index: usize) -> Vec<Vec<f32>> {
+        self.queries[index]
+            .features
+            .iter()
+            .map(|raw| serde_json::from_str(raw.get()).expect("features were serialised from a Vec<f32>"))
+            .collect()
+    }
+
     pub fn n_queries(&self) -> usize {
         self.queries.len()
     }
