@@ -72,7 +72,7 @@ fn hager2025_orderings_on_a_small_grid() {
         eprintln!("{:<32} τ={:<5} ips={:<5} max |θ − θ_population| {gap:.4}", s.name, s.tau, s.ips);
         worst = worst.max(gap);
     }
-    assert!(worst < 0.2, "a trained θ is {worst} from the population optimum");
+    assert!(worst < 0.12, "a trained θ is {worst} from the population optimum");
     for f in ["results.csv", "summary.md", "summary.json", "theta.svg", "population.csv"] {
         assert!(dir.path().join(f).exists(), "{f}");
     }

@@ -206,7 +206,7 @@ mod tests {
         let s = sim(RelevanceKind::Linear, 0.0);
         for tau in [0.0, 0.5, 1.0] {
             let fit = fit_linear(&s, PopulationSpec { tau, feature_limit: None, ips: false, ips_clip: 100.0 }).unwrap();
-            assert!(fit.gradient_max < 1e-9, "τ={tau}: not converged, |g| {}", fit.gradient_max);
+            assert!(fit.gradient_max < 1e-6, "τ={tau}: not converged, |g| {}", fit.gradient_max);
             for (k, t) in fit.theta.iter().enumerate() {
                 let truth = -((k + 1) as f64).ln();
                 assert!((t - truth).abs() < 1e-5, "τ={tau} k={}: {t} vs {truth}", k + 1);
