@@ -29,4 +29,6 @@ fn unknown_key_is_named_with_the_file() {
     assert!(err.contains("x.toml") && err.contains("tau"), "{err}");
     let err = PipelineConfig::parse("source = \"simulator\"\nbatch_records = 0\n", "y.toml").unwrap_err().to_string();
     assert!(err.contains("y.toml") && err.contains("batch_records"), "{err}");
+    let err = PipelineConfig::parse("source = \"simulator\"\n[train]\nkeep_checkpoints = 0\n", "z.toml").unwrap_err().to_string();
+    assert!(err.contains("z.toml") && err.contains("train.keep_checkpoints"), "{err}");
 }

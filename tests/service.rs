@@ -46,6 +46,11 @@ fn wait_exit(child: &mut Child, within: Duration) -> i32 {
 
 /// Starts `ultr run` and waits until it says where its metrics are.
 fn start_run(args: &[&str], config: &Path, state: &Path, listen: &str) -> Guard {
+    start_run_with_log(args, config, state, listen).0
+}
+
+/// `start_run`, also returning the service's later stderr lines.
+fn start_run_with_log(args: &[&str], config: &Path, state: &Path, listen: &str) -> (Guard, std::sync::mpsc::Receiver<String>) {
     let mut child = ultr()
         .arg("run")
         .arg(config)
@@ -71,7 +76,7 @@ fn start_run(args: &[&str], config: &Path, state: &Path, listen: &str) -> Guard 
             break;
         }
     }
-    Guard(child)
+    (Guard(child), rx)
 }
 
 fn wait_for(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
@@ -151,6 +156,40 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
 
     sigterm(&service.0);
     assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
+}
+
+/// SIGTERM while a scheduled training runs cancels it before its next batch: the service exits 0
+/// promptly, says so, and leaves no checkpoint (complete or partial) behind.
+#[test]
+fn sigterm_cancels_a_scheduled_training_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("long.toml");
+    // Enough data and epochs (no early stop) that the training would run for minutes.
+    std::fs::write(
+        &config,
+        "source = \"simulator\"\n[simulator]\nrelevance = \"mlp\"\nsessions = 30000\nseed = 9\ninterval_ms = 100\n\
+         [simulator.policy]\ntau = 0.3\n[simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n\
+         [window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n\
+         [train]\ntower = \"mlp\"\nmax_epochs = 500\npatience = 500\nschedule = \"*/2 * * * * *\"\n",
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let state = dir.path().join("state");
+    let (mut service, log) = start_run_with_log(&[], &config, &state, &listen);
+    wait_for("a scheduled training in progress", Duration::from_secs(120), || {
+        http_get(&listen, "/metrics").ok().and_then(|(_, body)| metric_sum(&body, "ultr_training_in_progress")).is_some_and(|v| v == 1.0)
+    });
+    std::thread::sleep(Duration::from_secs(2)); // well into the epochs
+    let signalled = Instant::now();
+    sigterm(&service.0);
+    assert_eq!(wait_exit(&mut service.0, Duration::from_secs(20)), 0);
+    let took = signalled.elapsed();
+    let lines: Vec<String> = log.try_iter().collect();
+    assert!(lines.iter().any(|l| l.contains("training cancelled")), "no cancellation reported: {lines:?}");
+    let models = state.join("models");
+    let left: Vec<String> = std::fs::read_dir(&models).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "a cancelled training left {left:?} in {}", models.display());
+    eprintln!("stopped {took:?} after SIGTERM");
 }
 
 /// Simulated sessions (40 queries × 8 docs × 4 features, linear relevance) written to `dir/name`.
@@ -324,7 +363,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel) 
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
             if !self.trained && latest >= self.switch_ms {
-                let req = ultr::train::TrainRequest { state_dir: store.dir(), config: self.config, warm_start: false, compare_cold: false, force: false, progress: false };
+                let req = ultr::train::TrainRequest { state_dir: store.dir(), config: self.config, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
             }

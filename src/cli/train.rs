@@ -123,6 +123,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
         compare_cold: args.compare_cold,
         force: args.force,
         progress: !args.json,
+        cancel: None,
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);

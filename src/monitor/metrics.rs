@@ -35,6 +35,7 @@ pub struct Metrics {
     // model
     pub theta: GaugeVec,
     pub training_seconds: Gauge,
+    pub training_in_progress: IntGauge,
     pub training_loss: GaugeVec,
     pub last_training_success: Gauge,
     pub last_promotion: Gauge,
@@ -90,10 +91,11 @@ impl Metrics {
             ips_effective_sample_fraction: gauge("ips_effective_sample_fraction", "Kish effective sample size of the IPS weights over the rows."),
             theta: gauge_vec("theta", "Current model's θ_k − θ_1 per position.", &["position"]),
             training_seconds: gauge("training_duration_seconds", "Wall time of the last training."),
+            training_in_progress: reg(&r, IntGauge::with_opts(Opts::new("training_in_progress", "1 while a scheduled training runs.")).expect("valid")),
             training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
             last_training_success: gauge("last_training_success_timestamp_seconds", "When a training last finished without error."),
             last_promotion: gauge("last_promotion_timestamp_seconds", "When a checkpoint was last promoted."),
-            trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Scheduled or triggered trainings by result: promoted, rejected, failed, skipped (nothing new to learn from)."), &["result"]).expect("valid")),
+            trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Scheduled or triggered trainings by result: promoted, rejected, failed, skipped (nothing new to learn from), cancelled (by shutdown)."), &["result"]).expect("valid")),
             residual_mean: gauge_vec("residual_mean", "Policy-weighted mean residual c − σ(θ_k + r(x)) of the last window, per position.", &["position"]),
             residual_propensity_correlation: gauge(
                 "residual_propensity_correlation",
@@ -125,6 +127,7 @@ impl Metrics {
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
             &self.graph_components, &self.positions_disconnected, &self.min_overlap_score, &self.identified, &self.propensity_min,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
+            &self.training_in_progress,
             &self.training_loss, &self.last_training_success, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
         ];

@@ -88,7 +88,7 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     let server = http::serve(&listen, metrics.clone(), healthy.clone())?;
     eprintln!("ultr run: metrics at http://{}/metrics, health at http://{}/healthz; state in {}", server.addr, server.addr, opts.state_dir.display());
-    let _scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
+    let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
     if let Some(s) = &config.train.schedule {
         eprintln!("ultr run: retraining on schedule {s:?} (models in {})", crate::train::models_dir(config, &opts.state_dir).display());
     }
@@ -113,6 +113,7 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
         }
     }
     healthy.store(false, Ordering::SeqCst);
+    drop(scheduler); // cancels a training in progress and waits for it
     eprintln!("ultr run: stopped; state is durable and offsets are committed");
     Ok(report)
 }

@@ -1,6 +1,7 @@
 //! Scheduled retraining: a cron expression from `[train] schedule` fires `train_from_state` (the same
 //! code as `ultr train`, promotion gate included) on a background thread; the first run trains cold,
-//! later runs warm-start from the current model when `[train] warm_start` is set.
+//! later runs warm-start from the current model when `[train] warm_start` is set. Stopping the
+//! scheduler cancels a training in progress before its next batch, so nothing half-written is left.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -12,6 +13,7 @@ use chrono::Utc;
 
 use crate::config::PipelineConfig;
 use crate::monitor::metrics::Metrics;
+use crate::train::fit::Cancelled;
 use crate::train::{train_from_state, TrainOutcome, TrainRequest};
 
 /// The outcome of one scheduled run, kept for logs and tests.
@@ -88,10 +90,24 @@ impl Scheduler {
                     next = schedule.after(&Utc::now()).next();
                     continue;
                 }
-                let outcome =
-                    train_from_state(&TrainRequest { state_dir: &state_dir, config: &config, warm_start: warm, compare_cold: false, force: false, progress: false });
+                metrics.training_in_progress.set(1);
+                let outcome = train_from_state(&TrainRequest {
+                    state_dir: &state_dir,
+                    config: &config,
+                    warm_start: warm,
+                    compare_cold: false,
+                    force: false,
+                    progress: false,
+                    cancel: Some(&*stop_flag),
+                });
+                metrics.training_in_progress.set(0);
                 match &outcome {
                     Ok(o) => tracing::info!(id = %o.id, promoted = o.decision.promoted, reason = %o.decision.reason, "scheduled training"),
+                    Err(e) if e.is::<Cancelled>() => {
+                        eprintln!("ultr run: {e}");
+                        metrics.trainings.with_label_values(&["cancelled"]).inc();
+                        break;
+                    }
                     Err(e) => tracing::warn!("scheduled training failed: {e:#}"),
                 }
                 record_outcome(&metrics, &outcome);
@@ -107,11 +123,25 @@ impl Scheduler {
     }
 }
 
+/// How long a stopping scheduler waits for its thread. A training in progress is cancelled before
+/// its next batch; only loading a large horizon can take longer, and then the thread is left behind
+/// (its checkpoint would be cut short, leaving a `.tmp-*` directory the model store ignores).
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
 impl Drop for Scheduler {
-    /// Stops scheduling. A training in progress is not waited for: shutdown must stay quick, and a
-    /// checkpoint cut short leaves only a `.tmp-*` directory that the model store ignores.
+    /// Stops scheduling and cancels a training in progress, waiting up to `STOP_GRACE` for it.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        drop(self.handle.take());
+        if let Some(handle) = self.handle.take() {
+            let deadline = std::time::Instant::now() + STOP_GRACE;
+            while !handle.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            } else {
+                eprintln!("ultr run: a scheduled training did not stop within {}s; leaving it behind", STOP_GRACE.as_secs());
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The model store: one directory per checkpoint (written atomically), a `CURRENT` pointer that only
-//! the promotion gate moves, and rejected candidates kept with their reason. Nothing is deleted, so
-//! the previous model is never lost.
+//! the promotion gate moves, and rejected candidates kept with their reason. Only an explicit
+//! retention (`train.keep_checkpoints`) deletes, oldest first, and never the current model.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -179,6 +179,36 @@ impl ModelStore {
         Ok(id)
     }
 
+    /// Deletes the oldest checkpoints so that at most `keep` remain besides the current one, which
+    /// is never deleted. Returns the deleted ids, oldest first. A checkpoint is renamed to a
+    /// dot-name before its files go, so a crash mid-delete never leaves a half checkpoint listed.
+    pub fn prune(&self, keep: usize) -> anyhow::Result<Vec<String>> {
+        let current = self.current_id()?;
+        let all = self.list()?;
+        let mut kept = 0;
+        let mut doomed = Vec::new();
+        for info in all.iter().rev() {
+            if Some(&info.id) == current.as_ref() {
+                continue;
+            }
+            if kept < keep {
+                kept += 1;
+            } else {
+                doomed.push(info.id.clone());
+            }
+        }
+        doomed.reverse();
+        for id in &doomed {
+            let trash = self.dir.join(format!(".deleting-{id}"));
+            fs::rename(self.dir.join(id), &trash).with_context(|| format!("retiring checkpoint {id}"))?;
+            fs::remove_dir_all(&trash).with_context(|| format!("deleting {}", trash.display()))?;
+        }
+        if !doomed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(doomed)
+    }
+
     fn set_current(&self, id: &str) -> anyhow::Result<()> {
         let tmp = self.dir.join(".tmp-CURRENT");
         fs::write(&tmp, format!("{id}\n"))?;
@@ -210,4 +240,44 @@ fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
 fn sync_dir(dir: &Path) -> anyhow::Result<()> {
     fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a checkpoint description only (enough for `list` and `prune`).
+    fn fake_checkpoint(store: &ModelStore, id: &str) {
+        let dir = store.dir().join(id);
+        fs::create_dir_all(&dir).unwrap();
+        let info = CheckpointInfo {
+            id: id.into(),
+            created_at: String::new(),
+            config: TrainConfig::default(),
+            data_range_ms: None,
+            parent: None,
+            theta: vec![0.0],
+            fit: serde_json::Value::Null,
+            decision: Decision { promoted: false, reason: String::new(), candidate_validation_loss: 1.0, current_validation_loss: None, current: None },
+        };
+        write_json(&dir.join(INFO), &info).unwrap();
+    }
+
+    #[test]
+    fn prune_keeps_the_newest_and_never_the_current_model() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = ModelStore::open(tmp.path()).unwrap();
+        let ids: Vec<String> = (0..6).map(|i| format!("m-20260101T00000{i}000Z-0")).collect();
+        for id in &ids {
+            fake_checkpoint(&store, id);
+        }
+        store.set_current(&ids[1]).unwrap();
+        let deleted = store.prune(2).unwrap();
+        assert_eq!(deleted, vec![ids[0].clone(), ids[2].clone(), ids[3].clone()]);
+        let left: Vec<String> = store.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, vec![ids[1].clone(), ids[4].clone(), ids[5].clone()]);
+        assert_eq!(store.current_id().unwrap().as_deref(), Some(ids[1].as_str()));
+        assert!(fs::read_dir(tmp.path()).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with(".deleting-")));
+        assert!(store.prune(2).unwrap().is_empty(), "a second prune has nothing to do");
+    }
 }

@@ -73,6 +73,9 @@ pub struct TrainConfig {
     pub models_dir: Option<std::path::PathBuf>,
     /// A candidate is promoted when its validation loss ≤ current's × (1 + tolerance).
     pub promotion_tolerance: f64,
+    /// After each training keep at most this many checkpoints besides the current one, deleting the
+    /// oldest (rejected candidates and superseded models). Unset keeps every checkpoint.
+    pub keep_checkpoints: Option<usize>,
     /// Cron expression (sec min hour day month weekday) for `ultr run`'s scheduled retraining.
     pub schedule: Option<String>,
     /// Scheduled runs after the first warm-start from the current model on the windows it has not seen.
@@ -99,6 +102,7 @@ impl Default for TrainConfig {
             backend: BackendKind::default(),
             models_dir: None,
             promotion_tolerance: 0.002,
+            keep_checkpoints: None,
             schedule: None,
             warm_start: true,
         }
@@ -115,6 +119,9 @@ impl TrainConfig {
         if self.tower == TowerKind::Mlp {
             positive(self.hidden_layers, "hidden_layers")?;
             positive(self.hidden_units, "hidden_units")?;
+        }
+        if let Some(0) = self.keep_checkpoints {
+            return Err("key `train.keep_checkpoints` must be >= 1 (or unset to keep every checkpoint)".into());
         }
         if let Some(0) = self.feature_limit {
             return Err("key `train.feature_limit` must be >= 1 (or unset for all features)".into());

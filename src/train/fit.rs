@@ -253,6 +253,29 @@ pub fn check_trainable(ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<()> {
 
 /// Trains on `ex`. `init` warm-starts from a model with the same architecture.
 pub fn fit(ex: &Examples, cfg: &TrainConfig, init: Option<&Trained>, progress: bool) -> anyhow::Result<(Trained, FitReport)> {
+    fit_cancellable(ex, cfg, init, progress, None)
+}
+
+/// A training stopped by `cancel` (a service shutting down); nothing was written.
+#[derive(Debug)]
+pub struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("training cancelled before it finished (shutdown); nothing was written")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// `fit`, checking `cancel` before every batch and returning `Cancelled` once it is set.
+pub fn fit_cancellable(
+    ex: &Examples,
+    cfg: &TrainConfig,
+    init: Option<&Trained>,
+    progress: bool,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<(Trained, FitReport)> {
     check_trainable(ex, cfg)?;
     let started = Instant::now();
     let arch = cfg.architecture();
@@ -336,6 +359,9 @@ pub fn fit(ex: &Examples, cfg: &TrainConfig, init: Option<&Trained>, progress: b
         order.shuffle(&mut rng);
         let mut train_total = 0f64;
         for chunk in order.chunks(cfg.batch_sessions) {
+            if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                return Err(Cancelled.into());
+            }
             let (b, n) = make_batch(ex, chunk, &weights, &qd_map, &trained.meta, &device);
             let denominator = if cfg.ips.self_normalize {
                 chunk.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).map(|i| weights[i] as f64).sum()

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::config::PipelineConfig;
 use checkpoint::{decide, CheckpointInfo, Decision, ModelStore};
 use data::{is_validation, load_from_state, Examples, Horizon};
-use fit::{fit, FitReport, Trained};
+use fit::{fit_cancellable, FitReport, Trained};
 use weights::ips_weights;
 
 /// What `ultr train` was asked to do.
@@ -33,6 +33,8 @@ pub struct TrainRequest<'a> {
     /// Promote even when the gate would refuse (never a diverged model).
     pub force: bool,
     pub progress: bool,
+    /// Set by a shutting-down service: training stops before its next batch with `fit::Cancelled`.
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// A warm start next to a cold retrain of the whole horizon, scored on the same validation rows.
@@ -58,6 +60,8 @@ pub struct TrainOutcome {
     pub models_dir: PathBuf,
     pub note: Option<String>,
     pub cold_comparison: Option<ColdComparison>,
+    /// Checkpoints deleted by `train.keep_checkpoints` after this one was written.
+    pub pruned: Vec<String>,
 }
 
 pub fn models_dir(config: &PipelineConfig, state_dir: &Path) -> PathBuf {
@@ -124,7 +128,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         (Some((_, Ok(t))), Some(_)) => Some(t),
         _ => None,
     };
-    let (trained, report) = fit(&ex, cfg, init, req.progress)?;
+    let (trained, report) = fit_cancellable(&ex, cfg, init, req.progress, req.cancel)?;
 
     let (val, w) = validation_slice(&ex, req.config)?;
     let candidate_loss = trained.loss(&val, &w, cfg.ips.self_normalize, &device);
@@ -139,7 +143,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
 
     let cold_comparison = if req.compare_cold && parent.is_some() {
         let full = rt.block_on(load_from_state(req.state_dir, &manifest, lookback, Horizon::Lookback(lookback), cfg.max_positions))?;
-        let (cold, cold_report) = fit(&full, cfg, None, req.progress)?;
+        let (cold, cold_report) = fit_cancellable(&full, cfg, None, req.progress, req.cancel)?;
         let cold_loss = cold.loss(&val, &w, cfg.ips.self_normalize, &device);
         let k = ex.max_position().min(full.max_position()) as usize;
         let (tw, tc) = (trained.model.theta_normalised(), cold.model.theta_normalised());
@@ -168,6 +172,10 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         decision: decision.clone(),
     };
     let id = store.write(&trained, info)?;
+    let pruned = match cfg.keep_checkpoints {
+        Some(keep) => store.prune(keep)?,
+        None => Vec::new(),
+    };
     let note = match (note, &report.weights.note) {
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b.clone()),
@@ -181,6 +189,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         models_dir: store.dir().to_path_buf(),
         note,
         cold_comparison,
+        pruned,
     })
 }
 
@@ -226,6 +235,9 @@ impl TrainOutcome {
         }
         if let Some(n) = &self.note {
             s.push_str(&format!("  note: {n}\n"));
+        }
+        if !self.pruned.is_empty() {
+            s.push_str(&format!("  deleted {} old checkpoint(s) (train.keep_checkpoints): {}\n", self.pruned.len(), self.pruned.join(", ")));
         }
         s
     }
