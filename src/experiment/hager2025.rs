@@ -197,50 +197,43 @@ fn population_grid(opts: &Options) -> anyhow::Result<Vec<PopulationResult>> {
             }
         }
     }
-    let queue = Mutex::new(VecDeque::from(jobs));
-    let results: Mutex<Vec<anyhow::Result<Vec<PopulationResult>>>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..opts.jobs.max(1) {
-            scope.spawn(|| loop {
-                let Some((seed, alpha, relevance)) = queue.lock().expect("queue").pop_front() else { break };
-                let one = || -> anyhow::Result<Vec<PopulationResult>> {
-                    let mut sim = sim_config(opts, relevance, 0.0, seed, 0.0);
-                    sim.policy.alpha = alpha;
-                    let sim = Simulator::new(sim)?;
-                    let truth = truth_theta(sim.truth());
-                    let mut out = Vec::new();
-                    for (name, _, feature_limit) in cells.iter().filter(|c| c.1 == relevance) {
-                        for tau in [0.0, 0.333, 0.666, 1.0] {
-                            for ips in [false, true] {
-                                if ips && tau == 1.0 {
-                                    continue;
-                                }
-                                let spec = super::population::PopulationSpec { tau, feature_limit: *feature_limit, ips, ips_clip };
-                                let fit = super::population::fit_linear(&sim, spec)?;
-                                let k = opts.positions.min(fit.theta.len());
-                                out.push(PopulationResult {
-                                    name: name.to_string(),
-                                    alpha,
-                                    tau,
-                                    ips,
-                                    seed,
-                                    rmse: bias_rmse(&fit.theta, &truth, k),
-                                    theta: fit.theta.into_iter().take(k).collect(),
-                                });
-                            }
+    let per_job = parallel_map(jobs, opts.jobs, |(seed, alpha, relevance)| {
+        let one = || -> anyhow::Result<Vec<PopulationResult>> {
+            let mut sim = sim_config(opts, relevance, 0.0, seed, 0.0);
+            sim.policy.alpha = alpha;
+            let sim = Simulator::new(sim)?;
+            let truth = truth_theta(sim.truth());
+            let mut out = Vec::new();
+            for (name, _, feature_limit) in cells.iter().filter(|c| c.1 == relevance) {
+                for tau in [0.0, 0.333, 0.666, 1.0] {
+                    for ips in [false, true] {
+                        if ips && tau == 1.0 {
+                            continue;
                         }
+                        let spec = super::population::PopulationSpec { tau, feature_limit: *feature_limit, ips, ips_clip };
+                        let fit = super::population::fit_linear(&sim, spec)?;
+                        let k = opts.positions.min(fit.theta.len());
+                        out.push(PopulationResult {
+                            name: name.to_string(),
+                            alpha,
+                            tau,
+                            ips,
+                            seed,
+                            rmse: bias_rmse(&fit.theta, &truth, k),
+                            theta: fit.theta.into_iter().take(k).collect(),
+                        });
                     }
-                    Ok(out)
-                };
-                let r = one();
-                if opts.progress {
-                    eprintln!("  population optimum, {relevance:?} relevance, α = {alpha}, seed {seed}: {}", if r.is_ok() { "done" } else { "failed" });
                 }
-                results.lock().expect("results").push(r);
-            });
+            }
+            Ok(out)
+        };
+        let r = one();
+        if opts.progress {
+            eprintln!("  population optimum, {relevance:?} relevance, α = {alpha}, seed {seed}: {}", if r.is_ok() { "done" } else { "failed" });
         }
+        r
     });
-    let mut out: Vec<PopulationResult> = results.into_inner().expect("results").into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().flatten().collect();
+    let mut out: Vec<PopulationResult> = per_job.into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().flatten().collect();
     out.sort_by(|a, b| (cells.iter().position(|c| c.0 == a.name), -a.alpha, a.tau, a.ips, a.seed).partial_cmp(&(cells.iter().position(|c| c.0 == b.name), -b.alpha, b.tau, b.ips, b.seed)).expect("finite"));
     Ok(out)
 }
@@ -264,7 +257,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
     }
     let population = population_grid(opts)?;
     if opts.population_only {
-        let truth = population.first().map(|_| (1..=opts.positions).map(crate::simulate::click::theta).collect()).unwrap_or_default();
+        let truth = (1..=opts.positions).map(crate::simulate::click::theta).collect();
         let summary = Summary { runs: Vec::new(), population, checks: Vec::new(), truth, seconds: started.elapsed().as_secs_f64() };
         write_outputs(opts, &summary)?;
         return Ok(summary);
@@ -287,31 +280,40 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
     }
     std::fs::remove_dir_all(opts.out.join("scratch")).ok();
 
-    let queue: Mutex<VecDeque<(usize, Setting, u64)>> =
-        Mutex::new(opts.seeds.iter().flat_map(|seed| grid.iter().map(move |s| (s.clone(), *seed))).enumerate().map(|(i, (s, seed))| (i, s, seed)).collect());
-    let results: Mutex<Vec<(usize, anyhow::Result<RunResult>)>> = Mutex::new(Vec::new());
+    let jobs: Vec<(Setting, u64)> = opts.seeds.iter().flat_map(|seed| grid.iter().map(move |s| (s.clone(), *seed))).collect();
+    let results = parallel_map(jobs, opts.jobs, |(s, seed)| {
+        let r = one_run(opts, &s, seed, &streams[&key(s.relevance, s.tau, seed)]);
+        if opts.progress {
+            match &r {
+                Ok(r) => eprintln!("  {} τ={} ips={} seed {}: RMSE {:.4} ({} epochs, {:.0}s)", s.name, s.tau, s.ips, seed, r.rmse, r.epochs, r.seconds),
+                Err(e) => eprintln!("  {} τ={} seed {}: {e:#}", s.name, s.tau, seed),
+            }
+        }
+        r
+    });
+    let runs = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    let truth = streams.values().next().map(|d| d.2.iter().take(opts.positions).copied().collect()).unwrap_or_default();
+    let summary = Summary { checks: checks(&runs, &population), runs, population, truth, seconds: started.elapsed().as_secs_f64() };
+    write_outputs(opts, &summary)?;
+    Ok(summary)
+}
+
+/// Runs `work` on every job with `threads` workers (the runs are independent); results in job order.
+fn parallel_map<J: Send, R: Send>(jobs: Vec<J>, threads: usize, work: impl Fn(J) -> R + Sync) -> Vec<R> {
+    let queue = Mutex::new(jobs.into_iter().enumerate().collect::<VecDeque<_>>());
+    let results = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        for _ in 0..opts.jobs.max(1) {
+        for _ in 0..threads.max(1) {
             scope.spawn(|| loop {
-                let Some((i, s, seed)) = queue.lock().expect("queue").pop_front() else { break };
-                let r = one_run(opts, &s, seed, &streams[&key(s.relevance, s.tau, seed)]);
-                if opts.progress {
-                    match &r {
-                        Ok(r) => eprintln!("  {} τ={} ips={} seed {}: RMSE {:.4} ({} epochs, {:.0}s)", s.name, s.tau, s.ips, seed, r.rmse, r.epochs, r.seconds),
-                        Err(e) => eprintln!("  {} τ={} seed {}: {e:#}", s.name, s.tau, seed),
-                    }
-                }
+                let Some((i, job)) = queue.lock().expect("queue").pop_front() else { break };
+                let r = work(job);
                 results.lock().expect("results").push((i, r));
             });
         }
     });
     let mut results = results.into_inner().expect("results");
     results.sort_by_key(|(i, _)| *i);
-    let runs = results.into_iter().map(|(_, r)| r).collect::<anyhow::Result<Vec<_>>>()?;
-    let truth = streams.values().next().map(|d| d.2.iter().take(opts.positions).copied().collect()).unwrap_or_default();
-    let summary = Summary { checks: checks(&runs, &population), runs, population, truth, seconds: started.elapsed().as_secs_f64() };
-    write_outputs(opts, &summary)?;
-    Ok(summary)
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Mean RMSE over seeds of the runs matching `pred`.
