@@ -43,11 +43,14 @@ pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::R
     })
 }
 
-pub fn open_dead_letters(config: &PipelineConfig, state_dir: &Path) -> anyhow::Result<DeadLetterSink> {
+/// The dead-letter output; a file is cut back to the length the last checkpoint recorded
+/// (`committed`), so a crash's replay does not list a record twice. A Kafka topic cannot be cut
+/// back: there a crash can repeat letters (at-least-once).
+pub fn open_dead_letters(config: &PipelineConfig, state_dir: &Path, committed: Option<u64>) -> anyhow::Result<DeadLetterSink> {
     match &config.dead_letter {
-        Some(DeadLetterConfig::File { path }) => DeadLetterSink::file(path),
+        Some(DeadLetterConfig::File { path }) => DeadLetterSink::file_resuming(path, committed),
         Some(DeadLetterConfig::Kafka { brokers, topic }) => Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, &Default::default())?)),
-        None => DeadLetterSink::file(&state_dir.join("dead-letters.jsonl")),
+        None => DeadLetterSink::file_resuming(&state_dir.join("dead-letters.jsonl"), committed),
     }
 }
 
@@ -85,7 +88,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     let mut operator = WindowOperator::restore(spec, manifest.operator.clone(), store.open_rows()?);
     let source = open_source(config, &manifest.resume)?;
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
-    let mut dead = open_dead_letters(config, state_dir)?;
+    let mut dead = open_dead_letters(config, state_dir, manifest.dead_letter_file_bytes)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
 
     let mut report = RunReport { dead_letters: manifest.dead_letters.clone(), ..RunReport::default() };
@@ -134,6 +137,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
                 open_windows: operator.open_starts(),
                 resume: resume.clone(),
                 dead_letters: report.dead_letters.clone(),
+                dead_letter_file_bytes: dead.file_len()?,
                 retention_ms: Some(config.retention_ms()),
             })?;
             ingest.source_mut().commit(&resume)?; // only after the state covering it is durable

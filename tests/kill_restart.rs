@@ -1,5 +1,6 @@
 //! Kill test: `ultr ingest` over a ≥ 1M-impression stream is SIGKILLed at 5 random points and restarted
-//! each time; the final state's cumulative counts equal an uninterrupted run's (0 lost, 0 double-counted).
+//! each time; the final state's cumulative counts and dead letters equal an uninterrupted run's (0 lost,
+//! 0 double-counted, no refused record listed twice).
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::dead_letter::read_dead_letters;
 use ultr::sinks::jsonl::JsonlSink;
 use common::final_counts;
 use ultr::state::read_manifest;
@@ -83,6 +85,14 @@ fn check_kill_restart(dir: &Path, config_for: &dyn Fn(usize) -> PathBuf) {
     assert_eq!(got_counters, want_counters);
     assert_eq!(got_rows.len(), want_rows.len());
     assert!(got_rows == want_rows, "cumulative counts differ after kill -9 and restarts");
+    // Every refused record is listed once, as in the uninterrupted run.
+    let letters = |state: &Path| -> Vec<(String, i32, i64)> {
+        let path = state.join("dead-letters.jsonl");
+        let mut v: Vec<_> = if path.exists() { read_dead_letters(&path).unwrap() } else { Vec::new() }.into_iter().map(|l| (l.source, l.partition, l.offset)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(letters(&killed), letters(&reference), "dead letters differ after kill -9 and restarts");
 }
 
 #[test]
@@ -91,6 +101,10 @@ fn file_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
     let sim = simulator();
     let data = dir.path().join("sessions.jsonl");
     sim.run(&mut JsonlSink::create(&data).unwrap()).unwrap();
+    // Every 997th line malformed, so dead letters are written all through the run.
+    let text = std::fs::read_to_string(&data).unwrap();
+    let spoiled: Vec<&str> = text.lines().enumerate().map(|(i, l)| if i % 997 == 500 { "{\"session_id\": truncated" } else { l }).collect();
+    std::fs::write(&data, spoiled.join("\n") + "\n").unwrap();
     let config = write_config(dir.path(), &format!("[source.file]\npaths = [{:?}]", data.display().to_string()));
 
     check_kill_restart(dir.path(), &|_| config.clone());

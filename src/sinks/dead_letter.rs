@@ -80,6 +80,13 @@ pub struct DeadLetterSink {
 impl DeadLetterSink {
     /// Appends to a JSONL file (created if missing).
     pub fn file(path: &Path) -> anyhow::Result<Self> {
+        Self::file_resuming(path, None)
+    }
+
+    /// Appends to a JSONL file, first cutting it back to `committed` bytes: the length the last
+    /// checkpoint recorded. Letters past it were written before a crash and the replay from that
+    /// checkpoint writes them again, so keeping them would list a refused record twice.
+    pub fn file_resuming(path: &Path, committed: Option<u64>) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -88,6 +95,14 @@ impl DeadLetterSink {
             .append(true)
             .open(path)
             .with_context(|| format!("opening dead-letter file {}", path.display()))?;
+        if let Some(len) = committed {
+            let now = f.metadata()?.len();
+            if now > len {
+                tracing::info!("dead-letter file {}: dropping {} bytes written after the last checkpoint (they are replayed)", path.display(), now - len);
+                f.set_len(len).with_context(|| format!("truncating {} to its checkpointed length", path.display()))?;
+                f.sync_data()?;
+            }
+        }
         Ok(DeadLetterSink { target: Target::File(BufWriter::new(f)), counts: ReasonCounts::default() })
     }
 
@@ -103,6 +118,14 @@ impl DeadLetterSink {
 
     pub fn counts(&self) -> &ReasonCounts {
         &self.counts
+    }
+
+    /// The file's length (call after `flush`), for the checkpoint; `None` for other targets.
+    pub fn file_len(&self) -> anyhow::Result<Option<u64>> {
+        match &self.target {
+            Target::File(out) => Ok(Some(out.get_ref().metadata()?.len())),
+            _ => Ok(None),
+        }
     }
 
     pub fn write(&mut self, letter: &DeadLetter) -> anyhow::Result<()> {

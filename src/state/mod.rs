@@ -64,6 +64,9 @@ pub struct Manifest {
     /// Dead letters written by the run so far, by reason.
     #[serde(default)]
     pub dead_letters: BTreeMap<String, u64>,
+    /// Length of the dead-letter file holding exactly those letters (file targets only).
+    #[serde(default)]
+    pub dead_letter_file_bytes: Option<u64>,
 }
 
 /// A closed window's statistics, ready to persist.
@@ -82,6 +85,7 @@ pub struct Checkpoint {
     pub open_windows: BTreeSet<i64>,
     pub resume: ResumeOffsets,
     pub dead_letters: BTreeMap<String, u64>,
+    pub dead_letter_file_bytes: Option<u64>,
     /// Closed windows ending this long before the newest one are dropped (their files deleted), so
     /// the state holds the lookback horizon, not the whole history.
     pub retention_ms: Option<i64>,
@@ -145,6 +149,7 @@ impl StateStore {
             open_segments: Vec::new(),
             late_segments: Vec::new(),
             dead_letters: BTreeMap::new(),
+            dead_letter_file_bytes: None,
         };
         let store = StateStore { dir: dir.to_path_buf(), manifest };
         store.remove_garbage()?;
@@ -237,6 +242,7 @@ impl StateStore {
         next.operator = cp.operator;
         next.resume = cp.resume;
         next.dead_letters = cp.dead_letters;
+        next.dead_letter_file_bytes = cp.dead_letter_file_bytes;
         write_manifest(&self.dir, &next)?;
         self.manifest = next;
         self.remove_garbage()
