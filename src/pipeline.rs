@@ -89,6 +89,24 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     let source = open_source(config, &manifest.resume)?;
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
     let mut dead = open_dead_letters(config, state_dir, manifest.dead_letter_file_bytes)?;
+    if manifest.dead_letter_file_bytes.is_none() {
+        // No length recorded yet (a new state, or one from an older ultr): record the file as it is
+        // now, before this run writes a letter, so a crash before the first checkpoint is cut back
+        // to here and letters this state did not write are never cut.
+        if let Some(len) = dead.file_len()? {
+            store.checkpoint(Checkpoint {
+                closed: Vec::new(),
+                added: Vec::new(),
+                late: Vec::new(),
+                operator: operator.snapshot(),
+                open_windows: operator.open_starts(),
+                resume: manifest.resume.clone(),
+                dead_letters: manifest.dead_letters.clone(),
+                dead_letter_file_bytes: Some(len),
+                retention_ms: None,
+            })?;
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
 
     let mut report = RunReport { dead_letters: manifest.dead_letters.clone(), ..RunReport::default() };
