@@ -73,7 +73,7 @@ fn main() {
         let keys: u64 = manifest
             .windows
             .iter()
-            .map(|w| ultr::state::read_parquet(&state.join("windows").join(&w.dir).join("propensity_counts.parquet")).unwrap().iter().map(|b| b.num_rows() as u64).sum::<u64>())
+            .map(|w| ultr::state::read_window_table(&state, w, "propensity_counts").unwrap().iter().map(|b| b.num_rows() as u64).sum::<u64>())
             .sum();
         let bytes = dir_bytes(&state.join("windows"));
         println!("  state: {bytes} bytes in windows/ for {keys} (window, q, d, k) rows → {:.1} bytes per unique (q,d,k) per window", bytes as f64 / keys as f64);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (README): installs what the tests need on a fresh machine, starts a real
 # Kafka-protocol broker (tansu 0.6.0) on 127.0.0.1:9092 when none is listening, and runs every test.
+# Tests that need their own broker (outage with sqlite storage, SASL behind a TLS listener) start
+# `tansu` and `stunnel` themselves; both are installed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -11,10 +13,11 @@ BROKER_PORT=9092
 
 log() { printf '==> %s\n' "$*"; }
 
-# 1. System packages: a C toolchain for librdkafka (built from source by rdkafka-sys), zlib, and
-#    Debian's prometheus package, which ships promtool for the alert-rule tests.
+# 1. System packages: a C toolchain for librdkafka (built from source by rdkafka-sys), zlib, OpenSSL
+#    (librdkafka's TLS and SCRAM), Debian's prometheus package (promtool for the alert-rule tests),
+#    stunnel (a real TLS listener in front of a broker) and the openssl CLI (test certificates).
 missing=()
-for pkg in build-essential pkg-config zlib1g-dev cmake curl prometheus; do
+for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -24,10 +27,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# 2. The broker: tansu from crates.io, with dynostore for memory:// storage.
-if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}"; then
-  log "installing tansu ${TANSU_VERSION} (about 8 minutes on 2 cores)"
-  cargo install tansu --version "${TANSU_VERSION}" --features dynostore --locked
+# 2. The broker: tansu from crates.io, with dynostore for memory:// storage and libsql for
+#    sqlite:// storage (topics that survive a broker restart, for the outage test).
+TANSU_STAMP="$HOME/.cargo/ultr-tansu-features"
+TANSU_FEATURES="dynostore,libsql"
+if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}" || [ "$(cat "$TANSU_STAMP" 2>/dev/null)" != "$TANSU_FEATURES" ]; then
+  log "installing tansu ${TANSU_VERSION} with ${TANSU_FEATURES} (about 15 minutes on 2 cores)"
+  cargo install tansu --version "${TANSU_VERSION}" --features "${TANSU_FEATURES}" --locked --force
+  echo "$TANSU_FEATURES" > "$TANSU_STAMP"
 fi
 
 port_open() { (exec 3<>"/dev/tcp/${BROKER_HOST}/${BROKER_PORT}") 2>/dev/null; }

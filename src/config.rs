@@ -20,12 +20,53 @@ pub enum SourceConfig {
     Simulator,
 }
 
-/// Where refused records go.
+/// Where refused records go. Every letter carries at most `max_payload_bytes` of its record (default
+/// 256 KiB; the full length and SHA-256 are always kept).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum DeadLetterConfig {
-    File { path: std::path::PathBuf },
-    Kafka { brokers: String, topic: String },
+    File {
+        path: std::path::PathBuf,
+        /// Rotate the file (to `<path>.1`, `.2`, …) at a checkpoint once it is larger than this.
+        #[serde(default = "default_dead_letter_file_bytes")]
+        max_file_bytes: u64,
+        /// Rotated files kept.
+        #[serde(default = "default_dead_letter_keep")]
+        keep_files: usize,
+        #[serde(default = "default_max_payload_bytes")]
+        max_payload_bytes: usize,
+    },
+    Kafka {
+        brokers: String,
+        topic: String,
+        /// librdkafka properties, as for `[source.kafka]` (TLS, SASL; `env:`/`file:` secrets).
+        #[serde(default)]
+        properties: std::collections::BTreeMap<String, String>,
+        #[serde(default = "default_max_payload_bytes")]
+        max_payload_bytes: usize,
+    },
+}
+
+fn default_dead_letter_file_bytes() -> u64 {
+    256 << 20
+}
+fn default_dead_letter_keep() -> usize {
+    4
+}
+fn default_max_payload_bytes() -> usize {
+    crate::sinks::dead_letter::DEFAULT_MAX_PAYLOAD_BYTES
+}
+
+impl DeadLetterConfig {
+    /// A file target with the default bounds.
+    pub fn file(path: std::path::PathBuf) -> Self {
+        DeadLetterConfig::File {
+            path,
+            max_file_bytes: default_dead_letter_file_bytes(),
+            keep_files: default_dead_letter_keep(),
+            max_payload_bytes: default_max_payload_bytes(),
+        }
+    }
 }
 
 /// A whole pipeline config.
@@ -65,11 +106,20 @@ pub struct WindowConfig {
     pub allowed_lateness: String,
     /// A partition silent this long stops holding back the watermark.
     pub idle_partition_timeout: String,
+    /// One session may move its partition's clock at most this far past the watermark (plus
+    /// `allowed_lateness`), so one outlier event time cannot close every open window at once.
+    pub max_partition_clock_jump: String,
 }
 
 impl Default for WindowConfig {
     fn default() -> Self {
-        WindowConfig { size: "1h".into(), slide: None, allowed_lateness: "5m".into(), idle_partition_timeout: "30s".into() }
+        WindowConfig {
+            size: "1h".into(),
+            slide: None,
+            allowed_lateness: "5m".into(),
+            idle_partition_timeout: "30s".into(),
+            max_partition_clock_jump: "1h".into(),
+        }
     }
 }
 
@@ -126,21 +176,10 @@ impl Default for IdentifiabilityConfig {
     }
 }
 
-/// Parses `500ms`, `30s`, `10m`, `1h`, `28d` into milliseconds.
+/// Parses `500ms`, `30s`, `10m`, `1h`, `28d`, `1h 30m` (humantime's syntax) into milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: i64 = num.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h, 28d"))?;
-    let scale = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("`{text}`: unknown unit `{unit}` (use ms, s, m, h, d)")),
-    };
-    n.checked_mul(scale).ok_or_else(|| format!("`{text}` is too long"))
+    let d = humantime::parse_duration(text.trim()).map_err(|e| format!("`{text}` is not a duration like 30s, 10m, 1h, 28d ({e})"))?;
+    i64::try_from(d.as_millis()).map_err(|_| format!("`{text}` is too long"))
 }
 
 fn default_batch_records() -> usize {
@@ -178,6 +217,16 @@ impl PipelineConfig {
         Ok(crate::window::operator::WindowSpec { size_ms: size, slide_ms: slide, allowed_lateness_ms: lateness, idle_timeout_ms: idle })
     }
 
+    /// `window.max_partition_clock_jump` in milliseconds.
+    pub fn max_clock_jump_ms(&self) -> i64 {
+        parse_duration_ms(&self.window.max_partition_clock_jump).unwrap_or(3_600_000)
+    }
+
+    /// `decode.max_clock_skew` in milliseconds.
+    pub fn max_clock_skew_ms(&self) -> i64 {
+        parse_duration_ms(&self.decode.max_clock_skew).unwrap_or(3_600_000)
+    }
+
     pub fn checkpoint_interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(parse_duration_ms(&self.state.checkpoint_interval).unwrap_or(10_000).max(0) as u64)
     }
@@ -206,6 +255,9 @@ impl PipelineConfig {
             return Err(invalid("keys `decode.max_items` and `decode.max_features` must be >= 1".into()));
         }
         config.window_spec().map_err(|e| invalid(e))?;
+        parse_duration_ms(&config.window.max_partition_clock_jump)
+            .map_err(|e| invalid(format!("key `window.max_partition_clock_jump`: {e}")))?;
+        parse_duration_ms(&config.decode.max_clock_skew).map_err(|e| invalid(format!("key `decode.max_clock_skew`: {e}")))?;
         parse_duration_ms(&config.state.lookback).map_err(|e| invalid(format!("key `state.lookback`: {e}")))?;
         parse_duration_ms(&config.state.checkpoint_interval).map_err(|e| invalid(format!("key `state.checkpoint_interval`: {e}")))?;
         if let Some(r) = &config.state.retention {

@@ -72,7 +72,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     }
     let mut pipeline = PipelineConfig::parse("source = \"simulator\"\n[window]\nsize = \"10m\"\n", "demo")?;
     pipeline.simulator = sim.config().clone();
-    pipeline.dead_letter = Some(DeadLetterConfig::File { path: dead_path.clone() });
+    pipeline.dead_letter = Some(DeadLetterConfig::file(dead_path.clone()));
     let report = crate::pipeline::run_to_state(&pipeline, &state, &mut crate::pipeline::NoObserver)?;
     println!(
         "\nwindows: {} closed, {} sessions, {} late, {} duplicates → state in {}",

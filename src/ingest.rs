@@ -1,6 +1,8 @@
 //! Ingest: pull raw records from a source, decode them, and hand out impression batches with their
 //! resume offsets and the records that were refused.
 
+use std::collections::BTreeMap;
+
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::session::{DecodeLimits, Decoder};
@@ -29,12 +31,27 @@ pub struct SessionOrigin {
     pub rows: usize,
 }
 
+/// What the decoding side of a state has fixed so far, checkpointed in the manifest so a restart
+/// decodes exactly as the run before it did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DecoderState {
+    /// The feature dimension the stream locked to.
+    pub feature_dim: Option<usize>,
+    pub bias_feature_dim: Option<usize>,
+    /// Newest accepted event time per replayed stream (the reference clock of `future_event_time`).
+    #[serde(default)]
+    pub stream_clocks: BTreeMap<String, i64>,
+}
+
 /// Source + decoder: the same stream of decoded batches whatever the source.
 pub struct Ingest<S> {
     source: S,
     decoder: Decoder,
     batch_records: usize,
     resume: ResumeOffsets,
+    /// `decode.max_clock_skew` in ms; `None` disables the future-event-time check.
+    max_clock_skew_ms: Option<i64>,
+    stream_clocks: BTreeMap<String, i64>,
 }
 
 pub enum Next {
@@ -45,7 +62,33 @@ pub enum Next {
 
 impl<S: RecordSource> Ingest<S> {
     pub fn new(source: S, limits: DecodeLimits, batch_records: usize) -> Self {
-        Ingest { source, decoder: Decoder::new(limits), batch_records: batch_records.max(1), resume: ResumeOffsets::default() }
+        let max_clock_skew_ms = humantime::parse_duration(limits.max_clock_skew.trim()).ok().map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        Ingest {
+            source,
+            decoder: Decoder::new(limits),
+            batch_records: batch_records.max(1),
+            resume: ResumeOffsets::default(),
+            max_clock_skew_ms,
+            stream_clocks: BTreeMap::new(),
+        }
+    }
+
+    /// Continues from a checkpointed decoder state (locked dimensions, stream clocks).
+    pub fn restore(&mut self, state: &DecoderState) {
+        self.decoder.lock_dims(state.feature_dim, state.bias_feature_dim);
+        for (k, v) in &state.stream_clocks {
+            let slot = self.stream_clocks.entry(k.clone()).or_insert(*v);
+            *slot = (*slot).max(*v);
+        }
+    }
+
+    /// What to checkpoint so a restart decodes the same way.
+    pub fn decoder_state(&self) -> DecoderState {
+        DecoderState {
+            feature_dim: self.decoder.feature_dim(),
+            bias_feature_dim: self.decoder.bias_feature_dim(),
+            stream_clocks: self.stream_clocks.clone(),
+        }
     }
 
     pub fn source(&self) -> &S {
@@ -101,10 +144,23 @@ impl<S: RecordSource> Ingest<S> {
         let mut sessions = 0;
         let mut origins = Vec::with_capacity(records.len());
         let mut batch_resume = ResumeOffsets::default();
+        let wall_ms = chrono::Utc::now().timestamp_millis();
+        let replay = self.source.replays_history();
         for record in &records {
+            let ceiling = self.max_clock_skew_ms.map(|skew| {
+                let reference = if replay { self.stream_clocks.get(&*record.position.stream).copied().unwrap_or(wall_ms) } else { wall_ms };
+                reference.saturating_add(skew)
+            });
+            self.decoder.set_event_time_ceiling(ceiling);
             match self.decoder.decode(&record.payload) {
                 Ok(rows) => {
                     sessions += 1;
+                    if replay {
+                        if let Some(t) = self.decoder.last_event_ms() {
+                            let clock = self.stream_clocks.entry(record.position.stream.to_string()).or_insert(t);
+                            *clock = (*clock).max(t);
+                        }
+                    }
                     origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, rows });
                 }
                 Err(rejected) => dead_letters.push(DeadLetter {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use datafusion::arrow::array::RecordBatch;
 
 use crate::config::{DeadLetterConfig, PipelineConfig, SourceConfig};
@@ -16,7 +17,7 @@ use crate::sinks::kafka::KafkaSink;
 use crate::sources::file::{stream_name, FileChain};
 use crate::sources::kafka::KafkaSource;
 use crate::sources::simulator::SimulatorSource;
-use crate::sources::{RecordSource, ResumeOffsets};
+use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
 use crate::state::{Checkpoint, ClosedOutput, StateStore};
 use crate::window::operator::{ClosedWindow, WindowCounters, WindowOperator};
 use crate::window::window_statistics;
@@ -48,9 +49,22 @@ pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::R
 /// back: there a crash can repeat letters (at-least-once).
 pub fn open_dead_letters(config: &PipelineConfig, state_dir: &Path, committed: Option<u64>) -> anyhow::Result<DeadLetterSink> {
     match &config.dead_letter {
-        Some(DeadLetterConfig::File { path }) => DeadLetterSink::file_resuming(path, committed),
-        Some(DeadLetterConfig::Kafka { brokers, topic }) => Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, &Default::default())?)),
+        Some(DeadLetterConfig::File { path, max_payload_bytes, .. }) => {
+            Ok(DeadLetterSink::file_resuming(path, committed)?.with_max_payload_bytes(*max_payload_bytes))
+        }
+        Some(DeadLetterConfig::Kafka { brokers, topic, properties, max_payload_bytes }) => {
+            Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, properties).context("[dead_letter.kafka]")?)
+                .with_max_payload_bytes(*max_payload_bytes))
+        }
         None => DeadLetterSink::file_resuming(&state_dir.join("dead-letters.jsonl"), committed),
+    }
+}
+
+/// Size bound of the dead-letter file: (max bytes, rotated files kept).
+fn dead_letter_rotation(config: &PipelineConfig) -> (u64, usize) {
+    match &config.dead_letter {
+        Some(DeadLetterConfig::File { max_file_bytes, keep_files, .. }) => (*max_file_bytes, *keep_files),
+        _ => (256 << 20, 4),
     }
 }
 
@@ -67,10 +81,18 @@ pub struct RunReport {
     pub lag: Vec<(String, i32, i64)>,
     /// Seconds the last checkpoint spent computing and persisting closed windows.
     pub window_close_seconds: Vec<f64>,
+    /// Dead letters the Kafka dead-letter sink could not deliver.
+    pub dead_letter_failures: u64,
+    /// Wall-clock ms of the last durable checkpoint.
+    pub last_checkpoint_unix_ms: i64,
 }
 
 /// Hooks the always-on service uses to observe the loop; `ultr ingest` passes none.
 pub trait Observer {
+    /// The state is restored and the source opened (its health, when it has a connection).
+    fn on_restored(&mut self, _source: Option<std::sync::Arc<SourceHealth>>) {}
+    /// Called on every turn of the loop (progress for `/healthz`).
+    fn on_progress(&mut self, _report: &RunReport) {}
     fn after_checkpoint(&mut self, _store: &StateStore, _report: &RunReport) {}
     fn should_stop(&self) -> bool {
         false
@@ -85,9 +107,12 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     let spec = config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
     let mut store = StateStore::open(state_dir, &source_identity(config), spec)?;
     let manifest = store.manifest().clone();
-    let mut operator = WindowOperator::restore(spec, manifest.operator.clone(), store.open_rows()?);
+    let mut operator =
+        WindowOperator::restore(spec, manifest.operator.clone(), store.open_rows()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
     let source = open_source(config, &manifest.resume)?;
+    let source_health = source.health();
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
+    ingest.restore(&manifest.decoder);
     let mut dead = open_dead_letters(config, state_dir, manifest.dead_letter_file_bytes)?;
     if manifest.dead_letter_file_bytes.is_none() {
         // No length recorded yet (a new state, or one from an older ultr): record the file as it is
@@ -104,12 +129,19 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
                 dead_letters: manifest.dead_letters.clone(),
                 dead_letter_file_bytes: Some(len),
                 retention_ms: None,
+                decoder: manifest.decoder.clone(),
             })?;
         }
     }
+    let (dead_max_bytes, dead_keep) = dead_letter_rotation(config);
+    observer.on_restored(source_health);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
 
-    let mut report = RunReport { dead_letters: manifest.dead_letters.clone(), ..RunReport::default() };
+    let mut report = RunReport {
+        dead_letters: manifest.dead_letters.clone(),
+        last_checkpoint_unix_ms: chrono::Utc::now().timestamp_millis(),
+        ..RunReport::default()
+    };
     let mut resume = manifest.resume.clone();
     let mut pending = Pending::default();
     let mut since_checkpoint = 0u64;
@@ -157,8 +189,18 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
                 dead_letters: report.dead_letters.clone(),
                 dead_letter_file_bytes: dead.file_len()?,
                 retention_ms: Some(config.retention_ms()),
+                decoder: ingest.decoder_state(),
             })?;
-            ingest.source_mut().commit(&resume)?; // only after the state covering it is durable
+            if dead.rotate_if_larger(dead_max_bytes, dead_keep)? {
+                store.record_dead_letter_file_bytes(0)?;
+            }
+            // Only after the state covering it is durable; a failed commit is a warning (the
+            // manifest, not the group, says where reading resumes).
+            if let Err(e) = ingest.source_mut().commit(&resume) {
+                tracing::warn!("committing source offsets: {e:#}");
+            }
+            report.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
+            report.dead_letter_failures = dead.failed();
             report.window_close_seconds = vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed];
             report.lag = ingest.source().lag(&resume);
             report.checkpoints += 1;
@@ -168,6 +210,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
             report.watermark_ms = operator.watermark();
             observer.after_checkpoint(&store, &report);
         }
+        observer.on_progress(&report);
         if ended || stop {
             break;
         }

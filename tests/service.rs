@@ -281,7 +281,7 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     }
     impl ultr::pipeline::Observer for Record<'_> {
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
-            self.monitor.observe(store, report).unwrap();
+            self.monitor.observe(store.dir(), store.manifest(), report).unwrap();
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max();
             if let Some(end) = latest {
                 if self.series.last().is_none_or(|(e, _)| *e != end) {
@@ -367,7 +367,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel) 
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
             }
-            self.monitor.observe(store, report).unwrap();
+            self.monitor.observe(store.dir(), store.manifest(), report).unwrap();
             let scored = self.monitor.metrics.residual_windows.get() as usize;
             let new = scored - self.scored;
             self.scored = scored;

@@ -226,7 +226,8 @@ struct ConsumeArgs {
     brokers: String,
     #[arg(long)]
     topic: String,
-    #[arg(long, default_value = "ultr")]
+    /// Consumer group; its own default, so a one-shot consume never moves the service's offsets.
+    #[arg(long, default_value = "ultr-consume")]
     group: String,
     /// librdkafka properties, `key=value`, repeatable.
     #[arg(long = "property", value_parser = parse_property)]
@@ -352,7 +353,8 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
         properties: args.properties.iter().cloned().collect(),
         idle_exit_ms: Some(args.idle_exit_ms),
     };
-    let source = KafkaSource::new(&config, Default::default()).context("starting Kafka source")?;
+    // No state here: continue from the group's committed offsets (then `auto.offset.reset`).
+    let source = KafkaSource::from_group_offsets(&config).context("starting Kafka source")?;
     let mut ingest = Ingest::new(source, DecodeLimits::default(), 4096);
     let mut dead = DeadLetterSink::file(&args.dead_letter)?;
     let summary = ingest.drain(&mut dead, |_| {})?;

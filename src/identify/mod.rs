@@ -3,6 +3,7 @@
 
 pub mod overlap;
 
+use petgraph::unionfind::UnionFind;
 use std::collections::{BTreeMap, BTreeSet};
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -28,30 +29,22 @@ impl std::fmt::Display for Node {
     }
 }
 
-/// Components of an undirected graph, by union-find. Components are sorted, the one holding the
-/// smallest node first.
+/// Components of an undirected graph, by petgraph's union-find. Components are sorted, the one
+/// holding the smallest node first.
 pub fn components(nodes: &BTreeSet<Node>, edges: &[(Node, Node)]) -> Vec<Vec<Node>> {
     let index: BTreeMap<&Node, usize> = nodes.iter().enumerate().map(|(i, n)| (n, i)).collect();
-    let mut parent: Vec<usize> = (0..nodes.len()).collect();
-    fn find(p: &mut [usize], mut x: usize) -> usize {
-        while p[x] != x {
-            p[x] = p[p[x]];
-            x = p[x];
-        }
-        x
-    }
+    let mut sets = UnionFind::<usize>::new(nodes.len());
     for (a, b) in edges {
         if let (Some(&i), Some(&j)) = (index.get(a), index.get(b)) {
-            let (ri, rj) = (find(&mut parent, i), find(&mut parent, j));
-            if ri != rj {
-                parent[ri.max(rj)] = ri.min(rj);
-            }
+            sets.union(i, j);
         }
     }
+    // Keyed by each component's smallest node index, so the order is the nodes' order.
     let mut groups: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
+    let mut first_of_root: BTreeMap<usize, usize> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
-        let r = find(&mut parent, i);
-        groups.entry(r).or_default().push(n.clone());
+        let first = *first_of_root.entry(sets.find_mut(i)).or_insert(i);
+        groups.entry(first).or_default().push(n.clone());
     }
     groups.into_values().collect()
 }
@@ -70,18 +63,10 @@ pub fn randomization_advice(components: &[Vec<Node>]) -> Vec<(Node, Node)> {
         }
     }
     candidates.sort();
-    let mut parent: Vec<usize> = (0..components.len()).collect();
-    fn find(p: &mut [usize], mut x: usize) -> usize {
-        while p[x] != x {
-            x = p[x];
-        }
-        x
-    }
+    let mut sets = UnionFind::<usize>::new(components.len());
     let mut out = Vec::new();
     for (_, a, b) in candidates {
-        let (ra, rb) = (find(&mut parent, comp_of[a]), find(&mut parent, comp_of[b]));
-        if ra != rb {
-            parent[ra.max(rb)] = ra.min(rb);
+        if sets.union(comp_of[a], comp_of[b]) {
             out.push(((*a).clone(), (*b).clone()));
             if out.len() + 1 == components.len() {
                 break;

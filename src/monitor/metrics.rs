@@ -22,6 +22,12 @@ pub struct Metrics {
     pub window_close_seconds: Histogram,
     pub watermark: Gauge,
     pub up_since: Gauge,
+    pub kafka_errors: IntCounterVec,
+    pub source_up: IntGauge,
+    pub last_checkpoint: Gauge,
+    pub dead_letter_failures: IntCounter,
+    pub monitor_last_success: Gauge,
+    pub monitor_errors: IntCounter,
     // identifiability
     pub graph_components: IntGaugeVec,
     pub positions_disconnected: IntGaugeVec,
@@ -78,6 +84,19 @@ impl Metrics {
             ),
             watermark: gauge("watermark_timestamp_seconds", "Event-time watermark."),
             up_since: gauge("start_timestamp_seconds", "When this process started."),
+            kafka_errors: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("kafka_errors_total", "Transient Kafka errors, retried: all_brokers_down, transport, resolve, authentication, tls, rebalance, timeout, other."),
+                    &["kind"],
+                )
+                .expect("valid"),
+            ),
+            source_up: reg(&r, IntGauge::with_opts(Opts::new("source_up", "1 while the source is reachable (0 during a broker outage).")).expect("valid")),
+            last_checkpoint: gauge("last_checkpoint_timestamp_seconds", "When the state was last made durable."),
+            dead_letter_failures: counter("dead_letter_failures_total", "Dead letters the dead-letter sink could not deliver."),
+            monitor_last_success: gauge("monitor_last_success_timestamp_seconds", "When the monitor (identifiability, residuals) last finished without error."),
+            monitor_errors: counter("monitor_errors_total", "Monitor passes that failed."),
             graph_components: reg(&r, IntGaugeVec::new(Opts::new("graph_components", "Connected components of the position graph."), &["graph"]).expect("valid")),
             positions_disconnected: reg(
                 &r,
@@ -125,6 +144,8 @@ impl Metrics {
         let collectors: Vec<&dyn Collector> = vec![
             &self.records, &self.sessions, &self.impressions, &self.bad_records, &self.late_sessions, &self.duplicate_sessions,
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
+            &self.kafka_errors, &self.source_up, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
+            &self.monitor_errors,
             &self.graph_components, &self.positions_disconnected, &self.min_overlap_score, &self.identified, &self.propensity_min,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
             &self.training_in_progress,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::config::PipelineConfig;
 use crate::pipeline::RunReport;
-use crate::state::StateStore;
+use crate::state::Manifest;
 use crate::train::checkpoint::ModelStore;
 use crate::train::data::examples_for_windows;
 use crate::train::fit::Trained;
@@ -61,8 +61,9 @@ impl Monitor {
         }
     }
 
-    /// Counters: add what the run report gained since the last call.
-    fn ingest(&mut self, report: &RunReport) {
+    /// Counters: add what the run report gained since the last call. Cheap; the ingest thread
+    /// calls it at every checkpoint.
+    pub fn ingest(&mut self, report: &RunReport) {
         let m = &self.metrics;
         let d = |now: u64, before: u64| now.saturating_sub(before);
         m.records.inc_by(d(report.records, self.seen.records));
@@ -85,6 +86,8 @@ impl Monitor {
         if report.watermark_ms > i64::MIN {
             m.watermark.set(report.watermark_ms as f64 / 1000.0);
         }
+        m.dead_letter_failures.inc_by(d(report.dead_letter_failures, self.seen.dead_letter_failures));
+        m.last_checkpoint.set(report.last_checkpoint_unix_ms as f64 / 1000.0);
         self.seen = report.clone();
     }
 
@@ -103,10 +106,28 @@ impl Monitor {
         Ok(true)
     }
 
-    /// Called after every checkpoint of the streaming loop.
-    pub fn observe(&mut self, store: &StateStore, report: &RunReport) -> anyhow::Result<()> {
+    /// The slow part (identifiability, residual scoring): runs on the monitor thread with the state
+    /// directory and a copy of the manifest a checkpoint wrote. Outcomes go to
+    /// `ultr_monitor_last_success_timestamp_seconds` / `ultr_monitor_errors_total`.
+    pub fn observe_recorded(&mut self, dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
+        let result = self.analyse(dir, manifest);
+        match &result {
+            Ok(()) => self.metrics.monitor_last_success.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0),
+            Err(e) => {
+                self.metrics.monitor_errors.inc();
+                tracing::warn!("monitor: {e:#}");
+            }
+        }
+        result
+    }
+
+    /// Counters plus analysis in one call (tests and single-threaded callers).
+    pub fn observe(&mut self, dir: &Path, manifest: &Manifest, report: &RunReport) -> anyhow::Result<()> {
         self.ingest(report);
-        let manifest = store.manifest();
+        self.observe_recorded(dir, manifest)
+    }
+
+    fn analyse(&mut self, dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
         let latest = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
         let model_changed = self.refresh_model()?;
         if model_changed {
@@ -120,7 +141,7 @@ impl Monitor {
             return Ok(());
         }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let cumulative = rt.block_on(crate::state::cumulative::compute(store.dir(), manifest, self.config.lookback_ms()))?;
+        let cumulative = rt.block_on(crate::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
         let id = crate::identify::analyse(&cumulative, &self.config.identifiability)?;
         let m = &self.metrics;
         m.graph_components.with_label_values(&["swap"]).set(id.swap_graph.components.len() as i64);
@@ -148,7 +169,7 @@ impl Monitor {
         let skip = new.len().saturating_sub(MAX_WINDOWS_SCORED_AT_ONCE);
         new.drain(..skip);
         for w in new {
-            let ex = rt.block_on(examples_for_windows(store.dir(), std::slice::from_ref(&w), cumulative.propensity.clone(), model.meta.architecture.max_positions))?;
+            let ex = rt.block_on(examples_for_windows(dir, std::slice::from_ref(&w), cumulative.propensity.clone(), model.meta.architecture.max_positions))?;
             self.scored_until = self.scored_until.max(w.end_ms);
             if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
                 continue;

@@ -1,68 +1,175 @@
-//! The service's HTTP endpoint: `GET /metrics` (Prometheus text format) and `GET /healthz`. A plain
-//! HTTP/1.1 responder on a thread; a scrape is one short request.
+//! The service's HTTP endpoint on axum: `GET /metrics` (Prometheus text format), `/healthz`
+//! (loop progress, source reachability, checkpoint age), `/livez` (the loop turns) and `/readyz`
+//! (state restored). Every connection is its own task, requests are size- and time-bounded, so a
+//! slow or stuck client cannot hold up a scrape.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tower_http::timeout::TimeoutLayer;
+
 use crate::monitor::metrics::Metrics;
+use crate::sources::SourceHealth;
+
+/// What `/healthz`, `/livez` and `/readyz` report; the ingest loop updates it.
+pub struct Health {
+    /// State restored and source opened.
+    pub ready: AtomicBool,
+    /// Shutting down.
+    pub stopping: AtomicBool,
+    /// Wall-clock ms of the loop's last turn.
+    pub last_progress_ms: AtomicI64,
+    /// Wall-clock ms of the last durable checkpoint.
+    pub last_checkpoint_ms: AtomicI64,
+    /// The source's connection health (Kafka), once opened.
+    pub source: Mutex<Option<Arc<SourceHealth>>>,
+    /// The loop counts as stuck when it has not turned for this long.
+    pub max_stall_ms: i64,
+    /// `/healthz` fails when records wait but nothing was checkpointed for this long.
+    pub max_checkpoint_age_ms: i64,
+}
+
+impl Health {
+    pub fn new(max_stall_ms: i64, max_checkpoint_age_ms: i64) -> Health {
+        let now = now_ms();
+        Health {
+            ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            last_progress_ms: AtomicI64::new(now),
+            last_checkpoint_ms: AtomicI64::new(now),
+            source: Mutex::new(None),
+            max_stall_ms,
+            max_checkpoint_age_ms,
+        }
+    }
+
+    /// Problems `/healthz` reports; empty when healthy.
+    pub fn problems(&self) -> Vec<String> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        if self.stopping.load(Ordering::Relaxed) {
+            out.push("stopping".to_string());
+        }
+        let stall = now - self.last_progress_ms.load(Ordering::Relaxed);
+        if stall > self.max_stall_ms {
+            out.push(format!("ingest loop has not turned for {} s", stall / 1000));
+        }
+        if let Some(source) = self.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if !source.is_up() {
+                out.push(format!("source unreachable (last contact {} s ago); retrying", (now - source.last_ok_ms()) / 1000));
+            }
+        }
+        let age = now - self.last_checkpoint_ms.load(Ordering::Relaxed);
+        if age > self.max_checkpoint_age_ms {
+            out.push(format!("last checkpoint {} s ago", age / 1000));
+        }
+        out
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
 
 pub struct Server {
     pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    shutdown: Option<tokio::sync::watch::Sender<bool>>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Binds `addr` (an error names it) and serves until dropped.
-pub fn serve(addr: &str, metrics: Arc<Metrics>, healthy: Arc<AtomicBool>) -> anyhow::Result<Server> {
-    let listener = TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr} (key `service.listen`): {e}"))?;
-    listener.set_nonblocking(true)?;
-    let bound = listener.local_addr()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_flag = stop.clone();
-    let handle = std::thread::Builder::new().name("ultr-http".into()).spawn(move || {
-        while !stop_flag.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let _ = respond(stream, &metrics, &healthy);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    })?;
-    Ok(Server { addr: bound, stop, handle: Some(handle) })
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
 }
 
-fn respond(stream: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 || header == "\r\n" || header == "\n" {
-            break;
-        }
+/// Binds `addr` (an error names it and the config key) and serves until dropped.
+pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::Result<Server> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr} (key `service.listen`): {e}"))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("ultr-http").enable_all().build()?;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics, /healthz, /livez or /readyz\n") })
+        .layer(DefaultBodyLimit::max(16 << 10))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(10)))
+        .with_state(AppState { metrics, health });
+    let handle = std::thread::Builder::new().name("ultr-http".into()).spawn(move || {
+        runtime.block_on(async move {
+            let listener = match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!("HTTP listener: {e}");
+                    return;
+                }
+            };
+            let mut graceful = rx.clone();
+            let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = graceful.wait_for(|stop| *stop).await;
+            });
+            // Graceful shutdown waits for open connections; a stuck client gets one second.
+            let mut hard = rx;
+            tokio::select! {
+                result = server => if let Err(e) = result { tracing::error!("HTTP server: {e}") },
+                _ = async move {
+                    let _ = hard.wait_for(|stop| *stop).await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                } => {}
+            }
+        });
+        // Connections still open (a stuck client) are dropped with the runtime.
+        runtime.shutdown_timeout(Duration::from_millis(100));
+    })?;
+    Ok(Server { addr: bound, shutdown: Some(tx), handle: Some(handle) })
+}
+
+async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, Metrics::content_type())], s.metrics.render())
+}
+
+async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
+    let problems = s.health.problems();
+    if problems.is_empty() {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, problems.join("\n") + "\n")
     }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
-    let (status, content_type, body) = match path.split('?').next().unwrap_or("/") {
-        "/metrics" => ("200 OK", Metrics::content_type(), metrics.render()),
-        "/healthz" if healthy.load(Ordering::Relaxed) => ("200 OK", "text/plain", "ok\n".to_string()),
-        "/healthz" => ("503 Service Unavailable", "text/plain", "stopping\n".to_string()),
-        _ => ("404 Not Found", "text/plain", "try /metrics or /healthz\n".to_string()),
-    };
-    let mut out = stream;
-    write!(out, "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())?;
-    out.flush()
+}
+
+async fn livez(State(s): State<AppState>) -> impl IntoResponse {
+    let stall = now_ms() - s.health.last_progress_ms.load(Ordering::Relaxed);
+    if stall <= s.health.max_stall_ms {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("ingest loop has not turned for {} s\n", stall / 1000))
+    }
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.health.ready.load(Ordering::Relaxed) && !s.health.stopping.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "restoring state or stopping\n")
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(true);
+        }
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }

@@ -1,13 +1,14 @@
-//! `ultr run`: the always-on service. The streaming loop (source → decode → windows → state) with a
-//! monitor after every checkpoint, `/metrics` and `/healthz` over HTTP, scheduled retraining, and a
-//! graceful stop on SIGTERM/SIGINT (checkpoint, commit, exit 0).
+//! `ultr run`: the always-on service. The streaming loop (source → decode → windows → state), a
+//! monitor thread fed each checkpoint's manifest, `/metrics`, `/healthz`, `/livez` and `/readyz`
+//! over HTTP, scheduled retraining, and a graceful stop on SIGTERM/SIGINT (checkpoint, commit,
+//! exit 0).
 
 pub mod http;
 pub mod schedule;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +17,9 @@ use crate::config::PipelineConfig;
 use crate::monitor::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::pipeline::{run_to_state, Observer, RunReport};
-use crate::state::StateStore;
+use crate::sources::SourceHealth;
+use crate::state::{Manifest, StateStore};
+use http::Health;
 
 /// `[service]`: the HTTP endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,16 +66,96 @@ pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+/// Hands the newest checkpoint to the monitor thread without waiting: a slow monitor only skips
+/// intermediate checkpoints, it never holds up ingest (and so never `max.poll.interval.ms`).
+#[derive(Default)]
+struct MonitorInbox {
+    latest: Mutex<Option<Manifest>>,
+    wake: Condvar,
+}
+
+/// The monitor on its own thread: identifiability, cumulative views and residual scoring of the
+/// newest manifest; it also re-checks every few seconds, so a newly promoted model is scored.
+struct MonitorThread {
+    inbox: Arc<MonitorInbox>,
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MonitorThread {
+    fn start(mut monitor: Monitor, state_dir: PathBuf) -> anyhow::Result<MonitorThread> {
+        let inbox = Arc::new(MonitorInbox::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (inbox2, stop2) = (inbox.clone(), stop.clone());
+        let handle = std::thread::Builder::new().name("ultr-monitor".into()).spawn(move || {
+            let mut current: Option<Manifest> = None;
+            while !stop2.load(Ordering::SeqCst) {
+                {
+                    let mut slot = inbox2.latest.lock().unwrap_or_else(|e| e.into_inner());
+                    if slot.is_none() {
+                        slot = inbox2.wake.wait_timeout(slot, Duration::from_secs(2)).unwrap_or_else(|e| e.into_inner()).0;
+                    }
+                    if let Some(m) = slot.take() {
+                        current = Some(m);
+                    }
+                }
+                if stop2.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Some(manifest) = &current {
+                    // Errors are counted by observe_recorded (ultr_monitor_errors_total).
+                    let _ = monitor.observe_recorded(&state_dir, manifest);
+                }
+            }
+        })?;
+        Ok(MonitorThread { inbox, stop, handle: Some(handle) })
+    }
+
+    fn post(&self, manifest: Manifest) {
+        *self.inbox.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(manifest);
+        self.inbox.wake.notify_one();
+    }
+}
+
+impl Drop for MonitorThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.inbox.wake.notify_one();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 struct ServiceObserver<'a> {
-    monitor: &'a mut Monitor,
+    counters: &'a mut Monitor,
+    monitor: &'a MonitorThread,
+    health: Arc<Health>,
     stop: Arc<AtomicBool>,
 }
 
 impl Observer for ServiceObserver<'_> {
-    fn after_checkpoint(&mut self, store: &StateStore, report: &RunReport) {
-        if let Err(e) = self.monitor.observe(store, report) {
-            tracing::warn!("monitoring after checkpoint: {e:#}");
+    fn on_restored(&mut self, source: Option<Arc<SourceHealth>>) {
+        *self.health.source.lock().unwrap_or_else(|e| e.into_inner()) = source;
+        self.health.ready.store(true, Ordering::SeqCst);
+    }
+
+    fn on_progress(&mut self, _report: &RunReport) {
+        self.health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+        if let Some(source) = self.health.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let metrics = &self.counters.metrics;
+            metrics.source_up.set(source.is_up() as i64);
+            for (kind, n) in source.errors() {
+                let c = metrics.kafka_errors.with_label_values(&[&kind]);
+                c.inc_by(n.saturating_sub(c.get()));
+            }
         }
+    }
+
+    fn after_checkpoint(&mut self, store: &StateStore, report: &RunReport) {
+        self.health.last_checkpoint_ms.store(report.last_checkpoint_unix_ms, Ordering::Relaxed);
+        self.counters.ingest(report);
+        self.monitor.post(store.manifest().clone());
     }
 
     fn should_stop(&self) -> bool {
@@ -84,36 +167,33 @@ impl Observer for ServiceObserver<'_> {
 pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<RunReport> {
     let stop = stop_on_signals()?;
     let metrics = Arc::new(Metrics::new());
-    let healthy = Arc::new(AtomicBool::new(true));
+    let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
-    let server = http::serve(&listen, metrics.clone(), healthy.clone())?;
+    let server = http::serve(&listen, metrics.clone(), health.clone())?;
     eprintln!("ultr run: metrics at http://{}/metrics, health at http://{}/healthz; state in {}", server.addr, server.addr, opts.state_dir.display());
     let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
     if let Some(s) = &config.train.schedule {
         eprintln!("ultr run: retraining on schedule {s:?} (models in {})", crate::train::models_dir(config, &opts.state_dir).display());
     }
-    let mut monitor = Monitor::new(metrics.clone(), config, &opts.state_dir);
-    let report = run_to_state(config, &opts.state_dir, &mut ServiceObserver { monitor: &mut monitor, stop: stop.clone() })?;
+    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir), opts.state_dir.clone())?;
+    let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
+    let report = run_to_state(
+        config,
+        &opts.state_dir,
+        &mut ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone() },
+    )?;
     if !stop.load(Ordering::SeqCst) && !opts.exit_when_done {
         eprintln!("ultr run: the source ended; serving metrics and the schedule until SIGTERM");
-        let store_dir: &Path = &opts.state_dir;
-        let mut last_models = None;
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
-            // Keep residuals current when a scheduled training promotes a new model.
-            let current = crate::train::checkpoint::ModelStore::open(&crate::train::models_dir(config, store_dir)).ok().and_then(|s| s.current_id().ok().flatten());
-            if current != last_models {
-                last_models = current;
-                if let Ok(store) = StateStore::open(store_dir, &crate::pipeline::source_identity(config), config.window_spec().map_err(anyhow::Error::msg)?) {
-                    if let Err(e) = monitor.observe(&store, &report) {
-                        tracing::warn!("monitoring: {e:#}");
-                    }
-                }
-            }
+            // The source is done: the loop is idle by design, not stuck.
+            health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+            health.last_checkpoint_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
         }
     }
-    healthy.store(false, Ordering::SeqCst);
+    health.stopping.store(true, Ordering::SeqCst);
     drop(scheduler); // cancels a training in progress and waits for it
+    drop(monitor);
     eprintln!("ultr run: stopped; state is durable and offsets are committed");
     Ok(report)
 }

@@ -32,6 +32,11 @@ pub struct DecodeLimits {
     pub feature_dim: Option<usize>,
     /// The stream's bias-feature dimension, fixed the same way when unset.
     pub bias_feature_dim: Option<usize>,
+    /// A session whose `event_time` lies further than this beyond the reference clock is refused
+    /// (`future_event_time`). The reference is the wall clock for Kafka and the simulator; for file
+    /// replays it is the newest event time accepted so far from that file (the wall clock before
+    /// the first), so an old log replays while a corrupt year-9999 timestamp is still refused.
+    pub max_clock_skew: String,
 }
 
 impl Default for DecodeLimits {
@@ -42,6 +47,7 @@ impl Default for DecodeLimits {
             max_record_bytes: 16 << 20,
             feature_dim: None,
             bias_feature_dim: None,
+            max_clock_skew: "1h".into(),
         }
     }
 }
@@ -342,6 +348,10 @@ pub struct Decoder {
     bias_features: ListBuilder<Float32Builder>,
     propensity: Float64Builder,
     positions_scratch: Vec<u32>,
+    /// Sessions with a later event time are refused (`future_event_time`); set by the ingest loop.
+    event_time_ceiling: Option<i64>,
+    /// Event time of the last accepted session.
+    last_event_ms: Option<i64>,
 }
 
 impl Decoder {
@@ -367,7 +377,31 @@ impl Decoder {
             bias_features: item(),
             propensity: Float64Builder::new(),
             positions_scratch: Vec::new(),
+            event_time_ceiling: None,
+            last_event_ms: None,
         }
+    }
+
+    /// Refuse sessions whose event time exceeds `ceiling` (epoch ms); `None` accepts any time.
+    pub fn set_event_time_ceiling(&mut self, ceiling: Option<i64>) {
+        self.event_time_ceiling = ceiling;
+    }
+
+    /// Event time of the last accepted session.
+    pub fn last_event_ms(&self) -> Option<i64> {
+        self.last_event_ms
+    }
+
+    /// Locks the dimensions a previous run of this state already fixed (from its manifest), so a
+    /// restart whose first record differs cannot lock another dimension.
+    pub fn lock_dims(&mut self, feature_dim: Option<usize>, bias_feature_dim: Option<usize>) {
+        self.feature_dim = self.feature_dim.or(feature_dim);
+        self.bias_feature_dim = self.bias_feature_dim.or(bias_feature_dim);
+    }
+
+    /// The bias-feature dimension the stream is locked to, once known.
+    pub fn bias_feature_dim(&self) -> Option<usize> {
+        self.bias_feature_dim
     }
 
     pub fn limits(&self) -> &DecodeLimits {
@@ -413,6 +447,14 @@ impl Decoder {
             }
         }
         let event_millis = raw.event_time.to_millis()?;
+        if let Some(ceiling) = self.event_time_ceiling {
+            if event_millis > ceiling {
+                return Err(Rejected::new(
+                    Reason::FutureEventTime,
+                    format!("event_time {event_millis} ms is beyond the reference clock + decode.max_clock_skew ({ceiling} ms)"),
+                ));
+            }
+        }
         let n = raw.items.len();
         if n == 0 {
             return Err(Rejected::new(Reason::NoItems, "items is empty"));
@@ -453,6 +495,7 @@ impl Decoder {
         // The record is accepted: lock dimensions the stream had not fixed yet.
         self.feature_dim = self.feature_dim.or(checked.feature_dim);
         self.bias_feature_dim = self.bias_feature_dim.or(checked.bias_dim);
+        self.last_event_ms = Some(checked.event_millis);
         let context = raw.context.as_ref().and_then(canonical_context);
         let n = raw.items.len() as u32;
         for item in &raw.items {

@@ -21,10 +21,12 @@ pub enum Reason {
     NonFiniteFeature,
     FeatureLengthMismatch,
     BadPropensity,
+    /// `event_time` beyond the reference clock plus `decode.max_clock_skew` (a broken producer clock).
+    FutureEventTime,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::NotUtf8,
         Reason::RecordTooLarge,
         Reason::InvalidJson,
@@ -41,6 +43,7 @@ impl Reason {
         Reason::NonFiniteFeature,
         Reason::FeatureLengthMismatch,
         Reason::BadPropensity,
+        Reason::FutureEventTime,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +64,7 @@ impl Reason {
             Reason::NonFiniteFeature => "non_finite_feature",
             Reason::FeatureLengthMismatch => "feature_length_mismatch",
             Reason::BadPropensity => "bad_propensity",
+            Reason::FutureEventTime => "future_event_time",
         }
     }
 

@@ -1,4 +1,7 @@
-//! Dead-letter output: every refused record, its original bytes and its reason, to a file or a Kafka topic.
+//! Dead-letter output: every refused record, its original bytes (up to a cap) and its reason, to a
+//! file or a Kafka topic. A dead-letter sink never stops ingest: an oversized record is cut to
+//! `max_payload_bytes` (its full length and SHA-256 kept), and a Kafka letter that cannot be
+//! delivered is counted (`failed`), not retried forever.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -9,6 +12,7 @@ use anyhow::Context;
 use base64::Engine;
 use rdkafka::message::{Header, OwnedHeaders};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::kafka::KafkaSink;
 use crate::session::Reason;
@@ -23,8 +27,10 @@ pub struct DeadLetter {
     pub position: SourcePosition,
 }
 
-/// The JSON form of a dead letter in a file. `payload_base64` is always the exact original bytes;
-/// `payload` repeats them as text when they are UTF-8, for people reading the file.
+/// The JSON form of a dead letter in a file. The payload is stored once: as text in `payload` when
+/// it is UTF-8 (readable), otherwise as `payload_base64`. Payloads longer than the cap keep their
+/// first `max_payload_bytes` (cut at a character boundary for text) with `truncated: true`;
+/// `payload_bytes` and `payload_sha256` always describe the whole original record.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct DeadLetterLine {
     pub reason: String,
@@ -32,15 +38,49 @@ pub struct DeadLetterLine {
     pub source: String,
     pub partition: i32,
     pub offset: i64,
-    pub payload_base64: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    #[serde(default)]
+    pub payload_bytes: u64,
+    #[serde(default)]
+    pub payload_sha256: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 impl DeadLetterLine {
+    /// The stored payload bytes (the whole record unless `truncated`).
     pub fn original_bytes(&self) -> anyhow::Result<Vec<u8>> {
-        Ok(base64::engine::general_purpose::STANDARD.decode(&self.payload_base64)?)
+        match (&self.payload, &self.payload_base64) {
+            (Some(text), _) => Ok(text.as_bytes().to_vec()),
+            (None, Some(b64)) => Ok(base64::engine::general_purpose::STANDARD.decode(b64)?),
+            (None, None) => Ok(Vec::new()),
+        }
     }
+}
+
+/// Largest payload a dead letter carries by default: far below Kafka's ~1 MB message limit.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 << 10;
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first at most `max` bytes of `payload` (at a UTF-8 boundary when it is text) and whether it was cut.
+fn capped(payload: &[u8], max: usize) -> (&[u8], bool) {
+    if payload.len() <= max {
+        return (payload, false);
+    }
+    let mut end = max;
+    if std::str::from_utf8(payload).is_ok() {
+        while end > 0 && (payload[end] & 0xC0) == 0x80 {
+            end -= 1;
+        }
+    }
+    (&payload[..end], true)
 }
 
 /// Dead letters counted by reason.
@@ -66,7 +106,7 @@ impl Serialize for Reason {
 }
 
 enum Target {
-    File(BufWriter<File>),
+    File { out: BufWriter<File>, path: std::path::PathBuf },
     Kafka(Box<KafkaSink>),
     Discard,
 }
@@ -75,6 +115,9 @@ enum Target {
 pub struct DeadLetterSink {
     target: Target,
     counts: ReasonCounts,
+    max_payload_bytes: usize,
+    /// Letters that could not be delivered (Kafka target), so far.
+    failed: u64,
 }
 
 impl DeadLetterSink {
@@ -103,17 +146,58 @@ impl DeadLetterSink {
                 f.sync_data()?;
             }
         }
-        Ok(DeadLetterSink { target: Target::File(BufWriter::new(f)), counts: ReasonCounts::default() })
+        Ok(Self::with_target(Target::File { out: BufWriter::new(f), path: path.to_path_buf() }))
     }
 
-    /// Publishes the original bytes to a Kafka topic with `ultr.reason`, `ultr.detail`, `ultr.source` headers.
+    /// Publishes the original bytes to a Kafka topic with `ultr.reason`, `ultr.detail`,
+    /// `ultr.source`, `ultr.payload_bytes`, `ultr.payload_sha256` (and `ultr.truncated`) headers.
     pub fn kafka(sink: KafkaSink) -> Self {
-        DeadLetterSink { target: Target::Kafka(Box::new(sink)), counts: ReasonCounts::default() }
+        Self::with_target(Target::Kafka(Box::new(sink)))
     }
 
     /// Counts only (for benchmarks and dry runs).
     pub fn discard() -> Self {
-        DeadLetterSink { target: Target::Discard, counts: ReasonCounts::default() }
+        Self::with_target(Target::Discard)
+    }
+
+    fn with_target(target: Target) -> Self {
+        DeadLetterSink { target, counts: ReasonCounts::default(), max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES, failed: 0 }
+    }
+
+    /// Caps the payload bytes one letter carries.
+    pub fn with_max_payload_bytes(mut self, max: usize) -> Self {
+        self.max_payload_bytes = max.max(1);
+        self
+    }
+
+    /// Letters that could not be delivered so far (Kafka target).
+    pub fn failed(&self) -> u64 {
+        self.failed
+    }
+
+    /// When the file has grown past `max_bytes`, moves it to `<path>.1` (older ones to `.2` …,
+    /// keeping `keep` of them) and starts an empty file. Call only right after a checkpoint
+    /// recorded the file's length, then record length 0. Returns whether it rotated.
+    pub fn rotate_if_larger(&mut self, max_bytes: u64, keep: usize) -> anyhow::Result<bool> {
+        let Target::File { out, path } = &mut self.target else { return Ok(false) };
+        out.flush()?;
+        if out.get_ref().metadata()?.len() <= max_bytes {
+            return Ok(false);
+        }
+        let numbered = |i: usize| std::path::PathBuf::from(format!("{}.{i}", path.display()));
+        let _ = std::fs::remove_file(numbered(keep.max(1)));
+        for i in (1..keep.max(1)).rev() {
+            if numbered(i).exists() {
+                std::fs::rename(numbered(i), numbered(i + 1))?;
+            }
+        }
+        std::fs::rename(&*path, numbered(1)).with_context(|| format!("rotating {}", path.display()))?;
+        let f = OpenOptions::new().create(true).append(true).open(&*path).with_context(|| format!("opening {}", path.display()))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir).and_then(|d| d.sync_all())?;
+        }
+        *out = BufWriter::new(f);
+        Ok(true)
     }
 
     pub fn counts(&self) -> &ReasonCounts {
@@ -123,48 +207,78 @@ impl DeadLetterSink {
     /// The file's length (call after `flush`), for the checkpoint; `None` for other targets.
     pub fn file_len(&self) -> anyhow::Result<Option<u64>> {
         match &self.target {
-            Target::File(out) => Ok(Some(out.get_ref().metadata()?.len())),
+            Target::File { out, .. } => Ok(Some(out.get_ref().metadata()?.len())),
             _ => Ok(None),
         }
     }
 
     pub fn write(&mut self, letter: &DeadLetter) -> anyhow::Result<()> {
         self.counts.add(letter.reason);
+        let (kept, truncated) = capped(&letter.payload, self.max_payload_bytes);
+        let sha = sha256_hex(&letter.payload);
         match &mut self.target {
-            Target::File(out) => {
+            Target::File { out, .. } => {
+                let text = std::str::from_utf8(kept).ok();
                 let line = DeadLetterLine {
                     reason: letter.reason.as_str().to_string(),
                     detail: letter.detail.clone(),
                     source: letter.position.stream.to_string(),
                     partition: letter.position.partition,
                     offset: letter.position.offset,
-                    payload_base64: base64::engine::general_purpose::STANDARD.encode(&letter.payload),
-                    payload: std::str::from_utf8(&letter.payload).ok().map(str::to_string),
+                    payload: text.map(str::to_string),
+                    payload_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(kept)),
+                    payload_bytes: letter.payload.len() as u64,
+                    payload_sha256: sha,
+                    truncated,
                 };
                 serde_json::to_writer(&mut *out, &line)?;
                 out.write_all(b"\n")?;
             }
             Target::Kafka(sink) => {
                 let source = letter.position.to_string();
-                let headers = OwnedHeaders::new()
+                let length = letter.payload.len().to_string();
+                let mut detail = letter.detail.clone();
+                if detail.len() > 4096 {
+                    let mut end = 4096;
+                    while !detail.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    detail.truncate(end);
+                }
+                let mut headers = OwnedHeaders::new()
                     .insert(Header { key: "ultr.reason", value: Some(letter.reason.as_str()) })
-                    .insert(Header { key: "ultr.detail", value: Some(letter.detail.as_str()) })
-                    .insert(Header { key: "ultr.source", value: Some(source.as_str()) });
-                sink.send_with_headers(&source, &letter.payload, headers)?;
+                    .insert(Header { key: "ultr.detail", value: Some(detail.as_str()) })
+                    .insert(Header { key: "ultr.source", value: Some(source.as_str()) })
+                    .insert(Header { key: "ultr.payload_bytes", value: Some(length.as_str()) })
+                    .insert(Header { key: "ultr.payload_sha256", value: Some(sha.as_str()) });
+                if truncated {
+                    headers = headers.insert(Header { key: "ultr.truncated", value: Some("true") });
+                }
+                if let Err(e) = sink.try_send_with_headers(&source, kept, headers) {
+                    self.failed += 1;
+                    tracing::warn!("dead letter for {source} not delivered: {e:#}");
+                }
             }
             Target::Discard => {}
         }
         Ok(())
     }
 
-    /// Makes every written dead letter durable.
+    /// Makes every written dead letter durable. A Kafka target waits a bounded time and counts
+    /// undelivered letters in `failed` instead of failing ingest.
     pub fn flush(&mut self) -> anyhow::Result<()> {
         match &mut self.target {
-            Target::File(out) => {
+            Target::File { out, .. } => {
                 out.flush()?;
                 out.get_ref().sync_data()?;
             }
-            Target::Kafka(sink) => crate::sinks::SessionSink::flush(sink.as_mut())?,
+            Target::Kafka(sink) => {
+                let undelivered = sink.flush_bounded(std::time::Duration::from_secs(10));
+                if undelivered > 0 {
+                    tracing::warn!("{undelivered} dead letters not delivered at this flush");
+                }
+                self.failed = sink.failed().max(self.failed);
+            }
             Target::Discard => {}
         }
         Ok(())

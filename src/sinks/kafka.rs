@@ -48,14 +48,17 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
+    /// `properties` are librdkafka properties (TLS, SASL, compression); `env:`/`file:` values are
+    /// resolved as secrets.
     pub fn new(brokers: &str, topic: &str, properties: &BTreeMap<String, String>) -> anyhow::Result<Self> {
+        let properties = crate::sources::secrets::resolve_properties(properties)?;
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", brokers)
             .set("linger.ms", "20")
             .set("queue.buffering.max.messages", "200000")
             .set("enable.idempotence", "false");
-        for (k, v) in properties {
+        for (k, v) in &properties {
             config.set(k, v);
         }
         let counter = Arc::new(DeliveryCounter::default());
@@ -67,6 +70,42 @@ impl KafkaSink {
 
     pub fn delivered(&self) -> u64 {
         self.counter.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Deliveries librdkafka reported failed, plus sends dropped because its queue stayed full.
+    pub fn failed(&self) -> u64 {
+        self.counter.failed.load(Ordering::Relaxed)
+    }
+
+    /// Sends without blocking for long: while librdkafka's queue is full (broker down) it waits at
+    /// most about a second, then counts the record as failed and returns an error.
+    pub fn try_send_with_headers(&mut self, key: &str, payload: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {
+        let mut record = BaseRecord::to(&self.topic).key(key).payload(payload).headers(headers);
+        for _ in 0..20 {
+            match self.producer.send(record) {
+                Ok(()) => {
+                    self.sent += 1;
+                    self.producer.poll(Duration::ZERO);
+                    return Ok(());
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => {
+                    self.counter.failed.fetch_add(1, Ordering::Relaxed);
+                    return Err(e).context("producing to Kafka");
+                }
+            }
+        }
+        self.counter.failed.fetch_add(1, Ordering::Relaxed);
+        anyhow::bail!("librdkafka's queue stayed full (broker unreachable?)")
+    }
+
+    /// Waits up to `limit` for outstanding deliveries; returns how many are still in flight.
+    pub fn flush_bounded(&mut self, limit: Duration) -> usize {
+        let _ = self.producer.flush(limit);
+        self.producer.in_flight_count().max(0) as usize
     }
 
     /// Sends with headers (dead letters carry their reason this way).
@@ -109,10 +148,17 @@ impl SessionSink for KafkaSink {
 
 /// Creates `topic` with `partitions` partitions if it does not exist yet.
 pub fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .context("creating Kafka admin client")?;
+    ensure_topic_with(brokers, topic, partitions, &BTreeMap::new())
+}
+
+/// `ensure_topic` with client properties (TLS, SASL; `env:`/`file:` secrets).
+pub fn ensure_topic_with(brokers: &str, topic: &str, partitions: i32, properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    for (k, v) in crate::sources::secrets::resolve_properties(properties)? {
+        config.set(k, v);
+    }
+    let admin: AdminClient<DefaultClientContext> = config.create().context("creating Kafka admin client")?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

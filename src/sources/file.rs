@@ -53,6 +53,10 @@ pub fn stream_name(path: &Path) -> String {
 }
 
 impl RecordSource for FileSource {
+    fn replays_history(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
         let mut out = Vec::with_capacity(max.min(4096));
         while out.len() < max {
@@ -95,6 +99,10 @@ impl FileChain {
 }
 
 impl RecordSource for FileChain {
+    fn replays_history(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
         loop {
             if self.current.is_none() {

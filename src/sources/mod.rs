@@ -2,11 +2,13 @@
 
 pub mod file;
 pub mod kafka;
+pub mod secrets;
 pub mod simulator;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,52 @@ impl ResumeOffsets {
     }
 }
 
+/// A source's connection health, shared with the service's metrics and `/healthz`: transient errors
+/// (broker down, transport failures, a rebalance during commit) are counted here and retried, never
+/// fatal to the loop.
+#[derive(Debug)]
+pub struct SourceHealth {
+    up: AtomicBool,
+    last_ok_ms: AtomicI64,
+    errors: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Default for SourceHealth {
+    fn default() -> Self {
+        SourceHealth { up: AtomicBool::new(true), last_ok_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()), errors: Mutex::new(BTreeMap::new()) }
+    }
+}
+
+impl SourceHealth {
+    /// The source answered (a message, an end-of-partition, a successful commit).
+    pub fn ok(&self) {
+        self.up.store(true, Ordering::Relaxed);
+        self.last_ok_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+    }
+
+    /// A transient error of `kind`; `down` when it means the source is unreachable.
+    pub fn error(&self, kind: &str, down: bool) {
+        if down {
+            self.up.store(false, Ordering::Relaxed);
+        }
+        *self.errors.lock().unwrap_or_else(|e| e.into_inner()).entry(kind.to_string()).or_default() += 1;
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Wall-clock ms of the last sign of life.
+    pub fn last_ok_ms(&self) -> i64 {
+        self.last_ok_ms.load(Ordering::Relaxed)
+    }
+
+    /// Errors so far, by kind.
+    pub fn errors(&self) -> BTreeMap<String, u64> {
+        self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// What a poll of a source returned.
 #[derive(Debug)]
 pub enum Poll {
@@ -98,6 +146,17 @@ pub trait RecordSource {
     fn lag(&self, _position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
         Vec::new()
     }
+
+    /// True for replays of a recorded log (files, the simulator): their event times are judged
+    /// against the stream's own clock, not the wall clock.
+    fn replays_history(&self) -> bool {
+        false
+    }
+
+    /// Connection health, for sources that have a connection to lose.
+    fn health(&self) -> Option<Arc<SourceHealth>> {
+        None
+    }
 }
 
 impl RecordSource for Box<dyn RecordSource + Send> {
@@ -112,5 +171,11 @@ impl RecordSource for Box<dyn RecordSource + Send> {
     }
     fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
         (**self).lag(position)
+    }
+    fn replays_history(&self) -> bool {
+        (**self).replays_history()
+    }
+    fn health(&self) -> Option<Arc<SourceHealth>> {
+        (**self).health()
     }
 }

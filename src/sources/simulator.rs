@@ -25,6 +25,10 @@ impl SimulatorSource {
 }
 
 impl RecordSource for SimulatorSource {
+    fn replays_history(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
         if self.next >= self.end {
             return Ok(Poll::End);

@@ -6,7 +6,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::prelude::SessionContext;
 use std::sync::Arc;
 
-use super::{read_parquet, write_parquet, Manifest, WindowEntry};
+use super::{read_window_table, write_parquet, Manifest, WindowEntry};
 use crate::window::{register, run_sql, CUMULATIVE_PROPENSITY, OVERLAP_SAMPLE, SWAP_EDGES};
 
 /// The cumulative tables and which windows they cover.
@@ -20,9 +20,15 @@ pub struct Cumulative {
     pub overlap_sample: Vec<RecordBatch>,
 }
 
-/// Windows ending within `horizon_ms` of the newest window's end.
+/// Windows ending within `horizon_ms` of the newest regular window's end: the newest window end at
+/// or before the event watermark (so a flushed outlier window far in the future cannot push every
+/// real window out of the horizon), or the newest window end for states without one.
 pub fn windows_in_horizon(manifest: &Manifest, horizon_ms: i64) -> Vec<WindowEntry> {
-    let Some(latest) = manifest.windows.iter().map(|w| w.end_ms).max() else { return Vec::new() };
+    let newest = manifest.windows.iter().map(|w| w.end_ms).max();
+    let regular = manifest.operator.event_watermark.and_then(|wm| {
+        manifest.windows.iter().map(|w| w.end_ms).filter(|e| *e <= wm.saturating_add(manifest.window.allowed_lateness_ms + manifest.window.size_ms)).max()
+    });
+    let Some(latest) = regular.or(newest) else { return Vec::new() };
     manifest.windows.iter().filter(|w| w.end_ms > latest - horizon_ms).cloned().collect()
 }
 
@@ -36,7 +42,7 @@ pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64
     let load = |table: &str| -> anyhow::Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for w in &windows {
-            out.extend(read_parquet(&dir.join("windows").join(&w.dir).join(format!("{table}.parquet")))?);
+            out.extend(read_window_table(dir, w, table)?);
         }
         Ok(out)
     };

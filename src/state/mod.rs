@@ -4,6 +4,7 @@
 //! leaves the previous checkpoint intact; files the manifest does not name are garbage.
 
 pub mod cumulative;
+pub mod lock;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
@@ -35,6 +36,10 @@ pub struct WindowEntry {
     pub dir: String,
     pub sessions: u64,
     pub impressions: u64,
+    /// Bytes of each statistic's Parquet file (statistic → bytes). A statistic absent here had no
+    /// rows; a listed file that is missing or of another size is an error naming it, never zeros.
+    #[serde(default)]
+    pub files: BTreeMap<String, u64>,
 }
 
 /// A segment of open-window rows, and the windows it holds rows for.
@@ -42,6 +47,17 @@ pub struct WindowEntry {
 pub struct Segment {
     pub file: String,
     pub windows: BTreeSet<i64>,
+    /// The file's size when written (checked on restore).
+    #[serde(default)]
+    pub bytes: Option<u64>,
+}
+
+/// A late-session segment: its file, size and newest event time (retention drops it by the latter).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LateSegment {
+    pub file: String,
+    pub bytes: u64,
+    pub max_event_ms: i64,
 }
 
 /// The truth about what the state covers.
@@ -60,7 +76,14 @@ pub struct Manifest {
     pub operator: OperatorSnapshot,
     pub windows: Vec<WindowEntry>,
     pub open_segments: Vec<Segment>,
+    /// Late segments written by earlier versions (no size or time recorded).
+    #[serde(default)]
     pub late_segments: Vec<String>,
+    #[serde(default)]
+    pub late: Vec<LateSegment>,
+    /// What the decoder has fixed (feature dimensions, replay clocks), so a restart decodes alike.
+    #[serde(default)]
+    pub decoder: crate::ingest::DecoderState,
     /// Dead letters written by the run so far, by reason.
     #[serde(default)]
     pub dead_letters: BTreeMap<String, u64>,
@@ -86,14 +109,19 @@ pub struct Checkpoint {
     pub resume: ResumeOffsets,
     pub dead_letters: BTreeMap<String, u64>,
     pub dead_letter_file_bytes: Option<u64>,
-    /// Closed windows ending this long before the newest one are dropped (their files deleted), so
-    /// the state holds the lookback horizon, not the whole history.
+    /// Closed windows ending, and late segments whose newest event lies, this long before the
+    /// watermark are dropped (their files deleted), so the state holds the lookback horizon, not
+    /// the whole history. Measured from the watermark, which one partition's outlier event time
+    /// cannot drag forward (see `window.max_partition_clock_jump`).
     pub retention_ms: Option<i64>,
+    pub decoder: crate::ingest::DecoderState,
 }
 
 pub struct StateStore {
     dir: PathBuf,
     manifest: Manifest,
+    /// One writer per state directory (a second `ultr ingest`/`ultr run` on it is refused).
+    _lock: lock::DirLock,
 }
 
 impl StateStore {
@@ -102,6 +130,7 @@ impl StateStore {
     pub fn open(dir: &Path, source: &str, window: WindowSpec) -> anyhow::Result<Self> {
         let manifest_path = dir.join(MANIFEST);
         if manifest_path.exists() {
+            let lock = lock::DirLock::acquire(dir, "state directory")?;
             let manifest = read_manifest(dir)?;
             if manifest.source != source {
                 bail!(
@@ -119,7 +148,7 @@ impl StateStore {
                     window
                 );
             }
-            let store = StateStore { dir: dir.to_path_buf(), manifest };
+            let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
             store.remove_garbage()?;
             return Ok(store);
         }
@@ -128,15 +157,19 @@ impl StateStore {
                 .with_context(|| format!("reading state directory {}", dir.display()))?
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "dead-letters.jsonl") && !n.starts_with(".tmp"))
+                .filter(|n| {
+                    !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "dead-letters.jsonl" | lock::LOCK_FILE) && !n.starts_with(".tmp")
+                })
                 .collect();
             if !foreign.is_empty() {
                 bail!("{} is not an ultr state directory (no {MANIFEST}, holds {:?})", dir.display(), foreign);
             }
         }
+        let lock = lock::DirLock::acquire(dir, "state directory")?;
         for sub in ["windows", "open", "late"] {
             fs::create_dir_all(dir.join(sub)).with_context(|| format!("creating {}", dir.join(sub).display()))?;
         }
+        sync_dir(dir)?;
         let manifest = Manifest {
             format: FORMAT.into(),
             version: VERSION,
@@ -144,14 +177,16 @@ impl StateStore {
             window,
             seq: 0,
             resume: ResumeOffsets::default(),
-            operator: OperatorSnapshot { partitions: Default::default(), watermark: i64::MIN, counters: Default::default() },
+            operator: OperatorSnapshot { partitions: Default::default(), watermark: i64::MIN, counters: Default::default(), event_watermark: None },
             windows: Vec::new(),
             open_segments: Vec::new(),
             late_segments: Vec::new(),
+            late: Vec::new(),
+            decoder: Default::default(),
             dead_letters: BTreeMap::new(),
             dead_letter_file_bytes: None,
         };
-        let store = StateStore { dir: dir.to_path_buf(), manifest };
+        let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
         store.remove_garbage()?;
         Ok(store)
     }
@@ -168,7 +203,9 @@ impl StateStore {
     pub fn open_rows(&self) -> anyhow::Result<Vec<(i64, RecordBatch)>> {
         let mut out = Vec::new();
         for seg in &self.manifest.open_segments {
-            for batch in read_parquet(&self.dir.join("open").join(&seg.file))? {
+            let path = self.dir.join("open").join(&seg.file);
+            check_file(&path, seg.bytes)?;
+            for batch in read_parquet(&path)? {
                 let starts = batch.column(0).as_primitive::<Int64Type>().clone();
                 let rest = RecordBatch::try_new(impressions_schema(), batch.columns()[1..].to_vec())?;
                 // Split by window start (rows of one window are contiguous within a segment).
@@ -193,12 +230,21 @@ impl StateStore {
     pub fn checkpoint(&mut self, cp: Checkpoint) -> anyhow::Result<()> {
         let mut next = self.manifest.clone();
         next.seq += 1;
+        let windows_dir = self.dir.join("windows");
         for closed in cp.closed {
-            let name = format!("{}-{}", closed.start_ms, closed.end_ms);
-            let tmp = self.dir.join("windows").join(format!(".tmp-{name}-{}", next.seq));
-            fs::create_dir_all(&tmp)?;
+            // A new folder per checkpoint: re-processing a window writes a fresh folder and the
+            // manifest switches to it atomically; the old one becomes garbage after the manifest.
+            let base = format!("{}-{}", closed.start_ms, closed.end_ms);
+            let name = if next.windows.iter().any(|w| w.dir == base) || windows_dir.join(&base).exists() {
+                format!("{base}.{}", next.seq)
+            } else {
+                base
+            };
+            let tmp = windows_dir.join(format!(".tmp-{name}-{}", next.seq));
+            fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
             let mut sessions = 0;
             let mut impressions = 0;
+            let mut files = BTreeMap::new();
             for (table, batches) in &closed.tables {
                 if *table == "query_sessions" {
                     sessions = sum_column(batches, "sessions");
@@ -206,19 +252,24 @@ impl StateStore {
                 if *table == "propensity_counts" {
                     impressions = sum_column(batches, "impressions");
                 }
-                write_parquet(&tmp.join(format!("{table}.parquet")), batches)?;
+                if let Some(bytes) = write_parquet(&tmp.join(format!("{table}.parquet")), batches)? {
+                    files.insert(table.to_string(), bytes);
+                }
             }
-            let dest = self.dir.join("windows").join(&name);
-            if dest.exists() {
-                fs::remove_dir_all(&dest)?; // re-processing a window replaces it
-            }
-            fs::rename(&tmp, &dest)?;
-            next.windows.retain(|w| w.dir != name);
-            next.windows.push(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions });
+            sync_dir(&tmp)?;
+            let dest = windows_dir.join(&name);
+            fs::rename(&tmp, &dest).with_context(|| format!("renaming {} to {}", tmp.display(), dest.display()))?;
+            next.windows.retain(|w| !(w.start_ms == closed.start_ms && w.end_ms == closed.end_ms));
+            next.windows.push(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions, files });
         }
+        sync_dir(&windows_dir)?;
         next.windows.sort_by_key(|w| (w.start_ms, w.end_ms));
-        if let (Some(keep), Some(latest)) = (cp.retention_ms, next.windows.iter().map(|w| w.end_ms).max()) {
-            next.windows.retain(|w| w.end_ms > latest.saturating_sub(keep));
+        let reference = cp.operator.event_watermark.unwrap_or(cp.operator.watermark);
+        let horizon_end = if reference > i64::MIN { Some(reference) } else { None };
+        if let (Some(keep), Some(end)) = (cp.retention_ms, horizon_end) {
+            let cutoff = end.saturating_sub(keep);
+            next.windows.retain(|w| w.end_ms > cutoff);
+            next.late.retain(|l| l.max_event_ms > cutoff);
         }
 
         if !cp.added.is_empty() {
@@ -227,8 +278,8 @@ impl StateStore {
             let mut sorted = cp.added;
             sorted.sort_by_key(|(s, _)| *s);
             let batches = sorted.into_iter().map(|(s, b)| with_window_start(s, &b)).collect::<anyhow::Result<Vec<_>>>()?;
-            write_parquet(&self.dir.join("open").join(&file), &batches)?;
-            next.open_segments.push(Segment { file, windows });
+            let bytes = write_parquet(&self.dir.join("open").join(&file), &batches)?;
+            next.open_segments.push(Segment { file, windows, bytes });
         }
         for seg in &mut next.open_segments {
             seg.windows.retain(|s| cp.open_windows.contains(s));
@@ -236,9 +287,12 @@ impl StateStore {
         next.open_segments.retain(|s| !s.windows.is_empty());
         if !cp.late.is_empty() {
             let file = format!("late-{:08}.parquet", next.seq);
-            write_parquet(&self.dir.join("late").join(&file), &cp.late)?;
-            next.late_segments.push(file);
+            let max_event_ms = cp.late.iter().filter_map(|b| max_event_time(b)).max().unwrap_or(i64::MIN);
+            if let Some(bytes) = write_parquet(&self.dir.join("late").join(&file), &cp.late)? {
+                next.late.push(LateSegment { file, bytes, max_event_ms });
+            }
         }
+        next.decoder = cp.decoder;
         next.operator = cp.operator;
         next.resume = cp.resume;
         next.dead_letters = cp.dead_letters;
@@ -248,11 +302,22 @@ impl StateStore {
         self.remove_garbage()
     }
 
+    /// Records a new dead-letter file length (after the file was rotated) without other changes.
+    pub fn record_dead_letter_file_bytes(&mut self, bytes: u64) -> anyhow::Result<()> {
+        let mut next = self.manifest.clone();
+        next.seq += 1;
+        next.dead_letter_file_bytes = Some(bytes);
+        write_manifest(&self.dir, &next)?;
+        self.manifest = next;
+        Ok(())
+    }
+
     /// Deletes files and folders the manifest does not name (left by a crash or superseded).
     fn remove_garbage(&self) -> anyhow::Result<()> {
         let keep_windows: BTreeSet<&str> = self.manifest.windows.iter().map(|w| w.dir.as_str()).collect();
         let keep_open: BTreeSet<&str> = self.manifest.open_segments.iter().map(|s| s.file.as_str()).collect();
-        let keep_late: BTreeSet<&str> = self.manifest.late_segments.iter().map(String::as_str).collect();
+        let keep_late: BTreeSet<&str> =
+            self.manifest.late_segments.iter().map(String::as_str).chain(self.manifest.late.iter().map(|l| l.file.as_str())).collect();
         for (sub, keep) in [("windows", &keep_windows), ("open", &keep_open), ("late", &keep_late)] {
             let Ok(entries) = fs::read_dir(self.dir.join(sub)) else { continue };
             for e in entries.flatten() {
@@ -276,13 +341,58 @@ impl StateStore {
         for f in &self.manifest.late_segments {
             out.extend(read_parquet(&self.dir.join("late").join(f))?);
         }
+        for l in &self.manifest.late {
+            let path = self.dir.join("late").join(&l.file);
+            check_file(&path, Some(l.bytes))?;
+            out.extend(read_parquet(&path)?);
+        }
         Ok(out)
     }
 
     /// One statistic of one closed window.
     pub fn window_table(&self, entry: &WindowEntry, table: &str) -> anyhow::Result<Vec<RecordBatch>> {
-        read_parquet(&self.dir.join("windows").join(&entry.dir).join(format!("{table}.parquet")))
+        read_window_table(&self.dir, entry, table)
     }
+}
+
+/// One statistic of one closed window under state directory `dir`. A file the manifest lists must
+/// exist with its recorded size; a statistic it does not list had no rows.
+pub fn read_window_table(dir: &Path, entry: &WindowEntry, table: &str) -> anyhow::Result<Vec<RecordBatch>> {
+    let path = dir.join("windows").join(&entry.dir).join(format!("{table}.parquet"));
+    if entry.files.is_empty() {
+        // Written by an ultr that recorded no sizes: a missing file there meant an empty table.
+        return if path.exists() { read_parquet(&path) } else { Ok(Vec::new()) };
+    }
+    match entry.files.get(table) {
+        Some(&bytes) => {
+            check_file(&path, Some(bytes))?;
+            read_parquet(&path)
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A state file must exist and, when its size was recorded, have exactly that size.
+fn check_file(path: &Path, bytes: Option<u64>) -> anyhow::Result<()> {
+    let meta = fs::metadata(path).with_context(|| format!("state file {} named by the manifest is missing", path.display()))?;
+    if let Some(expected) = bytes {
+        if meta.len() != expected {
+            bail!("state file {} is {} bytes but the manifest recorded {expected}: truncated or replaced", path.display(), meta.len());
+        }
+    }
+    Ok(())
+}
+
+/// Newest `event_time` in an impressions batch.
+fn max_event_time(batch: &RecordBatch) -> Option<i64> {
+    use datafusion::arrow::datatypes::TimestampMillisecondType;
+    let col = batch.column_by_name(crate::session::schema::col::EVENT_TIME)?;
+    datafusion::arrow::compute::max(col.as_primitive::<TimestampMillisecondType>())
+}
+
+/// Makes a directory's entries (creations, renames) durable.
+pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing directory {}", dir.display()))
 }
 
 /// Reads and checks a manifest without opening the state for writing (for read-only commands).
@@ -306,8 +416,7 @@ fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     f.sync_all()?;
     drop(f);
     fs::rename(&tmp, dir.join(MANIFEST))?;
-    File::open(dir)?.sync_all()?; // make the rename itself durable
-    Ok(())
+    sync_dir(dir) // make the rename itself durable
 }
 
 fn with_window_start(start: i64, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
@@ -329,9 +438,10 @@ fn sum_column(batches: &[RecordBatch], name: &str) -> u64 {
         .sum()
 }
 
-/// Writes Parquet atomically: to a temporary name, fsync, rename. No batches: no file.
-pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> anyhow::Result<()> {
-    let Some(first) = batches.first() else { return Ok(()) };
+/// Writes Parquet atomically: to a temporary name, fsync, rename, fsync the folder. No batches: no
+/// file. Returns the file's size.
+pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> anyhow::Result<Option<u64>> {
+    let Some(first) = batches.first() else { return Ok(None) };
     let tmp = path.with_extension("parquet.tmp");
     let f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut w = ArrowWriter::try_new(f, first.schema(), None)?;
@@ -340,15 +450,17 @@ pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> anyhow::Result<()>
     }
     let f = w.into_inner()?;
     f.sync_all()?;
+    let bytes = f.metadata()?.len();
+    drop(f);
     fs::rename(&tmp, path)?;
-    Ok(())
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(Some(bytes))
 }
 
-/// Reads a Parquet file; a missing file is an empty table.
+/// Reads a Parquet file; a missing file is an error naming it.
 pub fn read_parquet(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(f)
         .with_context(|| format!("{} is not Parquet", path.display()))?

@@ -103,6 +103,27 @@ impl ModelStore {
         &self.dir
     }
 
+    /// The exclusive right to write this directory (a CronJob's `ultr train` next to `ultr run`'s
+    /// schedule: the second is refused instead of interleaving). Holding it, leftovers of a writer
+    /// that crashed (`.tmp-*`, `.deleting-*`) are removed.
+    pub fn lock_for_writing(&self) -> anyhow::Result<crate::state::lock::DirLock> {
+        let lock = crate::state::lock::DirLock::acquire(&self.dir, "models directory")?;
+        for entry in fs::read_dir(&self.dir).with_context(|| format!("reading {}", self.dir.display()))?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".tmp-") || name.starts_with(".deleting-") {
+                let path = entry.path();
+                tracing::info!("removing {} left by an interrupted writer", path.display());
+                if path.is_dir() {
+                    fs::remove_dir_all(&path)
+                } else {
+                    fs::remove_file(&path)
+                }
+                .with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+        Ok(lock)
+    }
+
     /// The promoted checkpoint's id, if any.
     pub fn current_id(&self) -> anyhow::Result<Option<String>> {
         let path = self.dir.join(CURRENT);

@@ -12,7 +12,7 @@ use datafusion::prelude::SessionContext;
 use std::sync::Arc;
 
 use crate::state::cumulative;
-use crate::state::{read_parquet, Manifest, WindowEntry};
+use crate::state::{read_window_table, Manifest, WindowEntry};
 use crate::window::{register, run_sql, TRAINING_EXAMPLES};
 
 /// One impression.
@@ -276,10 +276,10 @@ pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensit
     let mut rows = Vec::new();
     for w in windows {
         let path = dir.join("windows").join(&w.dir).join("training_impressions.parquet");
-        if !path.exists() && w.impressions > 0 {
+        if w.files.is_empty() && !path.exists() && w.impressions > 0 {
             bail!("{}: missing; the window was written by a build that kept no training rows — re-ingest", path.display());
         }
-        rows.extend(read_parquet(&path)?);
+        rows.extend(read_window_table(dir, w, "training_impressions")?);
     }
     let ctx = SessionContext::new();
     register(&ctx, "training_impressions", training_impressions_schema(), rows)?;

@@ -84,6 +84,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let cfg = &req.config.train;
     let manifest = crate::state::read_manifest(req.state_dir)?;
     let store = ModelStore::open(&models_dir(req.config, req.state_dir))?;
+    let _writing = store.lock_for_writing()?;
     let device = cfg.backend.device()?;
     let current_id = store.current_id()?;
     let current: Option<(String, anyhow::Result<Trained>)> = current_id.map(|id| {

@@ -79,8 +79,11 @@ pub struct WindowOperator {
     spec: WindowSpec,
     partitions: BTreeMap<String, PartitionClock>,
     watermark: i64,
+    event_watermark: i64,
     open: BTreeMap<i64, OpenWindow>,
     counters: WindowCounters,
+    /// How far one session may move its partition's clock past the watermark (plus lateness).
+    max_clock_jump_ms: Option<i64>,
 }
 
 /// The operator's checkpointable scalars (open windows' rows are persisted separately).
@@ -89,11 +92,32 @@ pub struct OperatorSnapshot {
     pub partitions: BTreeMap<String, PartitionClock>,
     pub watermark: i64,
     pub counters: WindowCounters,
+    /// The watermark as events moved it, before an end-of-stream flush closed every window: the
+    /// reference of retention and of the lookback horizon (a flushed outlier window cannot move it).
+    #[serde(default)]
+    pub event_watermark: Option<i64>,
 }
 
 impl WindowOperator {
     pub fn new(spec: WindowSpec) -> Self {
-        WindowOperator { spec, partitions: BTreeMap::new(), watermark: i64::MIN, open: BTreeMap::new(), counters: WindowCounters::default() }
+        WindowOperator {
+            spec,
+            partitions: BTreeMap::new(),
+            watermark: i64::MIN,
+            event_watermark: i64::MIN,
+            open: BTreeMap::new(),
+            counters: WindowCounters::default(),
+            max_clock_jump_ms: None,
+        }
+    }
+
+    /// Bounds how far one session can move its partition's clock beyond the current watermark
+    /// (plus the allowed lateness): a single outlier event time then advances the watermark by at
+    /// most `jump_ms`, instead of closing every window up to it and declaring the rest of the stream
+    /// late. A genuine fast-forward still gets there, `jump_ms` per session.
+    pub fn with_max_clock_jump(mut self, jump_ms: Option<i64>) -> Self {
+        self.max_clock_jump_ms = jump_ms;
+        self
     }
 
     /// Rebuilds from a snapshot plus the open windows' rows (`window_start`, impressions).
@@ -101,6 +125,7 @@ impl WindowOperator {
         let mut op = WindowOperator::new(spec);
         op.partitions = snapshot.partitions;
         op.watermark = snapshot.watermark;
+        op.event_watermark = snapshot.event_watermark.unwrap_or(snapshot.watermark);
         op.counters = snapshot.counters;
         let now = Instant::now();
         for clock in op.partitions.values_mut() {
@@ -120,7 +145,12 @@ impl WindowOperator {
     }
 
     pub fn snapshot(&self) -> OperatorSnapshot {
-        OperatorSnapshot { partitions: self.partitions.clone(), watermark: self.watermark, counters: self.counters.clone() }
+        OperatorSnapshot {
+            partitions: self.partitions.clone(),
+            watermark: self.watermark,
+            counters: self.counters.clone(),
+            event_watermark: Some(self.event_watermark),
+        }
     }
 
     pub fn spec(&self) -> &WindowSpec {
@@ -177,9 +207,15 @@ impl WindowOperator {
                 }
             }
             let key = format!("{}[{}]", origin.stream, origin.partition);
-            let clock = self.partitions.entry(key).or_insert(PartitionClock { max_event_ms: t, last_seen: None });
+            let ceiling = match self.max_clock_jump_ms {
+                Some(jump) if self.watermark > i64::MIN => {
+                    self.watermark.saturating_add(self.spec.allowed_lateness_ms).saturating_add(jump)
+                }
+                _ => i64::MAX,
+            };
+            let clock = self.partitions.entry(key).or_insert(PartitionClock { max_event_ms: t.min(ceiling), last_seen: None });
             // A registered partition starts at i64::MIN; its first event sets the clock.
-            clock.max_event_ms = clock.max_event_ms.max(t);
+            clock.max_event_ms = clock.max_event_ms.max(t.min(ceiling));
             clock.last_seen = Some(now);
             self.advance_watermark(now, rb, &mut pending, &mut out);
         }
@@ -198,6 +234,7 @@ impl WindowOperator {
         let candidate = candidate.filter(|m| *m > i64::MIN);
         if let Some(m) = candidate {
             let wm = m.saturating_sub(self.spec.allowed_lateness_ms);
+            self.event_watermark = self.event_watermark.max(wm);
             if wm > self.watermark {
                 self.watermark = wm;
                 let closing: Vec<i64> = self.open.keys().copied().filter(|s| s + self.spec.size_ms <= wm).collect();

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests: locating the shared LTR data and collecting batches.
 #![allow(dead_code)]
 
+pub mod brokers;
+pub mod malformed;
+
 use std::path::PathBuf;
 
 use datafusion::arrow::array::{Array, AsArray};

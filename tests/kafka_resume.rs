@@ -1,0 +1,161 @@
+//! Against the real broker: the state, not the consumer group, decides where reading starts. A
+//! restored backup re-reads what it lacks even though the group committed further; a group whose
+//! committed offset is behind the state double-counts nothing; a partition added mid-run is read.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ultr::config::PipelineConfig;
+use ultr::pipeline::{run_to_state, NoObserver};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::kafka::{ensure_topic, KafkaSink};
+use ultr::sinks::SessionSink;
+use ultr::state::read_manifest;
+
+fn brokers() -> String {
+    std::env::var("ULTR_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+fn unique(name: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+/// Publishes sessions [from, from + n) of one simulated stream.
+fn publish(topic: &str, from: u64, n: u64) {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 50, docs_per_query: 10, features: 3 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions: from + n,
+        seed: 31,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut sink = KafkaSink::new(&brokers(), topic, &Default::default()).unwrap();
+    let mut buf = Vec::new();
+    for i in from..from + n {
+        let key = sim.session(i, &mut buf);
+        sink.send(&key, &buf).unwrap();
+    }
+    sink.flush().unwrap();
+}
+
+fn config(topic: &str, group: &str) -> PipelineConfig {
+    let text = format!(
+        "[source.kafka]\nbrokers = {:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"topic.metadata.refresh.interval.ms\" = \"1000\"\n\
+         [window]\nsize = \"1m\"\nallowed_lateness = \"10s\"\n[state]\ncheckpoint_every_records = 2000\n",
+        brokers()
+    );
+    PipelineConfig::parse(&text, "kafka-resume.toml").unwrap()
+}
+
+fn sessions_in(state: &Path) -> u64 {
+    let c = read_manifest(state).unwrap().operator.counters;
+    c.sessions + c.late_sessions + c.duplicate_sessions
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.file_name() != ".lock" {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_restored_state_rereads_what_it_lacks_although_the_group_committed_further() {
+    let topic = unique("ultr-restore");
+    ensure_topic(&brokers(), &topic, 3).expect("broker reachable (the README's test command starts one)");
+    let group = unique("ultr-restore-group");
+    let cfg = config(&topic, &group);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let backup = dir.path().join("backup");
+
+    publish(&topic, 0, 10_000);
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap();
+    assert_eq!(sessions_in(&state), 10_000);
+    copy_dir(&state, &backup);
+
+    publish(&topic, 10_000, 10_000);
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap(); // the group commits 20,000
+    assert_eq!(sessions_in(&state), 20_000);
+
+    std::fs::remove_dir_all(&state).unwrap();
+    copy_dir(&backup, &state);
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap();
+    assert_eq!(sessions_in(&state), 20_000, "the restored state must read the 10,000 sessions it lacks");
+    let counters = read_manifest(&state).unwrap().operator.counters;
+    assert_eq!(counters.duplicate_sessions, 0);
+}
+
+#[test]
+fn a_group_behind_the_state_double_counts_nothing() {
+    let topic = unique("ultr-behind");
+    ensure_topic(&brokers(), &topic, 2).expect("broker reachable");
+    let group = unique("ultr-behind-group");
+    let cfg = config(&topic, &group);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    publish(&topic, 0, 6_000);
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap();
+    assert_eq!(sessions_in(&state), 6_000);
+
+    // Rewind the group to the beginning behind the state's back.
+    {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        use rdkafka::{Offset, TopicPartitionList};
+        let c: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).set("group.id", &group).create().unwrap();
+        let mut list = TopicPartitionList::new();
+        for p in 0..2 {
+            list.add_partition_offset(&topic, p, Offset::Offset(0)).unwrap();
+        }
+        c.commit(&list, CommitMode::Sync).unwrap();
+    }
+    publish(&topic, 6_000, 4_000);
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap();
+    assert_eq!(sessions_in(&state), 10_000, "every session once: the state's offsets win over the group's");
+}
+
+#[test]
+fn a_partition_added_mid_run_is_read_from_its_beginning() {
+    let topic = unique("ultr-grow");
+    ensure_topic(&brokers(), &topic, 1).expect("broker reachable");
+    let group = unique("ultr-grow-group");
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    publish(&topic, 0, 3_000);
+    let mut cfg = config(&topic, &group);
+    if let ultr::config::SourceConfig::Kafka(k) = &mut cfg.source {
+        k.idle_exit_ms = Some(15_000);
+    }
+    let grow = {
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+            let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+                rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let result = rt.block_on(admin.create_partitions([&NewPartitions::new(&topic, 3)], &AdminOptions::new())).unwrap();
+            for r in result {
+                r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            publish(&topic, 3_000, 3_000); // keyed by session: spread over all three partitions
+        })
+    };
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap();
+    grow.join().unwrap();
+    let manifest = read_manifest(&state).unwrap();
+    let partitions: Vec<i32> = manifest.resume.0.values().flat_map(|p| p.keys().copied()).collect();
+    assert_eq!(partitions.len(), 3, "offsets of all three partitions: {:?}", manifest.resume);
+    assert_eq!(sessions_in(&state), 6_000);
+}

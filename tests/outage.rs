@@ -1,0 +1,173 @@
+//! Broker outage: `ultr run` reads from a real tansu broker (sqlite storage, so topics survive a
+//! restart) that is stopped mid-stream for 30 s and restarted. The service stays up, `/healthz`
+//! reports the outage and recovers, and the final state equals an uninterrupted run over the same
+//! records. The test prints its timeline (health, records, errors, lag) for the closing note.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::brokers::{tansu, Guard};
+use common::{final_counts, free_port, http_get, metric_sum};
+use ultr::config::PipelineConfig;
+use ultr::pipeline::{run_to_state, Observer, RunReport};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::kafka::{ensure_topic, KafkaSink};
+use ultr::sinks::SessionSink;
+
+const PART: u64 = 8_000;
+
+fn publish(brokers: &str, topic: &str, from: u64, n: u64) {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 80, docs_per_query: 10, features: 3 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions: from + n,
+        seed: 43,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut sink = KafkaSink::new(brokers, topic, &Default::default()).unwrap();
+    let mut buf = Vec::new();
+    for i in from..from + n {
+        let key = sim.session(i, &mut buf);
+        sink.send(&key, &buf).unwrap();
+    }
+    sink.flush().unwrap();
+}
+
+fn config_text(brokers: &str, topic: &str, group: &str, listen: &str) -> String {
+    format!(
+        "[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"reconnect.backoff.max.ms\" = \"1000\"\n\
+         [window]\nsize = \"1m\"\nallowed_lateness = \"10s\"\nidle_partition_timeout = \"5m\"\n\
+         [state]\ncheckpoint_every_records = 2000\ncheckpoint_interval = \"1s\"\n[service]\nlisten = {listen:?}\n"
+    )
+}
+
+/// Stops the loop once `records` were read (no end-of-stream flush, like a SIGTERM).
+struct StopAt {
+    records: u64,
+    done: bool,
+}
+impl Observer for StopAt {
+    fn on_progress(&mut self, report: &RunReport) {
+        self.done = report.records >= self.records;
+    }
+    fn should_stop(&self) -> bool {
+        self.done
+    }
+}
+
+fn metrics(listen: &str) -> String {
+    http_get(listen, "/metrics").map(|(_, b)| b).unwrap_or_default()
+}
+
+fn snapshot(listen: &str, t0: Instant, label: &str) -> (u16, f64) {
+    let (code, body) = http_get(listen, "/healthz").unwrap_or((0, String::new()));
+    let m = metrics(listen);
+    let records = metric_sum(&m, "ultr_records_total").unwrap_or(0.0);
+    eprintln!(
+        "t={:>5.1}s {label:<8} healthz={code} {:<60} records={records} source_up={} kafka_errors={} lag={}",
+        t0.elapsed().as_secs_f64(),
+        body.lines().next().unwrap_or(""),
+        metric_sum(&m, "ultr_source_up").unwrap_or(-1.0),
+        metric_sum(&m, "ultr_kafka_errors_total").unwrap_or(0.0),
+        metric_sum(&m, "ultr_kafka_consumer_lag_messages").unwrap_or(-1.0),
+    );
+    (code, records)
+}
+
+fn stop_broker(mut broker: Guard) {
+    // SIGTERM: a stopped broker, as in a rolling restart or an outage.
+    let _ = Command::new("kill").arg("-TERM").arg(broker.0.id().to_string()).status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while broker.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let brokers = format!("127.0.0.1:{port}");
+    let storage = format!("sqlite://{}", dir.path().join("broker.db").display());
+    let topic = "sessions";
+    let broker = tansu(dir.path(), "tansu-1", port, port, &storage, false);
+    ensure_topic(&brokers, topic, 1).unwrap();
+    publish(&brokers, topic, 0, PART);
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config = dir.path().join("outage.toml");
+    std::fs::write(&config, config_text(&brokers, topic, "ultr-outage", &listen)).unwrap();
+    let state = dir.path().join("state");
+    let log = std::fs::File::create(dir.path().join("ultr.log")).unwrap();
+    let mut service = Guard(
+        Command::new(env!("CARGO_BIN_EXE_ultr"))
+            .arg("run")
+            .arg(&config)
+            .arg("--state")
+            .arg(&state)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    let wait_records = |n: f64, label: &str, within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            let (_, records) = snapshot(&listen, t0, label);
+            if records >= n {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the service did not reach {n} records");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    wait_records(PART as f64, "reading", Duration::from_secs(60));
+
+    stop_broker(broker);
+    eprintln!("t={:>5.1}s broker stopped", t0.elapsed().as_secs_f64());
+    let mut saw_outage = false;
+    let down_until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < down_until {
+        let (code, _) = snapshot(&listen, t0, "down");
+        saw_outage |= code == 503;
+        assert!(service.0.try_wait().unwrap().is_none(), "the service exited during the outage: {}", std::fs::read_to_string(dir.path().join("ultr.log")).unwrap());
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(saw_outage, "/healthz reported the outage");
+    let errors_during_outage = metric_sum(&metrics(&listen), "ultr_kafka_errors_total").unwrap_or(0.0);
+    assert!(errors_during_outage > 0.0, "transient errors are counted");
+
+    let _broker = tansu(dir.path(), "tansu-2", port, port, &storage, false);
+    eprintln!("t={:>5.1}s broker restarted", t0.elapsed().as_secs_f64());
+    publish(&brokers, topic, PART, PART);
+    wait_records(2.0 * PART as f64, "recover", Duration::from_secs(120));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _) = snapshot(&listen, t0, "healthy?");
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/healthz did not recover");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let _ = Command::new("kill").arg("-TERM").arg(service.0.id().to_string()).status();
+    let status = service.0.wait().unwrap();
+    assert!(status.success(), "graceful stop: {}", std::fs::read_to_string(dir.path().join("ultr.log")).unwrap());
+
+    // The uninterrupted reference: the same records, the same stop point, no outage.
+    let reference = dir.path().join("reference");
+    let cfg = PipelineConfig::parse(&config_text(&brokers, topic, "ultr-outage-reference", "127.0.0.1:0"), "reference.toml").unwrap();
+    run_to_state(&cfg, &reference, &mut StopAt { records: 2 * PART, done: false }).unwrap();
+    let (want_rows, want_counters) = final_counts(&reference);
+    let (got_rows, got_counters) = final_counts(&state);
+    assert!(!want_rows.is_empty());
+    assert_eq!(got_counters, want_counters, "counters and closed windows equal the uninterrupted run");
+    assert_eq!(got_rows, want_rows, "cumulative π equals the uninterrupted run");
+}

@@ -1,0 +1,207 @@
+//! Regression tests for production-shaped inputs on file sources: a far-future event time, an
+//! outlier within the skew, a missing or truncated state file, a restart whose first record has
+//! another feature dimension, two writers on one state, and dead letters that are capped and rotated.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::final_counts;
+use ultr::config::PipelineConfig;
+use ultr::pipeline::{run_to_state, NoObserver};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::dead_letter::{read_dead_letters, sha256_hex};
+use ultr::sinks::jsonl::JsonlSink;
+use ultr::state::read_manifest;
+
+const FAR_FUTURE: &str = r#"{"schema_version":1,"session_id":"from-the-future","query_id":"q0","event_time":"9999-12-31T00:00:00Z","policy_id":"p","items":[{"doc_id":"d0","position":1,"clicked":false,"features":[0.1,0.2,0.3]}]}"#;
+
+/// 6,000 simulated sessions (100 ms apart, 3 features) as JSONL lines.
+fn session_lines(dir: &Path) -> Vec<String> {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 60, docs_per_query: 12, features: 3 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions: 6_000,
+        seed: 23,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let path = dir.join("base.jsonl");
+    sim.run(&mut JsonlSink::create(&path).unwrap()).unwrap();
+    std::fs::read_to_string(&path).unwrap().lines().map(str::to_string).collect()
+}
+
+fn write_lines(path: &Path, lines: &[String]) -> PathBuf {
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+    path.to_path_buf()
+}
+
+fn config(file: &Path, window_extra: &str, extra: &str) -> PipelineConfig {
+    let text = format!(
+        "batch_records = 200\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"1m\"\nallowed_lateness = \"10s\"\n{window_extra}\n[state]\ncheckpoint_every_records = 1000\n{extra}",
+        file.display().to_string()
+    );
+    PipelineConfig::parse(&text, "test.toml").unwrap()
+}
+
+fn ingest(config: &PipelineConfig, state: &Path) -> ultr::pipeline::RunReport {
+    run_to_state(config, state, &mut NoObserver).unwrap()
+}
+
+#[test]
+fn a_far_future_event_time_is_refused_and_destroys_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = session_lines(dir.path());
+    let clean = write_lines(&dir.path().join("clean.jsonl"), &lines);
+    let mut spoiled_lines = lines.clone();
+    spoiled_lines.insert(3_000, FAR_FUTURE.to_string());
+    let spoiled = write_lines(&dir.path().join("spoiled.jsonl"), &spoiled_lines);
+
+    let clean_state = dir.path().join("clean-state");
+    let spoiled_state = dir.path().join("spoiled-state");
+    let clean_report = ingest(&config(&clean, "", ""), &clean_state);
+    let report = ingest(&config(&spoiled, "", ""), &spoiled_state);
+
+    assert_eq!(report.dead_letters.get("future_event_time"), Some(&1), "{:?}", report.dead_letters);
+    assert_eq!(report.counters.late_sessions, 0, "no valid session may be declared late");
+    assert_eq!(report.counters.sessions, clean_report.counters.sessions);
+    let letters = read_dead_letters(&spoiled_state.join("dead-letters.jsonl")).unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, "future_event_time");
+    assert_eq!(letters[0].original_bytes().unwrap(), FAR_FUTURE.as_bytes());
+    let manifest = read_manifest(&spoiled_state).unwrap();
+    assert!(manifest.windows.len() >= 10, "every regular window is kept, got {}", manifest.windows.len());
+    let (want_rows, _) = final_counts(&clean_state);
+    let (got_rows, _) = final_counts(&spoiled_state);
+    assert_eq!(got_rows, want_rows, "cumulative π equals the stream without the bad record");
+}
+
+#[test]
+fn an_outlier_within_the_skew_moves_the_watermark_by_at_most_the_jump_and_retention_keeps_the_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = session_lines(dir.path());
+    let clean = write_lines(&dir.path().join("clean.jsonl"), &lines);
+    let mut spoiled_lines = lines.clone();
+    spoiled_lines.insert(3_000, FAR_FUTURE.to_string());
+    let spoiled = write_lines(&dir.path().join("spoiled.jsonl"), &spoiled_lines);
+    // The decoder's guard is opened wide, so only the operator's jump bound and watermark-based
+    // retention stand between the outlier and the state.
+    let extra = "[decode]\nmax_clock_skew = \"3660000d\"\n";
+    let jump = "max_partition_clock_jump = \"1m\"";
+    let clean_state = dir.path().join("clean-state");
+    let spoiled_state = dir.path().join("spoiled-state");
+    let clean_report = ingest(&config(&clean, jump, extra), &clean_state);
+    let report = ingest(&config(&spoiled, jump, extra), &spoiled_state);
+    assert_eq!(clean_report.counters.late_sessions, 0);
+    // One minute of jump closes at most the current window early: at most two windows' sessions
+    // (600 each) turn late, instead of all 3,000 after the outlier.
+    assert!(report.counters.late_sessions <= 1_200, "late sessions {}", report.counters.late_sessions);
+    let regular = |state: &Path| -> Vec<i64> {
+        read_manifest(state).unwrap().windows.iter().filter(|w| w.end_ms < 100_000_000_000_000).map(|w| w.start_ms).collect()
+    };
+    assert_eq!(regular(&spoiled_state), regular(&clean_state), "retention keeps every regular window");
+    let manifest = read_manifest(&spoiled_state).unwrap();
+    let in_horizon = ultr::state::cumulative::windows_in_horizon(&manifest, 28 * 86_400_000);
+    assert!(in_horizon.len() >= regular(&clean_state).len(), "the lookback horizon still holds the regular windows");
+}
+
+#[test]
+fn a_missing_or_truncated_state_file_is_an_error_naming_it_not_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = session_lines(dir.path());
+    let file = write_lines(&dir.path().join("s.jsonl"), &lines);
+    let state = dir.path().join("state");
+    ingest(&config(&file, "", ""), &state);
+    let manifest = read_manifest(&state).unwrap();
+    let w = &manifest.windows[2];
+    let victim = state.join("windows").join(&w.dir).join("propensity_counts.parquet");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(ultr::state::cumulative::compute(&state, &manifest, i64::MAX / 4)).expect("intact state reads");
+
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() / 2]).unwrap();
+    let err = format!("{:#}", rt.block_on(ultr::state::cumulative::compute(&state, &manifest, i64::MAX / 4)).err().expect("an error"));
+    assert!(err.contains("propensity_counts.parquet") && err.contains("truncated"), "{err}");
+
+    std::fs::remove_file(&victim).unwrap();
+    let err = format!("{:#}", rt.block_on(ultr::state::cumulative::compute(&state, &manifest, i64::MAX / 4)).err().expect("an error"));
+    assert!(err.contains("propensity_counts.parquet") && err.contains("missing"), "{err}");
+}
+
+#[test]
+fn a_restart_keeps_the_feature_dimension_the_state_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = session_lines(dir.path());
+    let file = dir.path().join("s.jsonl");
+    write_lines(&file, &lines[..2_000]);
+    let state = dir.path().join("state");
+    ingest(&config(&file, "", ""), &state);
+    assert_eq!(read_manifest(&state).unwrap().decoder.feature_dim, Some(3));
+    // The producer changes its feature vector: appended sessions carry 4 features.
+    let wider: Vec<String> = lines[2_000..2_100].iter().map(|l| l.replace("\"features\":[", "\"features\":[0.5,")).collect();
+    let mut all = lines[..2_000].to_vec();
+    all.extend(wider);
+    write_lines(&file, &all);
+    let report = ingest(&config(&file, "", ""), &state);
+    assert_eq!(report.dead_letters.get("feature_length_mismatch"), Some(&100), "{:?}", report.dead_letters);
+    assert_eq!(read_manifest(&state).unwrap().decoder.feature_dim, Some(3));
+}
+
+#[test]
+fn a_second_writer_on_one_state_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = session_lines(dir.path());
+    let file = write_lines(&dir.path().join("s.jsonl"), &lines[..500]);
+    let state = dir.path().join("state");
+    let cfg = config(&file, "", "");
+    ingest(&cfg, &state);
+    let held = ultr::state::StateStore::open(&state, &ultr::pipeline::source_identity(&cfg), cfg.window_spec().unwrap()).unwrap();
+    let err = format!("{:#}", run_to_state(&cfg, &state, &mut NoObserver).unwrap_err());
+    assert!(err.contains("in use by another ultr process"), "{err}");
+    drop(held);
+    ingest(&cfg, &state);
+}
+
+#[test]
+fn dead_letters_are_capped_hashed_stored_once_and_rotated() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = session_lines(dir.path());
+    let mut spoiled = lines[..3_000].to_vec();
+    // A 2 MiB refused record (invalid JSON), and 400 small ones spread through the stream.
+    let huge = format!("{{\"session_id\": \"{}", "x".repeat(2 << 20));
+    spoiled.insert(10, huge.clone());
+    for i in 0..400 {
+        spoiled.insert(20 + i * 7, format!("{{\"broken\": {i}"));
+    }
+    let file = write_lines(&dir.path().join("s.jsonl"), &spoiled);
+    let dead = dir.path().join("dead").join("letters.jsonl");
+    let extra = format!(
+        "[dead_letter.file]\npath = {:?}\nmax_file_bytes = 20000\nkeep_files = 100\nmax_payload_bytes = 65536\n",
+        dead.display().to_string()
+    );
+    let report = ingest(&config(&file, "", &extra), &dir.path().join("state"));
+    assert_eq!(report.dead_letters.values().sum::<u64>(), 401);
+
+    let mut letters = read_dead_letters(&dead).unwrap();
+    let mut rotated = 0;
+    for i in 1..=100 {
+        let p = PathBuf::from(format!("{}.{i}", dead.display()));
+        if p.exists() {
+            rotated += 1;
+            letters.extend(read_dead_letters(&p).unwrap());
+        }
+    }
+    let listing: Vec<_> = std::fs::read_dir(dead.parent().unwrap()).unwrap().flatten().map(|e| (e.file_name(), e.metadata().unwrap().len())).collect();
+    assert!(rotated >= 2, "a 20 kB bound over ~90 kB of letters rotates: {listing:?}");
+    assert_eq!(letters.len(), 401, "every refused record listed exactly once across the rotated files");
+    let big = letters.iter().find(|l| l.payload_bytes == huge.len() as u64).expect("the huge record's letter");
+    assert!(big.truncated);
+    assert_eq!(big.payload_sha256, sha256_hex(huge.as_bytes()));
+    let kept = big.original_bytes().unwrap();
+    assert!(kept.len() <= 65_536 && huge.as_bytes().starts_with(&kept));
+    for l in &letters {
+        assert!(l.payload.is_some() != l.payload_base64.is_some(), "payload stored once");
+    }
+}
