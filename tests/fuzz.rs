@@ -108,7 +108,7 @@ fn decoder_corpus() -> Vec<Vec<u8>> {
 
 #[test]
 fn decoder_survives_mutation_fuzzing_and_every_input_is_decoded_or_dead_lettered() {
-    let execs = budget("ULTR_FUZZ_DECODER_EXECS", 200_000);
+    let execs = budget("ULTR_FUZZ_DECODER_EXECS", 2_000_000);
     let mut rng = ChaCha8Rng::seed_from_u64(budget("ULTR_FUZZ_SEED", 1));
     let corpus = decoder_corpus();
     let limits = DecodeLimits { max_items: 50, max_features: 16, max_record_bytes: 1 << 16, ..DecodeLimits::default() };
@@ -176,7 +176,7 @@ fn decoder_survives_mutation_fuzzing_and_every_input_is_decoded_or_dead_lettered
 
 #[test]
 fn config_parser_survives_mutation_fuzzing() {
-    let execs = budget("ULTR_FUZZ_CONFIG_EXECS", 20_000);
+    let execs = budget("ULTR_FUZZ_CONFIG_EXECS", 200_000);
     let mut rng = ChaCha8Rng::seed_from_u64(budget("ULTR_FUZZ_SEED", 1));
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines");
     let corpus: Vec<Vec<u8>> = std::fs::read_dir(&dir)

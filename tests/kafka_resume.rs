@@ -124,38 +124,66 @@ fn a_group_behind_the_state_double_counts_nothing() {
     assert_eq!(sessions_in(&state), 10_000, "every session once: the state's offsets win over the group's");
 }
 
+/// Publishes sessions [from, from + n) round-robin to `partitions`.
+fn publish_to(topic: &str, from: u64, n: u64, partitions: &[i32]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 50, docs_per_query: 10, features: 3 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions: from + n,
+        seed: 31,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let producer: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
+    let mut buf = Vec::new();
+    for i in from..from + n {
+        let key = sim.session(i, &mut buf);
+        let p = partitions[(i % partitions.len() as u64) as usize];
+        loop {
+            match producer.send(BaseRecord::to(topic).key(&key).payload(&buf).partition(p)) {
+                Ok(()) => break,
+                Err(_) => {
+                    producer.poll(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// What a partition added to the topic looks like to a state: one it has never read. tansu 0.6 and
+/// librdkafka's mock cluster both answer CreatePartitions with UnsupportedFeature, so the growth
+/// itself cannot be staged here; this stages its effect, with the group already committed on the
+/// new partitions (the worst case: the old code started there and skipped their head).
 #[test]
-fn a_partition_added_mid_run_is_read_from_its_beginning() {
-    let topic = unique("ultr-grow");
-    ensure_topic(&brokers(), &topic, 1).expect("broker reachable");
-    let group = unique("ultr-grow-group");
+fn a_partition_the_state_never_read_starts_at_its_beginning_not_at_the_group_offset() {
+    let topic = unique("ultr-new-partition");
+    ensure_topic(&brokers(), &topic, 3).expect("broker reachable");
+    let group = unique("ultr-new-partition-group");
+    let cfg = config(&topic, &group);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    publish(&topic, 0, 3_000);
-    let mut cfg = config(&topic, &group);
-    if let ultr::config::SourceConfig::Kafka(k) = &mut cfg.source {
-        k.idle_exit_ms = Some(15_000);
-    }
-    let grow = {
-        let topic = topic.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(3));
-            use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-            let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-                rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let result = rt.block_on(admin.create_partitions([&NewPartitions::new(&topic, 3)], &AdminOptions::new())).unwrap();
-            for r in result {
-                r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
-            }
-            std::thread::sleep(Duration::from_secs(2));
-            publish(&topic, 3_000, 3_000); // keyed by session: spread over all three partitions
-        })
-    };
+    publish_to(&topic, 0, 3_000, &[0]);
     run_to_state(&cfg, &state, &mut NoObserver).unwrap();
-    grow.join().unwrap();
+    let known: Vec<i32> = read_manifest(&state).unwrap().resume.0.values().flat_map(|p| p.keys().copied()).collect();
+    assert_eq!(known, vec![0], "the state has read partition 0 only");
+
+    publish_to(&topic, 3_000, 3_000, &[1, 2]);
+    {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        use rdkafka::{Offset, TopicPartitionList};
+        let c: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).set("group.id", &group).create().unwrap();
+        let mut list = TopicPartitionList::new();
+        for p in [1, 2] {
+            list.add_partition_offset(&topic, p, Offset::Offset(500)).unwrap();
+        }
+        c.commit(&list, CommitMode::Sync).unwrap();
+    }
+    run_to_state(&cfg, &state, &mut NoObserver).unwrap();
     let manifest = read_manifest(&state).unwrap();
-    let partitions: Vec<i32> = manifest.resume.0.values().flat_map(|p| p.keys().copied()).collect();
-    assert_eq!(partitions.len(), 3, "offsets of all three partitions: {:?}", manifest.resume);
-    assert_eq!(sessions_in(&state), 6_000);
+    assert_eq!(manifest.resume.get(&format!("kafka:{topic}"), 1), Some(1_500));
+    assert_eq!(manifest.resume.get(&format!("kafka:{topic}"), 2), Some(1_500));
+    assert_eq!(sessions_in(&state), 6_000, "the new partitions are read from offset 0");
 }

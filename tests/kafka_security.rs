@@ -48,7 +48,7 @@ fn properties_toml(properties: &BTreeMap<String, String>) -> String {
 fn sasl_scram_over_tls_with_a_password_file() {
     let dir = tempfile::tempdir().unwrap();
     let (inner, tls) = (free_port(), free_port());
-    let storage = format!("sqlite://{}", dir.path().join("tansu.db").display());
+    let storage = "sqlite://tansu.db".to_string();
     // Users live in the broker's storage: create one on an open broker, then restart it with
     // authentication required, advertised at the TLS listener.
     {

@@ -41,7 +41,7 @@ fn publish(brokers: &str, topic: &str, from: u64, n: u64) {
 fn config_text(brokers: &str, topic: &str, group: &str, listen: &str) -> String {
     format!(
         "[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\n\
-         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"reconnect.backoff.max.ms\" = \"1000\"\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"reconnect.backoff.max.ms\" = \"1000\"\n\"session.timeout.ms\" = \"10000\"\n\"heartbeat.interval.ms\" = \"2000\"\n\
          [window]\nsize = \"1m\"\nallowed_lateness = \"10s\"\nidle_partition_timeout = \"5m\"\n\
          [state]\ncheckpoint_every_records = 2000\ncheckpoint_interval = \"1s\"\n[service]\nlisten = {listen:?}\n"
     )
@@ -94,7 +94,7 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let brokers = format!("127.0.0.1:{port}");
-    let storage = format!("sqlite://{}", dir.path().join("broker.db").display());
+    let storage = "sqlite://broker.db".to_string();
     let topic = "sessions";
     let broker = tansu(dir.path(), "tansu-1", port, port, &storage, false);
     ensure_topic(&brokers, topic, 1).unwrap();
@@ -111,6 +111,7 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
             .arg(&config)
             .arg("--state")
             .arg(&state)
+            .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -124,7 +125,11 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
             if records >= n {
                 break;
             }
-            assert!(Instant::now() < deadline, "the service did not reach {n} records");
+            assert!(
+                Instant::now() < deadline,
+                "the service did not reach {n} records; its log:\n{}",
+                std::fs::read_to_string(dir.path().join("ultr.log")).unwrap_or_default().lines().rev().take(60).collect::<Vec<_>>().join("\n")
+            );
             std::thread::sleep(Duration::from_secs(1));
         }
     };

@@ -187,7 +187,10 @@ fn sigterm_cancels_a_scheduled_training_in_progress() {
     let lines: Vec<String> = log.try_iter().collect();
     assert!(lines.iter().any(|l| l.contains("training cancelled")), "no cancellation reported: {lines:?}");
     let models = state.join("models");
-    let left: Vec<String> = std::fs::read_dir(&models).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    // The writer's lock file (`.lock`) is not a model; nothing else may be left.
+    let left: Vec<String> = std::fs::read_dir(&models)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n != ".lock").collect())
+        .unwrap_or_default();
     assert!(left.is_empty(), "a cancelled training left {left:?} in {}", models.display());
     eprintln!("stopped {took:?} after SIGTERM");
 }

@@ -132,8 +132,6 @@ pub struct KafkaSource {
     position: Position,
     streams: BTreeMap<String, Arc<str>>,
     health: Arc<SourceHealth>,
-    /// Consecutive failed polls, for backoff.
-    failures: u32,
 }
 
 impl KafkaSource {
@@ -178,7 +176,6 @@ impl KafkaSource {
             position,
             streams: BTreeMap::new(),
             health,
-            failures: 0,
         })
     }
 
@@ -240,18 +237,19 @@ impl RecordSource for KafkaSource {
                     continue;
                 }
                 Err(e) => {
-                    // Transient (broker down, transport, rebalance): count, back off, retry. What
-                    // was read stays consistent: nothing past the last handed-out record counts.
+                    // Transient (broker down, transport, rebalance): count it and keep polling.
+                    // librdkafka paces reconnects itself (`reconnect.backoff.ms`); sleeping here
+                    // instead would drain its error queue slower than it fills during an outage,
+                    // and messages queued behind the errors would wait long after recovery.
                     let (kind, down) = classify(&e);
                     self.health.error(kind, down);
-                    self.failures = self.failures.saturating_add(1);
-                    let backoff = Duration::from_millis((50u64 << self.failures.min(6)).min(2_000));
-                    tracing::warn!(kind, "reading from Kafka: {e}; retrying in {backoff:?}");
-                    std::thread::sleep(backoff);
-                    break;
+                    tracing::debug!(kind, "reading from Kafka: {e}; retrying");
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    continue;
                 }
             };
-            self.failures = 0;
             self.health.ok();
             self.last_message = Instant::now();
             let stream = self

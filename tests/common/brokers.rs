@@ -28,8 +28,9 @@ pub fn wait_for_port(port: u16, what: &str, log: &Path) {
     }
 }
 
-/// Starts `tansu broker` listening on `port`, advertising `advertised_port` (another port when a
-/// TLS proxy fronts it), storing in `storage` (e.g. `sqlite:///path/db`, `memory://tansu/`).
+/// Starts `tansu broker` in `dir`, listening on `port`, advertising `advertised_port` (another port
+/// when a TLS proxy fronts it), storing in `storage` (e.g. `sqlite://broker.db`, relative to `dir`,
+/// or `memory://tansu/`).
 pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &str, authentication: bool) -> Guard {
     let log = dir.join(format!("{name}.log"));
     let mut cmd = Command::new("tansu");
@@ -42,6 +43,7 @@ pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &
         cmd.arg("--authentication");
     }
     let child = cmd
+        .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
