@@ -53,7 +53,11 @@ pub fn open_dead_letters(config: &PipelineConfig, state_dir: &Path, committed: O
             Ok(DeadLetterSink::file_resuming(path, committed)?.with_max_payload_bytes(*max_payload_bytes))
         }
         Some(DeadLetterConfig::Kafka { brokers, topic, properties, max_payload_bytes }) => {
-            Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, properties).context("[dead_letter.kafka]")?)
+            // A letter the broker cannot take within 30 s is counted as failed, not retried for
+            // librdkafka's default 5 minutes.
+            let mut properties = properties.clone();
+            properties.entry("message.timeout.ms".to_string()).or_insert_with(|| "30000".to_string());
+            Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, &properties).context("[dead_letter.kafka]")?)
                 .with_max_payload_bytes(*max_payload_bytes))
         }
         None => DeadLetterSink::file_resuming(&state_dir.join("dead-letters.jsonl"), committed),

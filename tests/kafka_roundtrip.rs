@@ -160,6 +160,44 @@ fn restart_from_resume_offsets_skips_what_was_read() {
     assert_eq!(first_sessions + rest, 2_000);
 }
 
+/// A dead-letter topic on a broker that is down never stops ingest: the run finishes and counts
+/// every valid session; undeliverable letters are counted, not retried forever.
+#[test]
+fn an_unreachable_dead_letter_topic_does_not_block_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 20, docs_per_query: 5, features: 2 },
+        relevance: RelevanceKind::Linear,
+        sessions: 3_000,
+        seed: 8,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let file = dir.path().join("s.jsonl");
+    sim.run(&mut JsonlSink::create(&file).unwrap()).unwrap();
+    let mut lines: Vec<String> = std::fs::read_to_string(&file).unwrap().lines().map(str::to_string).collect();
+    for i in 0..50 {
+        lines.insert(i * 50 + 1, "{\"broken\":".to_string());
+    }
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(); // closed again at once
+    let config = ultr::config::PipelineConfig::parse(
+        &format!(
+            "batch_records = 500\n[source.file]\npaths = [{:?}]\n[dead_letter.kafka]\nbrokers = \"127.0.0.1:{dead_port}\"\ntopic = \"dlq\"\n\
+             [dead_letter.kafka.properties]\n\"message.timeout.ms\" = \"2000\"\n[window]\nsize = \"1m\"\n[state]\ncheckpoint_every_records = 1000\n",
+            file.display().to_string()
+        ),
+        "dlq-down.toml",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let report = ultr::pipeline::run_to_state(&config, &dir.path().join("state"), &mut ultr::pipeline::NoObserver).unwrap();
+    assert_eq!(report.counters.sessions, 3_000);
+    assert_eq!(report.dead_letters.values().sum::<u64>(), 50);
+    assert!(report.dead_letter_failures > 0, "undelivered letters are counted");
+    eprintln!("ingest with an unreachable dead-letter broker finished in {:?}", started.elapsed());
+}
+
 /// Dead letters to a Kafka topic keep the original bytes and carry the reason in headers.
 #[test]
 fn dead_letters_to_kafka_carry_bytes_and_reason() {
@@ -173,9 +211,13 @@ fn dead_letters_to_kafka_carry_bytes_and_reason() {
     let topic = unique("ultr-dlq");
     ensure_topic(&brokers, &topic, 1).unwrap();
     let mut dead = DeadLetterSink::kafka(KafkaSink::new(&brokers, &topic, &Default::default()).unwrap());
+    // The third is a 4 MiB record: Kafka's ~1 MB message limit used to make its letter fail
+    // forever (and the replay hit it again); now it travels cut to the cap, hash and length kept.
+    let huge = format!("{{\"session_id\": \"{}", "y".repeat(4 << 20)).into_bytes();
     let letters = [
         (vec![0xff, 0x00, 0x7b], Reason::NotUtf8),
         (b"{\"schema_version\":1".to_vec(), Reason::InvalidJson),
+        (huge.clone(), Reason::InvalidJson),
     ];
     for (i, (bytes, reason)) in letters.iter().enumerate() {
         dead.write(&DeadLetter {
@@ -187,7 +229,8 @@ fn dead_letters_to_kafka_carry_bytes_and_reason() {
         .unwrap();
     }
     dead.flush().unwrap();
-    assert_eq!(dead.counts().total(), 2);
+    assert_eq!(dead.counts().total(), 3);
+    assert_eq!(dead.failed(), 0, "every letter delivered");
 
     let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
         .set("bootstrap.servers", &brokers)
@@ -198,16 +241,26 @@ fn dead_letters_to_kafka_carry_bytes_and_reason() {
     consumer.subscribe(&[&topic]).unwrap();
     let mut got = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while got.len() < 2 && std::time::Instant::now() < deadline {
+    let mut huge_headers = None;
+    while got.len() < 3 && std::time::Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(std::time::Duration::from_millis(200)) {
             let headers = m.headers().unwrap();
-            let reason = (0..headers.count()).map(|i| headers.get(i)).find(|h| h.key == "ultr.reason").and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned());
-            got.push((m.payload().unwrap().to_vec(), reason.unwrap()));
+            let header = |key: &str| (0..headers.count()).map(|i| headers.get(i)).find(|h| h.key == key).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned());
+            if got.len() == 2 {
+                huge_headers = Some((header("ultr.payload_bytes"), header("ultr.payload_sha256"), header("ultr.truncated")));
+            }
+            got.push((m.payload().unwrap().to_vec(), header("ultr.reason").unwrap()));
         }
     }
-    assert_eq!(got.len(), 2);
-    for ((bytes, reason), (got_bytes, got_reason)) in letters.iter().zip(&got) {
+    assert_eq!(got.len(), 3);
+    for ((bytes, reason), (got_bytes, got_reason)) in letters.iter().zip(&got).take(2) {
         assert_eq!(bytes, got_bytes);
         assert_eq!(reason.as_str(), got_reason);
     }
+    let (cut, _) = &got[2];
+    assert!(cut.len() <= ultr::sinks::dead_letter::DEFAULT_MAX_PAYLOAD_BYTES && huge.starts_with(cut));
+    let (length, sha, truncated) = huge_headers.unwrap();
+    assert_eq!(length.as_deref(), Some(huge.len().to_string().as_str()));
+    assert_eq!(sha, Some(ultr::sinks::dead_letter::sha256_hex(&huge)));
+    assert_eq!(truncated.as_deref(), Some("true"));
 }

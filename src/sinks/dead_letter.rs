@@ -273,7 +273,7 @@ impl DeadLetterSink {
                 out.get_ref().sync_data()?;
             }
             Target::Kafka(sink) => {
-                let undelivered = sink.flush_bounded(std::time::Duration::from_secs(10));
+                let undelivered = sink.flush_bounded(std::time::Duration::from_secs(2));
                 if undelivered > 0 {
                     tracing::warn!("{undelivered} dead letters not delivered at this flush");
                 }

@@ -258,10 +258,7 @@ fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn sync_dir(dir: &Path) -> anyhow::Result<()> {
-    fs::File::open(dir)?.sync_all()?;
-    Ok(())
-}
+use crate::state::sync_dir;
 
 #[cfg(test)]
 mod tests {
