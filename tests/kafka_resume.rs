@@ -22,17 +22,22 @@ fn unique(name: &str) -> String {
     format!("{name}-{}-{nanos}", std::process::id())
 }
 
-/// Publishes sessions [from, from + n) of one simulated stream.
-fn publish(topic: &str, from: u64, n: u64) {
-    let sim = Simulator::new(SimConfig {
+/// The simulated stream every test here publishes from (session i is the same in every call).
+fn simulator(sessions: u64) -> Simulator {
+    Simulator::new(SimConfig {
         synthetic: SyntheticData { queries: 50, docs_per_query: 10, features: 3 },
         relevance: RelevanceKind::Linear,
         policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
-        sessions: from + n,
+        sessions,
         seed: 31,
         ..SimConfig::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// Publishes sessions [from, from + n) of one simulated stream.
+fn publish(topic: &str, from: u64, n: u64) {
+    let sim = simulator(from + n);
     let mut sink = KafkaSink::new(&brokers(), topic, &Default::default()).unwrap();
     let mut buf = Vec::new();
     for i in from..from + n {
@@ -127,15 +132,7 @@ fn a_group_behind_the_state_double_counts_nothing() {
 /// Publishes sessions [from, from + n) round-robin to `partitions`.
 fn publish_to(topic: &str, from: u64, n: u64, partitions: &[i32]) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    let sim = Simulator::new(SimConfig {
-        synthetic: SyntheticData { queries: 50, docs_per_query: 10, features: 3 },
-        relevance: RelevanceKind::Linear,
-        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
-        sessions: from + n,
-        seed: 31,
-        ..SimConfig::default()
-    })
-    .unwrap();
+    let sim = simulator(from + n);
     let producer: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
     let mut buf = Vec::new();
     for i in from..from + n {

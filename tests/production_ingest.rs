@@ -46,6 +46,15 @@ fn config(file: &Path, window_extra: &str, extra: &str) -> PipelineConfig {
     PipelineConfig::parse(&text, "test.toml").unwrap()
 }
 
+/// The 6,000-session stream, and the same with a year-9999 session in the middle.
+fn clean_and_spoiled(dir: &Path) -> (PathBuf, PathBuf) {
+    let lines = session_lines(dir);
+    let clean = write_lines(&dir.join("clean.jsonl"), &lines);
+    let mut spoiled_lines = lines;
+    spoiled_lines.insert(3_000, FAR_FUTURE.to_string());
+    (clean, write_lines(&dir.join("spoiled.jsonl"), &spoiled_lines))
+}
+
 fn ingest(config: &PipelineConfig, state: &Path) -> ultr::pipeline::RunReport {
     run_to_state(config, state, &mut NoObserver).unwrap()
 }
@@ -53,11 +62,7 @@ fn ingest(config: &PipelineConfig, state: &Path) -> ultr::pipeline::RunReport {
 #[test]
 fn a_far_future_event_time_is_refused_and_destroys_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let lines = session_lines(dir.path());
-    let clean = write_lines(&dir.path().join("clean.jsonl"), &lines);
-    let mut spoiled_lines = lines.clone();
-    spoiled_lines.insert(3_000, FAR_FUTURE.to_string());
-    let spoiled = write_lines(&dir.path().join("spoiled.jsonl"), &spoiled_lines);
+    let (clean, spoiled) = clean_and_spoiled(dir.path());
 
     let clean_state = dir.path().join("clean-state");
     let spoiled_state = dir.path().join("spoiled-state");
@@ -81,11 +86,7 @@ fn a_far_future_event_time_is_refused_and_destroys_nothing() {
 #[test]
 fn an_outlier_within_the_skew_moves_the_watermark_by_at_most_the_jump_and_retention_keeps_the_windows() {
     let dir = tempfile::tempdir().unwrap();
-    let lines = session_lines(dir.path());
-    let clean = write_lines(&dir.path().join("clean.jsonl"), &lines);
-    let mut spoiled_lines = lines.clone();
-    spoiled_lines.insert(3_000, FAR_FUTURE.to_string());
-    let spoiled = write_lines(&dir.path().join("spoiled.jsonl"), &spoiled_lines);
+    let (clean, spoiled) = clean_and_spoiled(dir.path());
     // The decoder's guard is opened wide, so only the operator's jump bound and watermark-based
     // retention stand between the outlier and the state.
     let extra = "[decode]\nmax_clock_skew = \"3660000d\"\n";
