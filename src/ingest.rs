@@ -157,8 +157,12 @@ impl<S: RecordSource> Ingest<S> {
                     sessions += 1;
                     if replay {
                         if let Some(t) = self.decoder.last_event_ms() {
-                            let clock = self.stream_clocks.entry(record.position.stream.to_string()).or_insert(t);
-                            *clock = (*clock).max(t);
+                            match self.stream_clocks.get_mut(&*record.position.stream) {
+                                Some(clock) => *clock = (*clock).max(t),
+                                None => {
+                                    self.stream_clocks.insert(record.position.stream.to_string(), t);
+                                }
+                            }
                         }
                     }
                     origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, rows });
