@@ -1,11 +1,13 @@
 # Builds the `ultr` binary; used by docker-compose.yml.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# cmake builds the bundled librdkafka; libssl-dev gives it TLS and SCRAM.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake libssl-dev && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cargo build --release --bin ultr
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/ultr /usr/local/bin/ultr
 COPY pipelines /etc/ultr/pipelines
 VOLUME /var/lib/ultr
