@@ -206,3 +206,28 @@ fn dead_letters_are_capped_hashed_stored_once_and_rotated() {
         assert!(l.payload.is_some() != l.payload_base64.is_some(), "payload stored once");
     }
 }
+
+#[test]
+fn late_segments_are_dropped_by_retention_like_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = session_lines(dir.path());
+    // Sessions from the first 10 s arrive 5 minutes late: the watermark has passed their window.
+    let stragglers: Vec<String> = lines.drain(..100).collect();
+    let at = 3_000;
+    for (i, l) in stragglers.into_iter().enumerate() {
+        lines.insert(at + i, l);
+    }
+    let file = write_lines(&dir.path().join("s.jsonl"), &lines);
+    let state = dir.path().join("state");
+    // A long horizon keeps the late side output …
+    let report = ingest(&config(&file, "", "lookback = \"1d\"\n"), &state);
+    assert_eq!(report.counters.late_sessions, 100);
+    assert!(!read_manifest(&state).unwrap().late.is_empty());
+    // … a 2-minute one drops it with the windows it belongs to.
+    let short = dir.path().join("short");
+    let report = ingest(&config(&file, "", "lookback = \"2m\"\n"), &short);
+    assert_eq!(report.counters.late_sessions, 100);
+    let manifest = read_manifest(&short).unwrap();
+    assert!(manifest.late.is_empty(), "late segments older than the horizon are dropped: {:?}", manifest.late);
+    assert_eq!(std::fs::read_dir(short.join("late")).unwrap().count(), 0, "and their files deleted");
+}

@@ -264,6 +264,20 @@ use crate::state::sync_dir;
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_writer_removes_what_a_crashed_writer_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = ModelStore::open(tmp.path()).unwrap();
+        fs::create_dir_all(tmp.path().join(".tmp-20260101T000000Z-1")).unwrap();
+        fs::create_dir_all(tmp.path().join(".deleting-20250101T000000Z-9")).unwrap();
+        let lock = store.lock_for_writing().unwrap();
+        let left: Vec<String> = fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(left, vec![".lock".to_string()]);
+        let err = store.lock_for_writing().unwrap_err().to_string();
+        assert!(err.contains("models directory") && err.contains("in use"), "{err}");
+        drop(lock);
+    }
+
     /// Writes a checkpoint description only (enough for `list` and `prune`).
     fn fake_checkpoint(store: &ModelStore, id: &str) {
         let dir = store.dir().join(id);
