@@ -222,11 +222,6 @@ impl PipelineConfig {
         parse_duration_ms(&self.window.max_partition_clock_jump).unwrap_or(3_600_000)
     }
 
-    /// `decode.max_clock_skew` in milliseconds.
-    pub fn max_clock_skew_ms(&self) -> i64 {
-        parse_duration_ms(&self.decode.max_clock_skew).unwrap_or(3_600_000)
-    }
-
     pub fn checkpoint_interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(parse_duration_ms(&self.state.checkpoint_interval).unwrap_or(10_000).max(0) as u64)
     }

@@ -62,7 +62,7 @@ pub enum Next {
 
 impl<S: RecordSource> Ingest<S> {
     pub fn new(source: S, limits: DecodeLimits, batch_records: usize) -> Self {
-        let max_clock_skew_ms = humantime::parse_duration(limits.max_clock_skew.trim()).ok().map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        let max_clock_skew_ms = limits.max_clock_skew_ms();
         Ingest {
             source,
             decoder: Decoder::new(limits),

@@ -52,6 +52,13 @@ impl Default for DecodeLimits {
     }
 }
 
+impl DecodeLimits {
+    /// `max_clock_skew` in milliseconds; `None` when it does not parse (the config refuses that).
+    pub fn max_clock_skew_ms(&self) -> Option<i64> {
+        humantime::parse_duration(self.max_clock_skew.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
 /// A refused record: the reason label plus a human-readable detail.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejected {
