@@ -1,7 +1,8 @@
 -- Feature-overlap input: per bias configuration (position, context), a bottom-k sample of feature
 -- vectors: the 256 impressions with the smallest sample_key (a hash of session and position). A
 -- bottom-k sample is mergeable exactly: the bottom-k of a union is the bottom-k of the parts' samples,
--- so the same query merges window samples into the cumulative one.
+-- so this one query reduces a micro-batch, merges a window's partial samples, and merges window
+-- samples into the cumulative one.
 SELECT position, context, sample_key, features
 FROM (
     SELECT

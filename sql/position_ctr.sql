@@ -1,10 +1,10 @@
--- Per-position impressions, clicks and click-through rate over a set of impressions.
--- Input: impressions (one window), or position_ctr of many windows re-summed by the caller.
+-- Per-position impressions, clicks and click-through rate.
+-- Input: propensity_counts (a closed window's merged counts).
 SELECT
     position,
-    COUNT(*) AS impressions,
-    SUM(CASE WHEN clicked THEN 1 ELSE 0 END) AS clicks,
-    AVG(CASE WHEN clicked THEN 1.0 ELSE 0.0 END) AS ctr
-FROM impressions
+    CAST(SUM(impressions) AS BIGINT) AS impressions,
+    CAST(SUM(clicks) AS BIGINT) AS clicks,
+    CAST(SUM(clicks) AS DOUBLE) / CAST(SUM(impressions) AS DOUBLE) AS ctr
+FROM propensity_counts
 GROUP BY position
 ORDER BY position

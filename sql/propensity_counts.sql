@@ -1,6 +1,7 @@
 -- π inputs: how often each document was shown, and clicked, at each position for each query,
 -- per bias context (device, layout, ...; NULL when the stream has none).
--- Input: impressions (one window, or the cumulative counts re-aggregated: see cumulative_*.sql).
+-- Input: impressions (one micro-batch of an open window). Sums, so partials merge exactly by
+-- merge_propensity_counts.sql (at checkpoints, at window close, and over the horizon).
 SELECT
     query_id,
     doc_id,

@@ -1,4 +1,7 @@
 -- Sessions per query: the denominator of π(d,k|q) = impressions(q,d,k) / sessions(q).
+-- Input: impressions (one micro-batch). The window's duplicate-session filter admits a session id
+-- once per window, so micro-batches hold disjoint sessions and their counts add up exactly
+-- (merge_query_sessions.sql).
 SELECT
     query_id,
     COUNT(DISTINCT session_id) AS sessions

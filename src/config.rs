@@ -109,6 +109,9 @@ pub struct WindowConfig {
     /// One session may move its partition's clock at most this far past the watermark (plus
     /// `allowed_lateness`), so one outlier event time cannot close every open window at once.
     pub max_partition_clock_jump: String,
+    /// An open window buffers at most this many impression rows before reducing them to partial
+    /// aggregates (by the `sql/` statistics); its memory is this buffer plus its distinct keys.
+    pub reduce_rows: usize,
 }
 
 impl Default for WindowConfig {
@@ -119,6 +122,7 @@ impl Default for WindowConfig {
             allowed_lateness: "5m".into(),
             idle_partition_timeout: "30s".into(),
             max_partition_clock_jump: "1h".into(),
+            reduce_rows: 65_536,
         }
     }
 }
@@ -138,11 +142,14 @@ pub struct StateConfig {
     pub checkpoint_interval: String,
     /// Keep closed windows this far back from the newest (default: `lookback`).
     pub retention: Option<String>,
+    /// Memory pool of the SQL queries (window merges, horizon views, training rows): beyond it,
+    /// sorts, joins and aggregations spill to the OS temp directory. `512MiB`, `2GiB`, or bytes.
+    pub query_memory_limit: String,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, checkpoint_interval: "10s".into(), retention: None }
+        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, checkpoint_interval: "10s".into(), retention: None, query_memory_limit: "1GiB".into() }
     }
 }
 
@@ -180,6 +187,25 @@ impl Default for IdentifiabilityConfig {
 pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
     let d = humantime::parse_duration(text.trim()).map_err(|e| format!("`{text}` is not a duration like 30s, 10m, 1h, 28d ({e})"))?;
     i64::try_from(d.as_millis()).map_err(|_| format!("`{text}` is too long"))
+}
+
+/// Parses `1073741824`, `512MiB`, `2GiB`, `64KiB`, `1GB` (binary and decimal units) into bytes.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a size like 512MiB or 2GiB"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => return Err(format!("`{text}`: unknown unit `{other}` (B, KiB, MiB, GiB, KB, MB, GB)")),
+    };
+    n.checked_mul(scale).and_then(|b| usize::try_from(b).ok()).filter(|b| *b > 0).ok_or_else(|| format!("`{text}` must be > 0 and fit in memory"))
 }
 
 fn default_batch_records() -> usize {
@@ -226,6 +252,11 @@ impl PipelineConfig {
         std::time::Duration::from_millis(parse_duration_ms(&self.state.checkpoint_interval).unwrap_or(10_000).max(0) as u64)
     }
 
+    /// `state.query_memory_limit` in bytes.
+    pub fn query_memory_limit_bytes(&self) -> Result<usize, String> {
+        parse_bytes(&self.state.query_memory_limit).map_err(|e| format!("key `state.query_memory_limit`: {e}"))
+    }
+
     pub fn lookback_ms(&self) -> i64 {
         parse_duration_ms(&self.state.lookback).unwrap_or(28 * 86_400_000)
     }
@@ -255,6 +286,10 @@ impl PipelineConfig {
         parse_duration_ms(&config.decode.max_clock_skew).map_err(|e| invalid(format!("key `decode.max_clock_skew`: {e}")))?;
         parse_duration_ms(&config.state.lookback).map_err(|e| invalid(format!("key `state.lookback`: {e}")))?;
         parse_duration_ms(&config.state.checkpoint_interval).map_err(|e| invalid(format!("key `state.checkpoint_interval`: {e}")))?;
+        config.query_memory_limit_bytes().map_err(|e| invalid(e))?;
+        if config.window.reduce_rows == 0 {
+            return Err(invalid("key `window.reduce_rows` must be >= 1".into()));
+        }
         if let Some(r) = &config.state.retention {
             parse_duration_ms(r).map_err(|e| invalid(format!("key `state.retention`: {e}")))?;
         }

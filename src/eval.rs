@@ -20,7 +20,8 @@ pub fn labels_from_truth(truth: &GroundTruth) -> Labels {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct EvalReport {
-    pub sessions: usize,
+    /// Held-out rows (aggregated keys, or raw impressions) and the impressions they stand for.
+    pub rows: usize,
     pub impressions: usize,
     /// nDCG@k (gain 2^rel − 1), averaged over queries with a positive label; absent without labels.
     pub ndcg: BTreeMap<usize, f64>,
@@ -84,11 +85,11 @@ pub fn evaluate(trained: &Trained, heldout: &Examples, labels: Option<&Labels>, 
         // log σ(z) and log(1 − σ(z)) without overflow.
         let log_p = -((-z).max(0.0) + (-(z.abs())).exp().ln_1p());
         let log_q = -(z.max(0.0) + (-(z.abs())).exp().ln_1p());
-        let l = if r.clicked { log_p } else { log_q };
+        let l = r.clicks as f64 * log_p + r.impressions.saturating_sub(r.clicks) as f64 * log_q;
         ll += l;
         let e = by_pos.entry(r.position).or_default();
         e.0 += l / std::f64::consts::LN_2;
-        e.1 += 1;
+        e.1 += r.impressions as usize;
     }
     let perplexity_by_position: Vec<(u32, f64)> = by_pos.iter().map(|(k, (s, n))| (*k, 2f64.powf(-s / *n as f64))).collect();
     let perplexity = perplexity_by_position.iter().map(|(_, p)| p).sum::<f64>() / perplexity_by_position.len().max(1) as f64;
@@ -113,11 +114,11 @@ pub fn evaluate(trained: &Trained, heldout: &Examples, labels: Option<&Labels>, 
         None => (None, 0, Vec::new()),
     };
     EvalReport {
-        sessions: heldout.sessions.len(),
-        impressions: heldout.rows.len(),
+        rows: heldout.rows.len(),
+        impressions: heldout.impressions() as usize,
         ndcg,
         ndcg_queries,
-        log_likelihood: ll / heldout.rows.len().max(1) as f64,
+        log_likelihood: ll / heldout.impressions().max(1) as f64,
         perplexity,
         perplexity_by_position,
         bias_rmse,
@@ -135,7 +136,7 @@ pub fn truth_theta(truth: &GroundTruth) -> Vec<f64> {
 
 impl EvalReport {
     pub fn render(&self) -> String {
-        let mut s = format!("held-out: {} sessions, {} impressions\n", self.sessions, self.impressions);
+        let mut s = format!("held-out: {} rows, {} impressions\n", self.rows, self.impressions);
         if !self.ndcg.is_empty() {
             s.push_str(&format!(
                 "  nDCG {} over {} queries\n",

@@ -1,5 +1,6 @@
 //! Source → decode → windows → state: the streaming loop, with checkpoint-then-commit. Restarting
-//! resumes from the manifest's offsets and open-window rows, so a crash loses and double-counts nothing.
+//! resumes from the manifest's offsets, open windows' partial aggregates and duplicate filters, so a
+//! crash loses and double-counts nothing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,8 +20,8 @@ use crate::sources::kafka::KafkaSource;
 use crate::sources::simulator::SimulatorSource;
 use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
 use crate::state::{Checkpoint, ClosedOutput, StateStore};
+use crate::window::aggregates::OpenWindows;
 use crate::window::operator::{ClosedWindow, WindowCounters, WindowOperator};
-use crate::window::window_statistics;
 
 /// A stable name for the configured source, recorded in the manifest.
 pub fn source_identity(config: &PipelineConfig) -> String {
@@ -109,10 +110,12 @@ impl Observer for NoObserver {}
 /// Runs until a bounded source ends (or the observer asks to stop), checkpointing into `state_dir`.
 pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
     let spec = config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
-    let mut store = StateStore::open(state_dir, &source_identity(config), spec)?;
+    crate::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+    let mut store = StateStore::open(state_dir, &source_identity(config), spec, config.train.validation_fraction)?;
     let manifest = store.manifest().clone();
     let mut operator =
-        WindowOperator::restore(spec, manifest.operator.clone(), store.open_rows()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
+        WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
+    let mut open = OpenWindows::new(config.window.reduce_rows, config.train.validation_fraction).restore(store.open_partials()?);
     let source = open_source(config, &manifest.resume)?;
     let source_health = source.health();
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
@@ -125,7 +128,8 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
         if let Some(len) = dead.file_len()? {
             store.checkpoint(Checkpoint {
                 closed: Vec::new(),
-                added: Vec::new(),
+                open_partials: Vec::new(),
+                admitted: Vec::new(),
                 late: Vec::new(),
                 operator: operator.snapshot(),
                 open_windows: operator.open_starts(),
@@ -166,7 +170,10 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
                     *report.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
                 }
                 let out = operator.process(&batch, Instant::now());
-                pending.add(out.added, out.late, out.closed);
+                for (start, rows) in &out.added {
+                    runtime.block_on(open.add(*start, rows))?;
+                }
+                pending.add(out.admitted, out.late, out.closed);
                 resume.merge(&batch.resume);
             }
             Next::Idle => {}
@@ -181,11 +188,13 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
             dead.flush()?; // dead letters before the manifest that counts them
             let close_started = Instant::now();
             let n_closed = pending.closed.len();
-            let closed = runtime.block_on(compute_closed(std::mem::take(&mut pending.closed)))?;
+            let closed = runtime.block_on(compute_closed(&mut open, std::mem::take(&mut pending.closed)))?;
+            let open_partials = runtime.block_on(open.checkpoint())?;
             report.windows_closed_this_run += closed.len() as u64;
             store.checkpoint(Checkpoint {
                 closed,
-                added: std::mem::take(&mut pending.added),
+                open_partials,
+                admitted: std::mem::take(&mut pending.admitted),
                 late: std::mem::take(&mut pending.late),
                 operator: operator.snapshot(),
                 open_windows: operator.open_starts(),
@@ -224,32 +233,33 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     Ok(report)
 }
 
+/// What the next checkpoint owes the state.
 #[derive(Default)]
 struct Pending {
-    added: Vec<(i64, RecordBatch)>,
+    admitted: Vec<(i64, u64)>,
     late: Vec<RecordBatch>,
     closed: Vec<ClosedWindow>,
 }
 
 impl Pending {
-    fn add(&mut self, added: Vec<(i64, RecordBatch)>, late: Vec<RecordBatch>, closed: Vec<ClosedWindow>) {
-        // Rows of a window that closed in the same checkpoint need no open segment.
+    fn add(&mut self, admitted: Vec<(i64, u64)>, late: Vec<RecordBatch>, closed: Vec<ClosedWindow>) {
+        // A window that closed needs no filter entries.
         let closed_starts: Vec<i64> = closed.iter().map(|c| c.start).collect();
-        self.added.retain(|(s, _)| !closed_starts.contains(s));
-        self.added.extend(added.into_iter().filter(|(s, _)| !closed_starts.contains(s)));
+        self.admitted.retain(|(s, _)| !closed_starts.contains(s));
+        self.admitted.extend(admitted.into_iter().filter(|(s, _)| !closed_starts.contains(s)));
         self.late.extend(late);
         self.closed.extend(closed);
     }
 
     fn has_work(&self) -> bool {
-        !self.added.is_empty() || !self.late.is_empty() || !self.closed.is_empty()
+        !self.admitted.is_empty() || !self.late.is_empty() || !self.closed.is_empty()
     }
 }
 
-async fn compute_closed(closed: Vec<ClosedWindow>) -> anyhow::Result<Vec<ClosedOutput>> {
+async fn compute_closed(open: &mut OpenWindows, closed: Vec<ClosedWindow>) -> anyhow::Result<Vec<ClosedOutput>> {
     let mut out = Vec::with_capacity(closed.len());
     for w in closed {
-        let tables = window_statistics(&w.impressions).await?;
+        let tables = open.close(w.start).await?;
         out.push(ClosedOutput { start_ms: w.start, end_ms: w.end, tables });
     }
     Ok(out)

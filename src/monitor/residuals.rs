@@ -12,6 +12,7 @@ pub const BINS: usize = 10;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ResidualSummary {
+    /// Impressions summarised.
     pub rows: usize,
     /// (position, IPS-weighted mean residual, Σ weights)
     pub per_position: Vec<(u32, f64, f64)>,
@@ -43,42 +44,50 @@ pub fn bin_of(e: f64) -> usize {
 /// statistics watch) does not count as correlated with the policy; a model whose errors depend on
 /// whether the policy put the item there does.
 pub fn summarize(rows: &[Row], logits: &[f32], max_weight: f64) -> ResidualSummary {
-    let residual = |r: &Row, z: f32| (r.clicked as u8 as f64) - sigmoid(z as f64);
+    // A row of n impressions and c clicks has c residuals 1 − σ and n − c residuals −σ.
+    let outcomes = |r: &Row, z: f32| {
+        let q = sigmoid(z as f64);
+        [(r.clicks as f64, 1.0 - q), (r.impressions.saturating_sub(r.clicks) as f64, -q)]
+    };
     let propensity = |r: &Row| if r.propensity.is_finite() && r.propensity > 0.0 { r.propensity } else { 1.0 };
     // pass 1: per-position sums
     let mut by_pos: std::collections::BTreeMap<u32, PositionSums> = Default::default();
     let mut hist = [0f64; BINS];
     let mut sabs = 0.0;
     for (r, z) in rows.iter().zip(logits) {
-        let (e, p) = (residual(r, *z), propensity(r));
+        let p = propensity(r);
         let w = (1.0 / p).min(max_weight);
-        let s = by_pos.entry(r.position).or_default();
-        s.weighted += w * e;
-        s.weights += w;
-        s.e += e;
-        s.p += p;
-        s.n += 1.0;
-        sabs += e.abs();
-        hist[bin_of(e)] += 1.0;
+        for (m, e) in outcomes(r, *z).into_iter().filter(|(m, _)| *m > 0.0) {
+            let s = by_pos.entry(r.position).or_default();
+            s.weighted += m * w * e;
+            s.weights += m * w;
+            s.e += m * e;
+            s.p += m * p;
+            s.n += m;
+            sabs += m * e.abs();
+            hist[bin_of(e)] += m;
+        }
     }
     // pass 2: within-position covariance, pooled and per position
     let (mut cov, mut var_e, mut var_p) = (0.0, 0.0, 0.0);
     let mut per: std::collections::BTreeMap<u32, (f64, f64, f64)> = Default::default();
     for (r, z) in rows.iter().zip(logits) {
-        let s = &by_pos[&r.position];
-        let de = residual(r, *z) - s.e / s.n;
-        let dp = propensity(r) - s.p / s.n;
-        cov += de * dp;
-        var_e += de * de;
-        var_p += dp * dp;
-        let t = per.entry(r.position).or_default();
-        t.0 += de * dp;
-        t.1 += de * de;
-        t.2 += dp * dp;
+        for (m, e) in outcomes(r, *z).into_iter().filter(|(m, _)| *m > 0.0) {
+            let s = &by_pos[&r.position];
+            let de = e - s.e / s.n;
+            let dp = propensity(r) - s.p / s.n;
+            cov += m * de * dp;
+            var_e += m * de * de;
+            var_p += m * dp * dp;
+            let t = per.entry(r.position).or_default();
+            t.0 += m * de * dp;
+            t.1 += m * de * de;
+            t.2 += m * dp * dp;
+        }
     }
     let by_position: Vec<(u32, f64)> =
         per.iter().map(|(k, (c, ve, vp))| (*k, if *ve > 1e-12 && *vp > 1e-12 { c / (ve * vp).sqrt() } else { 0.0 })).collect();
-    let n = rows.len().min(logits.len());
+    let n = rows.iter().zip(logits).map(|(r, _)| r.impressions as usize).sum::<usize>();
     let nf = n.max(1) as f64;
     let pooled = if var_e > 1e-12 && var_p > 1e-12 { cov / (var_e * var_p).sqrt() } else { 0.0 };
     // Misfit often changes sign with position (over-predicting on-policy items at the top, under- at the

@@ -1,5 +1,6 @@
-//! Durable state: closed windows' statistics as Parquet, open windows' rows and late sessions as
-//! Parquet segments, and a manifest naming all of them plus the source offsets they cover. A
+//! Durable state: closed windows' statistics as Parquet, open windows' partial aggregates and
+//! duplicate filters, late sessions, and a manifest naming all of them plus the source offsets they
+//! cover. Every file is zstd-compressed Parquet. A
 //! checkpoint writes files first and the manifest last (write-then-rename), so a crash at any point
 //! leaves the previous checkpoint intact; files the manifest does not name are garbage.
 
@@ -12,20 +13,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt64Type};
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
-use crate::session::impressions_schema;
 use crate::sources::ResumeOffsets;
 use crate::window::operator::{OperatorSnapshot, WindowSpec};
 use crate::window::Tables;
 
 pub const MANIFEST: &str = "manifest.json";
 const FORMAT: &str = "ultr-state";
-const VERSION: u32 = 1;
+/// 2: open windows are partial aggregates and a session-key filter (1 kept their raw rows).
+const VERSION: u32 = 2;
 
 /// One closed window in the state.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -42,7 +45,8 @@ pub struct WindowEntry {
     pub files: BTreeMap<String, u64>,
 }
 
-/// A segment of open-window rows, and the windows it holds rows for.
+/// A segment of the open windows' duplicate filter (window start, session key), and the windows it
+/// holds keys for.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Segment {
     pub file: String,
@@ -50,6 +54,15 @@ pub struct Segment {
     /// The file's size when written (checked on restore).
     #[serde(default)]
     pub bytes: Option<u64>,
+}
+
+/// An open window's merged partial aggregates: folder `open/<dir>` with `<table>.parquet`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OpenWindowEntry {
+    pub start_ms: i64,
+    pub dir: String,
+    /// Bytes of each partial table's file.
+    pub files: BTreeMap<String, u64>,
 }
 
 /// A late-session segment: its file, size and newest event time (retention drops it by the latter).
@@ -75,7 +88,12 @@ pub struct Manifest {
     pub resume: ResumeOffsets,
     pub operator: OperatorSnapshot,
     pub windows: Vec<WindowEntry>,
-    pub open_segments: Vec<Segment>,
+    /// Open windows' partial aggregates, one folder per window (rewritten when the window changed).
+    pub open_windows: Vec<OpenWindowEntry>,
+    /// The open windows' duplicate filter, appended per checkpoint.
+    pub filter_segments: Vec<Segment>,
+    /// `train.validation_fraction` the training rows' hold-out split was made with.
+    pub holdout_fraction: f64,
     /// Late segments written by earlier versions (no size or time recorded).
     #[serde(default)]
     pub late_segments: Vec<String>,
@@ -102,7 +120,10 @@ pub struct ClosedOutput {
 /// Everything one checkpoint adds.
 pub struct Checkpoint {
     pub closed: Vec<ClosedOutput>,
-    pub added: Vec<(i64, RecordBatch)>,
+    /// Merged partials of the open windows that changed since the last checkpoint.
+    pub open_partials: Vec<(i64, Tables)>,
+    /// Session keys the open windows admitted since the last checkpoint.
+    pub admitted: Vec<(i64, u64)>,
     pub late: Vec<RecordBatch>,
     pub operator: OperatorSnapshot,
     pub open_windows: BTreeSet<i64>,
@@ -127,7 +148,7 @@ pub struct StateStore {
 impl StateStore {
     /// Opens (or creates) the state for `source`. Refuses a foreign directory, a manifest from another
     /// source, or one written with other window settings — naming the file and the key.
-    pub fn open(dir: &Path, source: &str, window: WindowSpec) -> anyhow::Result<Self> {
+    pub fn open(dir: &Path, source: &str, window: WindowSpec, holdout_fraction: f64) -> anyhow::Result<Self> {
         let manifest_path = dir.join(MANIFEST);
         if manifest_path.exists() {
             let lock = lock::DirLock::acquire(dir, "state directory")?;
@@ -146,6 +167,13 @@ impl StateStore {
                     manifest_path.display(),
                     manifest.window,
                     window
+                );
+            }
+            if manifest.holdout_fraction != holdout_fraction {
+                bail!(
+                    "{}: key `holdout_fraction` is {} but the config's `train.validation_fraction` is {holdout_fraction}; the stored training rows are split with the former — use another --state directory or the same fraction",
+                    manifest_path.display(),
+                    manifest.holdout_fraction
                 );
             }
             let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
@@ -179,7 +207,9 @@ impl StateStore {
             resume: ResumeOffsets::default(),
             operator: OperatorSnapshot { partitions: Default::default(), watermark: i64::MIN, counters: Default::default(), event_watermark: None },
             windows: Vec::new(),
-            open_segments: Vec::new(),
+            open_windows: Vec::new(),
+            filter_segments: Vec::new(),
+            holdout_fraction,
             late_segments: Vec::new(),
             late: Vec::new(),
             decoder: Default::default(),
@@ -199,29 +229,42 @@ impl StateStore {
         &self.manifest
     }
 
-    /// Rows of the open windows, as `(window_start, impressions)`.
-    pub fn open_rows(&self) -> anyhow::Result<Vec<(i64, RecordBatch)>> {
-        let mut out = Vec::new();
-        for seg in &self.manifest.open_segments {
+    /// The open windows' duplicate filters, as `(window_start, session keys)`.
+    pub fn open_filters(&self) -> anyhow::Result<Vec<(i64, Vec<u64>)>> {
+        let mut by_window: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
+        for seg in &self.manifest.filter_segments {
             let path = self.dir.join("open").join(&seg.file);
             check_file(&path, seg.bytes)?;
             for batch in read_parquet(&path)? {
-                let starts = batch.column(0).as_primitive::<Int64Type>().clone();
-                let rest = RecordBatch::try_new(impressions_schema(), batch.columns()[1..].to_vec())?;
-                // Split by window start (rows of one window are contiguous within a segment).
-                let mut i = 0;
-                while i < rest.num_rows() {
-                    let s = starts.value(i);
-                    let mut j = i;
-                    while j < rest.num_rows() && starts.value(j) == s {
-                        j += 1;
+                let starts = batch.column(0).as_primitive::<Int64Type>();
+                let keys = batch.column(1).as_primitive::<UInt64Type>();
+                for i in 0..batch.num_rows() {
+                    if seg.windows.contains(&starts.value(i)) {
+                        by_window.entry(starts.value(i)).or_default().push(keys.value(i));
                     }
-                    if seg.windows.contains(&s) {
-                        out.push((s, rest.slice(i, j - i)));
-                    }
-                    i = j;
                 }
             }
+        }
+        Ok(by_window.into_iter().collect())
+    }
+
+    /// The open windows' merged partial aggregates.
+    pub fn open_partials(&self) -> anyhow::Result<Vec<(i64, Tables)>> {
+        let mut out = Vec::new();
+        for w in &self.manifest.open_windows {
+            let mut tables: Tables = Vec::new();
+            for p in &crate::window::PARTIALS {
+                let batches = match w.files.get(p.table) {
+                    Some(&bytes) => {
+                        let path = self.dir.join("open").join(&w.dir).join(format!("{}.parquet", p.table));
+                        check_file(&path, Some(bytes))?;
+                        read_parquet(&path)?
+                    }
+                    None => Vec::new(),
+                };
+                tables.push((p.table, batches));
+            }
+            out.push((w.start_ms, tables));
         }
         Ok(out)
     }
@@ -272,19 +315,47 @@ impl StateStore {
             next.late.retain(|l| l.max_event_ms > cutoff);
         }
 
-        if !cp.added.is_empty() {
-            let file = format!("seg-{:08}.parquet", next.seq);
-            let windows: BTreeSet<i64> = cp.added.iter().map(|(s, _)| *s).collect();
-            let mut sorted = cp.added;
-            sorted.sort_by_key(|(s, _)| *s);
-            let batches = sorted.into_iter().map(|(s, b)| with_window_start(s, &b)).collect::<anyhow::Result<Vec<_>>>()?;
-            let bytes = write_parquet(&self.dir.join("open").join(&file), &batches)?;
-            next.open_segments.push(Segment { file, windows, bytes });
+        let open_dir = self.dir.join("open");
+        for (start, tables) in &cp.open_partials {
+            if !cp.open_windows.contains(start) {
+                continue; // closed in this same checkpoint
+            }
+            let name = format!("{start}.{}", next.seq);
+            let tmp = open_dir.join(format!(".tmp-{name}"));
+            fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+            let mut files = BTreeMap::new();
+            for (table, batches) in tables {
+                if let Some(bytes) = write_parquet(&tmp.join(format!("{table}.parquet")), batches)? {
+                    files.insert(table.to_string(), bytes);
+                }
+            }
+            sync_dir(&tmp)?;
+            fs::rename(&tmp, open_dir.join(&name)).with_context(|| format!("renaming {} into {}", tmp.display(), open_dir.display()))?;
+            next.open_windows.retain(|w| w.start_ms != *start);
+            next.open_windows.push(OpenWindowEntry { start_ms: *start, dir: name, files });
         }
-        for seg in &mut next.open_segments {
+        next.open_windows.retain(|w| cp.open_windows.contains(&w.start_ms));
+        next.open_windows.sort_by_key(|w| w.start_ms);
+        let admitted: Vec<&(i64, u64)> = cp.admitted.iter().filter(|(s, _)| cp.open_windows.contains(s)).collect();
+        if !admitted.is_empty() {
+            let file = format!("filter-{:08}.parquet", next.seq);
+            let windows: BTreeSet<i64> = admitted.iter().map(|(s, _)| *s).collect();
+            let schema = Arc::new(Schema::new(vec![Field::new("window_start", DataType::Int64, false), Field::new("session_key", DataType::UInt64, false)]));
+            let batch = RecordBatch::try_new(
+                schema,
+                vec![
+                    Arc::new(Int64Array::from_iter_values(admitted.iter().map(|(s, _)| *s))) as ArrayRef,
+                    Arc::new(UInt64Array::from_iter_values(admitted.iter().map(|(_, k)| *k))),
+                ],
+            )?;
+            let bytes = write_parquet(&open_dir.join(&file), &[batch])?;
+            next.filter_segments.push(Segment { file, windows, bytes });
+        }
+        sync_dir(&open_dir)?;
+        for seg in &mut next.filter_segments {
             seg.windows.retain(|s| cp.open_windows.contains(s));
         }
-        next.open_segments.retain(|s| !s.windows.is_empty());
+        next.filter_segments.retain(|s| !s.windows.is_empty());
         if !cp.late.is_empty() {
             let file = format!("late-{:08}.parquet", next.seq);
             let max_event_ms = cp.late.iter().filter_map(|b| max_event_time(b)).max().unwrap_or(i64::MIN);
@@ -315,7 +386,13 @@ impl StateStore {
     /// Deletes files and folders the manifest does not name (left by a crash or superseded).
     fn remove_garbage(&self) -> anyhow::Result<()> {
         let keep_windows: BTreeSet<&str> = self.manifest.windows.iter().map(|w| w.dir.as_str()).collect();
-        let keep_open: BTreeSet<&str> = self.manifest.open_segments.iter().map(|s| s.file.as_str()).collect();
+        let keep_open: BTreeSet<&str> = self
+            .manifest
+            .filter_segments
+            .iter()
+            .map(|s| s.file.as_str())
+            .chain(self.manifest.open_windows.iter().map(|w| w.dir.as_str()))
+            .collect();
         let keep_late: BTreeSet<&str> =
             self.manifest.late_segments.iter().map(String::as_str).chain(self.manifest.late.iter().map(|l| l.file.as_str())).collect();
         for (sub, keep) in [("windows", &keep_windows), ("open", &keep_open), ("late", &keep_late)] {
@@ -404,7 +481,11 @@ pub fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
         bail!("{}: key `format` is {:?}, expected {FORMAT:?}", path.display(), manifest.format);
     }
     if manifest.version != VERSION {
-        bail!("{}: key `version` is {}, this build reads {VERSION}", path.display(), manifest.version);
+        bail!(
+            "{}: key `version` is {}, this build reads {VERSION} (version 1 kept open windows as raw rows; re-ingest into a new state directory)",
+            path.display(),
+            manifest.version
+        );
     }
     Ok(manifest)
 }
@@ -417,14 +498,6 @@ fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     drop(f);
     fs::rename(&tmp, dir.join(MANIFEST))?;
     sync_dir(dir) // make the rename itself durable
-}
-
-fn with_window_start(start: i64, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
-    let mut fields = vec![Field::new("window_start", DataType::Int64, false)];
-    fields.extend(batch.schema().fields().iter().map(|f| f.as_ref().clone()));
-    let mut cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; batch.num_rows()]))];
-    cols.extend(batch.columns().iter().cloned());
-    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
 }
 
 fn sum_column(batches: &[RecordBatch], name: &str) -> u64 {
@@ -444,7 +517,8 @@ pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> anyhow::Result<Opt
     let Some(first) = batches.first() else { return Ok(None) };
     let tmp = path.with_extension("parquet.tmp");
     let f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let mut w = ArrowWriter::try_new(f, first.schema(), None)?;
+    let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+    let mut w = ArrowWriter::try_new(f, first.schema(), Some(props))?;
     for b in batches {
         w.write(b)?;
     }

@@ -1,5 +1,6 @@
-//! Training examples: the horizon's kept impressions joined with π(d,k|q) by
-//! `sql/training_examples.sql`, packed into whole sessions with de-duplicated feature rows.
+//! Training examples: the horizon's aggregated training rows joined with π(d,k|q) by
+//! `sql/training_examples.sql` (or raw sessions, for the raw path and for tests), with de-duplicated
+//! feature rows. A row is (impressions, clicks) of one key; a raw impression is a row of count 1.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,14 +9,14 @@ use anyhow::{bail, Context};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Schema, UInt32Type};
-use datafusion::prelude::SessionContext;
 use std::sync::Arc;
 
 use crate::state::cumulative;
 use crate::state::{read_window_table, Manifest, WindowEntry};
-use crate::window::{register, run_sql, TRAINING_EXAMPLES};
+use crate::window::{register, TRAINING_EXAMPLES};
 
-/// One impression.
+/// Impressions that share (query, document, feature row, position, bias features, split): their
+/// binomial loss is that of (impressions, clicks). A raw impression has impressions = 1.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Row {
     /// Index into `Examples::docs` (a distinct (q, d, features)).
@@ -24,19 +25,26 @@ pub struct Row {
     pub qd: u32,
     /// 1-based.
     pub position: u32,
-    pub clicked: bool,
+    pub impressions: u32,
+    pub clicks: u32,
     /// π(d,k|q) over the horizon; NaN when the state had none.
     pub propensity: f64,
 }
 
-/// A session's rows: `rows[start .. start + len]`.
+/// A session's rows, `rows[start .. start + len]` (raw), or a run of aggregated rows of one split.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionSpan {
     pub start: usize,
     pub len: usize,
     /// Stable hash of the session id: decides the validation split.
     pub hash: u64,
+    /// The split, when it was decided before aggregation (then `hash` is not used).
+    pub held_out: Option<bool>,
 }
+
+/// Aggregated rows are batched in spans of this many rows (about one session's worth), so
+/// `train.batch_sessions` means a similar batch size on both paths.
+pub const AGGREGATED_SPAN_ROWS: usize = 8;
 
 /// The examples a training run sees.
 #[derive(Debug, Default, Clone)]
@@ -75,6 +83,54 @@ impl Examples {
         self.rows.iter().map(|r| r.position).max().unwrap_or(0)
     }
 
+    /// Impressions the rows stand for.
+    pub fn impressions(&self) -> u64 {
+        self.rows.iter().map(|r| r.impressions as u64).sum()
+    }
+
+    pub fn clicks(&self) -> u64 {
+        self.rows.iter().map(|r| r.clicks as u64).sum()
+    }
+
+    /// The exact compression of raw examples: rows that share (document row, query-document pair,
+    /// position, bias features, split) become one row with summed counts (π is a function of the key).
+    /// What the state stores, computed in memory (tests and benchmarks compare both paths with it).
+    pub fn aggregate(&self, holdout_fraction: f64) -> Examples {
+        let z = self.n_bias_features;
+        let mut index: HashMap<(u32, u32, u32, bool, Vec<u32>), usize> = HashMap::new();
+        let mut groups: [Vec<(Row, Vec<f32>)>; 2] = [Vec::new(), Vec::new()];
+        for s in &self.sessions {
+            let held_out = is_validation(s, holdout_fraction);
+            for i in s.start..s.start + s.len {
+                let r = self.rows[i];
+                let bias = &self.bias[i * z..(i + 1) * z];
+                let key = (r.doc, r.qd, r.position, held_out, bias.iter().map(|b| b.to_bits()).collect::<Vec<_>>());
+                let g = &mut groups[held_out as usize];
+                match index.get(&key) {
+                    Some(&j) => {
+                        g[j].0.impressions += r.impressions;
+                        g[j].0.clicks += r.clicks;
+                    }
+                    None => {
+                        index.insert(key, g.len());
+                        g.push((r, bias.to_vec()));
+                    }
+                }
+            }
+        }
+        let mut out = Examples { rows: Vec::new(), bias: Vec::new(), sessions: Vec::new(), ..self.clone() };
+        for (split, rows) in groups.into_iter().enumerate() {
+            for chunk in rows.chunks(AGGREGATED_SPAN_ROWS) {
+                out.sessions.push(SessionSpan { start: out.rows.len(), len: chunk.len(), hash: 0, held_out: Some(split == 1) });
+                for (r, b) in chunk {
+                    out.rows.push(*r);
+                    out.bias.extend_from_slice(b);
+                }
+            }
+        }
+        out
+    }
+
     /// Packs rows of the `training_examples` schema (session_id, query_id, doc_id, position,
     /// clicked, features, bias_features, propensity), sorted by session then position.
     pub fn from_batches(batches: &[RecordBatch], max_positions: usize) -> anyhow::Result<Examples> {
@@ -104,15 +160,16 @@ impl Examples {
             out.rows.extend_from_slice(&self.rows[s.start..s.start + s.len]);
             let z = self.n_bias_features;
             out.bias.extend_from_slice(&self.bias[s.start * z..(s.start + s.len) * z]);
-            out.sessions.push(SessionSpan { start, len: s.len, hash: s.hash });
+            out.sessions.push(SessionSpan { start, len: s.len, ..*s });
         }
         out
     }
 }
 
-/// Whether a session belongs to the validation slice (by hash, so stable across runs and restarts).
+/// Whether a session belongs to the validation slice: the split made before aggregation, or the
+/// session's hash (stable across runs and restarts; the same rule as `window::is_held_out`).
 pub fn is_validation(span: &SessionSpan, fraction: f64) -> bool {
-    (span.hash % 1_000_000) < (fraction * 1_000_000.0) as u64
+    span.held_out.unwrap_or_else(|| crate::window::is_held_out(span.hash, fraction))
 }
 
 struct Builder {
@@ -149,6 +206,9 @@ impl Builder {
     }
 
     fn add(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
+        if batch.column_by_name("held_out").is_some() {
+            return self.add_aggregated(batch);
+        }
         let sessions = strings(batch, "session_id")?;
         let sessions = sessions.as_string::<i32>();
         let queries = strings(batch, "query_id")?;
@@ -175,44 +235,93 @@ impl Builder {
                 self.out.deeper_than_max += 1;
                 continue;
             }
-            let has_features = !features.is_null(i);
-            match self.features_seen {
-                None => self.features_seen = Some(has_features),
-                Some(seen) if seen != has_features => {
-                    bail!("session {session}: some impressions carry features and others do not; a tower needs one or the other")
-                }
-                _ => {}
-            }
-            let values: Vec<f32> = if has_features {
-                features.value(i).as_primitive::<Float32Type>().values().to_vec()
-            } else {
-                Vec::new()
-            };
-            if self.out.rows.is_empty() && self.out.docs.is_empty() {
-                self.out.n_features = values.len();
-            } else if values.len() != self.out.n_features {
-                bail!("session {session}: {} features where earlier rows had {}", values.len(), self.out.n_features);
-            }
-            let z: Vec<f32> = match bias {
-                Some(b) if !b.is_null(i) => b.value(i).as_primitive::<Float32Type>().values().to_vec(),
-                _ => Vec::new(),
-            };
-            if self.out.rows.is_empty() {
-                self.out.n_bias_features = z.len();
-            } else if z.len() != self.out.n_bias_features {
-                bail!("session {session}: {} bias features where earlier rows had {}", z.len(), self.out.n_bias_features);
-            }
-            let key = (queries.value(i).to_string(), docs.value(i).to_string());
-            let next_qd = self.qd_index.len() as u32;
-            let qd = *self.qd_index.entry(key.clone()).or_insert_with(|| {
-                self.out.qd_keys.push(key);
-                next_qd
-            });
-            let doc = self.doc_for(qd, &values);
             let p = if propensity.is_null(i) { f64::NAN } else { propensity.value(i) };
-            self.out.rows.push(Row { doc, qd, position, clicked: clicked.value(i), propensity: p });
-            self.out.bias.extend_from_slice(&z);
+            let counts = (1, clicked.value(i) as u32);
+            self.push_row(&format!("session {session}"), queries.value(i), docs.value(i), position, features, bias, i, counts, p)?;
         }
+        Ok(())
+    }
+
+    /// Rows of `sql/training_examples.sql` over aggregated training rows (sorted by split).
+    fn add_aggregated(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
+        let queries = strings(batch, "query_id")?;
+        let queries = queries.as_string::<i32>();
+        let docs = strings(batch, "doc_id")?;
+        let docs = docs.as_string::<i32>();
+        let positions = batch.column_by_name("position").context("training rows have no `position`")?.as_primitive::<UInt32Type>();
+        let held_out = batch.column_by_name("held_out").context("training rows have no `held_out`")?.as_boolean();
+        let impressions = cast(batch.column_by_name("impressions").context("training rows have no `impressions`")?, &DataType::UInt32)?;
+        let impressions = impressions.as_primitive::<UInt32Type>();
+        let clicks = cast(batch.column_by_name("clicks").context("training rows have no `clicks`")?, &DataType::UInt32)?;
+        let clicks = clicks.as_primitive::<UInt32Type>();
+        let features = batch.column_by_name("features").context("training rows have no `features`")?.as_list::<i32>();
+        let bias = batch.column_by_name("bias_features").map(|c| c.as_list::<i32>());
+        let propensity = batch.column_by_name("propensity").context("training rows have no `propensity`")?.as_primitive::<Float64Type>();
+        for i in 0..batch.num_rows() {
+            let position = positions.value(i);
+            if position as usize > self.max_positions {
+                self.out.deeper_than_max += impressions.value(i) as u64;
+                continue;
+            }
+            let split = held_out.value(i);
+            let p = if propensity.is_null(i) { f64::NAN } else { propensity.value(i) };
+            let what = format!("query {} doc {}", queries.value(i), docs.value(i));
+            self.push_row(&what, queries.value(i), docs.value(i), position, features, bias, i, (impressions.value(i), clicks.value(i)), p)?;
+            match self.out.sessions.last_mut() {
+                Some(span) if span.held_out == Some(split) && span.len < AGGREGATED_SPAN_ROWS && span.start + span.len + 1 == self.out.rows.len() => {
+                    span.len += 1
+                }
+                _ => self.out.sessions.push(SessionSpan { start: self.out.rows.len() - 1, len: 1, hash: 0, held_out: Some(split) }),
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_row(
+        &mut self,
+        what: &str,
+        query: &str,
+        doc_id: &str,
+        position: u32,
+        features: &datafusion::arrow::array::ListArray,
+        bias: Option<&datafusion::arrow::array::ListArray>,
+        i: usize,
+        (impressions, clicks): (u32, u32),
+        propensity: f64,
+    ) -> anyhow::Result<()> {
+        let has_features = !features.is_null(i);
+        match self.features_seen {
+            None => self.features_seen = Some(has_features),
+            Some(seen) if seen != has_features => {
+                bail!("{what}: some impressions carry features and others do not; a tower needs one or the other")
+            }
+            _ => {}
+        }
+        let values: Vec<f32> = if has_features { features.value(i).as_primitive::<Float32Type>().values().to_vec() } else { Vec::new() };
+        if self.out.rows.is_empty() && self.out.docs.is_empty() {
+            self.out.n_features = values.len();
+        } else if values.len() != self.out.n_features {
+            bail!("{what}: {} features where earlier rows had {}", values.len(), self.out.n_features);
+        }
+        let z: Vec<f32> = match bias {
+            Some(b) if !b.is_null(i) => b.value(i).as_primitive::<Float32Type>().values().to_vec(),
+            _ => Vec::new(),
+        };
+        if self.out.rows.is_empty() {
+            self.out.n_bias_features = z.len();
+        } else if z.len() != self.out.n_bias_features {
+            bail!("{what}: {} bias features where earlier rows had {}", z.len(), self.out.n_bias_features);
+        }
+        let key = (query.to_string(), doc_id.to_string());
+        let next_qd = self.qd_index.len() as u32;
+        let qd = *self.qd_index.entry(key.clone()).or_insert_with(|| {
+            self.out.qd_keys.push(key);
+            next_qd
+        });
+        let doc = self.doc_for(qd, &values);
+        self.out.rows.push(Row { doc, qd, position, impressions, clicks, propensity });
+        self.out.bias.extend_from_slice(&z);
         Ok(())
     }
 
@@ -237,7 +346,7 @@ impl Builder {
             let start = self.out.sessions.last().map(|s| s.start + s.len).unwrap_or(0);
             let len = self.out.rows.len() - start;
             if len > 0 {
-                self.out.sessions.push(SessionSpan { start, len, hash: crate::window::sample_key(&id, 0) });
+                self.out.sessions.push(SessionSpan { start, len, hash: crate::window::session_key(&id), held_out: None });
             }
         }
         self.current_positions.clear();
@@ -265,43 +374,62 @@ pub async fn load_from_state(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
         Horizon::Lookback(_) => cumulative.windows.clone(),
         Horizon::After(t) => cumulative.windows.iter().filter(|w| w.end_ms > t).cloned().collect(),
     };
+    // Hopping windows overlap; windows `size` apart partition time, so each session is counted once.
+    let windows = non_overlapping(windows, manifest.window.size_ms);
     if windows.is_empty() {
         bail!("{}: no closed windows in the training horizon ({horizon:?})", dir.display());
     }
     examples_for_windows(dir, &windows, cumulative.propensity, max_positions).await
 }
 
-/// Examples of the given closed windows, with π from `propensity` (the cumulative table).
+/// Of (possibly hopping) windows, those whose starts lie a multiple of `size_ms` before the newest
+/// start: disjoint windows that cover every session once.
+pub fn non_overlapping(windows: Vec<WindowEntry>, size_ms: i64) -> Vec<WindowEntry> {
+    let Some(newest) = windows.iter().map(|w| w.start_ms).max() else { return windows };
+    windows.into_iter().filter(|w| (newest - w.start_ms).rem_euclid(size_ms.max(1)) == 0).collect()
+}
+
+/// Examples of the given closed windows (disjoint), with π from `propensity` (the cumulative
+/// table). Rows are merged by key across windows and streamed into the examples, so memory holds
+/// the horizon's distinct keys, not its impressions; the query itself spills past its memory pool.
 pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensity: Vec<RecordBatch>, max_positions: usize) -> anyhow::Result<Examples> {
+    use futures::StreamExt;
     let mut rows = Vec::new();
     for w in windows {
-        let path = dir.join("windows").join(&w.dir).join("training_impressions.parquet");
-        if w.files.is_empty() && !path.exists() && w.impressions > 0 {
-            bail!("{}: missing; the window was written by a build that kept no training rows — re-ingest", path.display());
+        if !w.files.contains_key("training_rows") && w.impressions > 0 {
+            bail!(
+                "{}: window {} has no training_rows table; it was written by a build that kept raw impressions — re-ingest",
+                dir.display(),
+                w.dir
+            );
         }
-        rows.extend(read_window_table(dir, w, "training_impressions")?);
+        rows.extend(read_window_table(dir, w, "training_rows")?);
     }
-    let ctx = SessionContext::new();
-    register(&ctx, "training_impressions", training_impressions_schema(), rows)?;
+    let ctx = crate::window::query_context();
+    register(&ctx, "training_rows", training_rows_schema(), rows)?;
     register(&ctx, "propensity", propensity_schema(), propensity)?;
-    let joined = run_sql(&ctx, &TRAINING_EXAMPLES).await?;
-    let mut examples = Examples::from_batches(&joined, max_positions)?;
+    let df = ctx.sql(TRAINING_EXAMPLES.sql).await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
+    let mut stream = df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
+    let mut b = Builder::new(max_positions);
+    while let Some(batch) = stream.next().await {
+        b.add(&batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;
+    }
+    let mut examples = b.finish()?;
     examples.data_range_ms = Some((windows.iter().map(|w| w.start_ms).min().unwrap_or(0), windows.iter().map(|w| w.end_ms).max().unwrap_or(0)));
     Ok(examples)
 }
 
-fn training_impressions_schema() -> Arc<Schema> {
+fn training_rows_schema() -> Arc<Schema> {
     let item = Arc::new(Field::new("item", DataType::Float32, false));
     Arc::new(Schema::new(vec![
-        Field::new("session_id", DataType::Utf8, false),
         Field::new("query_id", DataType::Utf8, false),
-        Field::new("event_time", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, Some("UTC".into())), false),
-        Field::new("context", DataType::Utf8, true),
         Field::new("doc_id", DataType::Utf8, false),
         Field::new("position", DataType::UInt32, false),
-        Field::new("clicked", DataType::Boolean, false),
+        Field::new("held_out", DataType::Boolean, false),
         Field::new("features", DataType::List(item.clone()), true),
         Field::new("bias_features", DataType::List(item), true),
+        Field::new("impressions", DataType::Int64, true),
+        Field::new("clicks", DataType::Int64, true),
     ]))
 }
 

@@ -30,12 +30,13 @@ impl Normalizer {
         let mut sum = vec![0f64; n_features];
         let mut sq = vec![0f64; n_features];
         for r in &ex.rows {
+            let n = r.impressions as f64;
             for (j, v) in ex.doc_features(r.doc)[..n_features].iter().enumerate() {
-                sum[j] += *v as f64;
-                sq[j] += (*v as f64) * (*v as f64);
+                sum[j] += n * *v as f64;
+                sq[j] += n * (*v as f64) * (*v as f64);
             }
         }
-        let n = ex.rows.len().max(1) as f64;
+        let n = ex.impressions().max(1) as f64;
         let mean: Vec<f32> = sum.iter().map(|s| (s / n) as f32).collect();
         let std = sq
             .iter()
@@ -126,7 +127,11 @@ impl Trained {
     pub fn loss(&self, ex: &Examples, weights: &[f32], self_normalize: bool, device: &Device) -> f64 {
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
         let total = weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device);
-        let denom = if self_normalize { weights.iter().map(|w| *w as f64).sum::<f64>() } else { weights.len() as f64 };
+        let denom = if self_normalize {
+            ex.rows.iter().zip(weights).map(|(r, w)| r.impressions as f64 * *w as f64).sum::<f64>()
+        } else {
+            ex.impressions() as f64
+        };
         total / denom.max(f64::MIN_POSITIVE)
     }
 }
@@ -146,8 +151,12 @@ fn weighted_loss_sum(model: &TwoTower, ex: &Examples, chosen: &[usize], weights:
 }
 
 /// Builds the device tensors for sessions `chosen` of `ex` (rows of each session kept together).
+/// A row of `n` impressions and `c` clicks enters the count-weighted BCE as target c/n with weight
+/// w·n: n·BCE(z, c/n) = −c·log σ(z) − (n−c)·log(1−σ(z)), exactly the raw impressions' summed loss.
+/// Returns the tensors and the impressions they stand for.
 pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> (BatchTensors, usize) {
     let n: usize = chosen.iter().map(|&s| ex.sessions[s].len).sum();
+    let mut impressions = 0usize;
     let mut positions = Vec::with_capacity(n);
     let mut clicks = Vec::with_capacity(n);
     let mut w = Vec::with_capacity(n);
@@ -162,8 +171,10 @@ pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u3
         for i in span.start..span.start + span.len {
             let r = &ex.rows[i];
             positions.push((r.position - 1) as i64);
-            clicks.push(if r.clicked { 1f32 } else { 0f32 });
-            w.push(weights[i]);
+            let count = r.impressions.max(1);
+            impressions += count as usize;
+            clicks.push(r.clicks as f32 / count as f32);
+            w.push(weights[i] * count as f32);
             if embedding {
                 qd.push(qd_map[r.qd as usize] as i64);
             } else {
@@ -186,7 +197,7 @@ pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u3
         clicks: Tensor::<1>::from_data(TensorData::new(clicks, [n]), device),
         weights: Tensor::<1>::from_data(TensorData::new(w, [n]), device),
     };
-    (batch, n)
+    (batch, impressions)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -231,11 +242,11 @@ pub fn check_trainable(ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<()> {
     if positions.len() < 2 {
         anyhow::bail!("every impression is at position {:?}: position bias cannot be estimated from a single position", positions.iter().next());
     }
-    if !ex.rows.iter().any(|r| r.clicked) {
-        anyhow::bail!("no clicks among {} impressions: a click model has nothing to fit (θ_k and r(x) would run to −∞)", ex.rows.len());
+    if ex.clicks() == 0 {
+        anyhow::bail!("no clicks among {} impressions: a click model has nothing to fit (θ_k and r(x) would run to −∞)", ex.impressions());
     }
-    if ex.rows.iter().all(|r| r.clicked) {
-        anyhow::bail!("every one of {} impressions was clicked: a click model has nothing to fit", ex.rows.len());
+    if ex.clicks() == ex.impressions() {
+        anyhow::bail!("every one of {} impressions was clicked: a click model has nothing to fit", ex.impressions());
     }
     if cfg.tower != TowerKind::Embedding && ex.n_features == 0 {
         anyhow::bail!("tower = {:?} needs item features, but the stream carries none (use tower = \"embedding\")", cfg.tower);
@@ -325,13 +336,12 @@ pub fn fit_cancellable(
     if train_idx.is_empty() || val_idx.is_empty() {
         anyhow::bail!("{} sessions cannot be split into training and validation (train.validation_fraction = {})", ex.sessions.len(), cfg.validation_fraction);
     }
-    let rows_of = |idx: &[usize]| idx.iter().map(|&s| ex.sessions[s].len).sum::<usize>();
-    let (train_rows, val_rows) = (rows_of(&train_idx), rows_of(&val_idx));
-    let val_denominator = if cfg.ips.self_normalize {
-        val_idx.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).map(|i| weights[i] as f64).sum::<f64>()
-    } else {
-        val_rows as f64
-    };
+    // Impressions, and Σ w over impressions, of a set of sessions (spans).
+    let rows = |idx: &[usize]| idx.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).collect::<Vec<_>>();
+    let impressions_of = |idx: &[usize]| rows(idx).iter().map(|&i| ex.rows[i].impressions as usize).sum::<usize>();
+    let weight_of = |idx: &[usize]| rows(idx).iter().map(|&i| ex.rows[i].impressions as f64 * weights[i] as f64).sum::<f64>();
+    let (train_rows, val_rows) = (impressions_of(&train_idx), impressions_of(&val_idx));
+    let val_denominator = if cfg.ips.self_normalize { weight_of(&val_idx) } else { val_rows as f64 };
 
     let mut model = trained.model.clone().train();
     let mut optim = AdamWConfig::new().with_weight_decay(cfg.weight_decay as f32).with_epsilon(1e-8).init();
@@ -363,11 +373,7 @@ pub fn fit_cancellable(
                 return Err(Cancelled.into());
             }
             let (b, n) = make_batch(ex, chunk, &weights, &qd_map, &trained.meta, &device);
-            let denominator = if cfg.ips.self_normalize {
-                chunk.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).map(|i| weights[i] as f64).sum()
-            } else {
-                n as f64
-            };
+            let denominator = if cfg.ips.self_normalize { weight_of(chunk) } else { n as f64 };
             let loss = weighted_loss(&model, &b, denominator);
             let value = loss.clone().into_scalar::<f32>() as f64;
             if !value.is_finite() {

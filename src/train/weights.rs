@@ -10,6 +10,7 @@ use super::data::Row;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WeightReport {
     pub enabled: bool,
+    /// Impressions the weights apply to (aggregated rows count their impressions).
     pub rows: usize,
     pub min_propensity: f64,
     pub max_weight: f64,
@@ -22,13 +23,14 @@ pub struct WeightReport {
     pub note: Option<String>,
 }
 
-/// The per-row weights and their report. Missing propensities are an error unless configured.
+/// The per-row weights (one per impression of the row) and their report, counted over impressions.
+/// Missing propensities are an error unless configured.
 pub fn ips_weights(rows: &[Row], cfg: &IpsConfig) -> anyhow::Result<(Vec<f32>, WeightReport)> {
-    let missing = rows.iter().filter(|r| !r.propensity.is_finite() || r.propensity <= 0.0).count();
+    let impressions: usize = rows.iter().map(|r| r.impressions as usize).sum();
+    let missing: usize = rows.iter().filter(|r| !r.propensity.is_finite() || r.propensity <= 0.0).map(|r| r.impressions as usize).sum();
     if cfg.enabled && missing > 0 && cfg.on_missing == MissingPropensity::Error {
         anyhow::bail!(
-            "{missing} of {} training rows have no propensity π(d,k|q) in the state (key `train.ips.on_missing` = \"unit_weight\" trains them with weight 1)",
-            rows.len()
+            "{missing} of {impressions} training impressions have no propensity π(d,k|q) in the state (key `train.ips.on_missing` = \"unit_weight\" trains them with weight 1)"
         );
     }
     let min_propensity = rows.iter().map(|r| r.propensity).filter(|p| p.is_finite() && *p > 0.0).fold(f64::INFINITY, f64::min);
@@ -41,16 +43,19 @@ pub fn ips_weights(rows: &[Row], cfg: &IpsConfig) -> anyhow::Result<(Vec<f32>, W
             }
             let w = 1.0 / r.propensity;
             if w > cfg.max_weight {
-                clipped += 1;
+                clipped += r.impressions as usize;
                 cfg.max_weight as f32
             } else {
                 w as f32
             }
         })
         .collect();
-    let (sum, sum_sq) = weights.iter().fold((0.0f64, 0.0f64), |(s, q), &w| (s + w as f64, q + (w as f64) * (w as f64)));
+    let (sum, sum_sq) = rows.iter().zip(&weights).fold((0.0f64, 0.0f64), |(s, q), (r, &w)| {
+        let n = r.impressions as f64;
+        (s + n * w as f64, q + n * (w as f64) * (w as f64))
+    });
     let ess = if sum_sq > 0.0 { sum * sum / sum_sq } else { 0.0 };
-    let n = rows.len().max(1) as f64;
+    let n = impressions.max(1) as f64;
     let all_one = weights.iter().all(|w| (*w - 1.0).abs() < 1e-6);
     let note = if !cfg.enabled {
         Some("IPS disabled (train.ips.enabled = false): plain binary cross-entropy".to_string())
@@ -65,7 +70,7 @@ pub fn ips_weights(rows: &[Row], cfg: &IpsConfig) -> anyhow::Result<(Vec<f32>, W
     };
     let report = WeightReport {
         enabled: cfg.enabled,
-        rows: rows.len(),
+        rows: impressions,
         min_propensity: if min_propensity.is_finite() { min_propensity } else { f64::NAN },
         max_weight: weights.iter().copied().fold(0.0f32, f32::max) as f64,
         clipped_fraction: clipped as f64 / n,

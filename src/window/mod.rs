@@ -1,14 +1,17 @@
-//! Windows and their statistics: `operator` decides which impressions belong to which event-time
-//! window; the statistics themselves are the SQL files in `sql/`, run here by DataFusion.
+//! Windows and their statistics: `operator` decides which sessions belong to which event-time
+//! window; `aggregates` keeps each open window as mergeable partial aggregates; the statistics
+//! themselves — reduce, merge and finish — are the SQL files in `sql/`, run here by DataFusion.
 
+pub mod aggregates;
 pub mod operator;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::datasource::MemTable;
-use datafusion::prelude::SessionContext;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::session::impressions_schema;
 use crate::session::schema::col;
@@ -19,79 +22,259 @@ pub struct Statistic {
     pub sql: &'static str,
 }
 
-pub const POSITION_CTR: Statistic = Statistic { name: "position_ctr", sql: include_str!("../../sql/position_ctr.sql") };
-pub const PROPENSITY_COUNTS: Statistic = Statistic { name: "propensity_counts", sql: include_str!("../../sql/propensity_counts.sql") };
-pub const QUERY_SESSIONS: Statistic = Statistic { name: "query_sessions", sql: include_str!("../../sql/query_sessions.sql") };
-pub const SWAP_EDGES: Statistic = Statistic { name: "swap_edges", sql: include_str!("../../sql/swap_edges.sql") };
-pub const OVERLAP_SAMPLE: Statistic = Statistic { name: "overlap_sample", sql: include_str!("../../sql/overlap_sample.sql") };
-pub const TRAINING_IMPRESSIONS: Statistic =
-    Statistic { name: "training_impressions", sql: include_str!("../../sql/training_impressions.sql") };
-pub const TRAINING_EXAMPLES: Statistic = Statistic { name: "training_examples", sql: include_str!("../../sql/training_examples.sql") };
-pub const CUMULATIVE_PROPENSITY: Statistic =
-    Statistic { name: "cumulative_propensity", sql: include_str!("../../sql/cumulative_propensity.sql") };
+macro_rules! statistic {
+    ($konst:ident, $name:literal) => {
+        pub const $konst: Statistic = Statistic { name: $name, sql: include_str!(concat!("../../sql/", $name, ".sql")) };
+    };
+}
 
-/// Every per-window statistic, in the order they are written.
-pub const WINDOW_STATISTICS: [&Statistic; 6] =
-    [&PROPENSITY_COUNTS, &QUERY_SESSIONS, &POSITION_CTR, &SWAP_EDGES, &OVERLAP_SAMPLE, &TRAINING_IMPRESSIONS];
+statistic!(PROPENSITY_COUNTS, "propensity_counts");
+statistic!(MERGE_PROPENSITY_COUNTS, "merge_propensity_counts");
+statistic!(QUERY_SESSIONS, "query_sessions");
+statistic!(MERGE_QUERY_SESSIONS, "merge_query_sessions");
+statistic!(OVERLAP_SAMPLE, "overlap_sample");
+statistic!(TRAINING_ROWS, "training_rows");
+statistic!(MERGE_TRAINING_ROWS, "merge_training_rows");
+statistic!(SESSION_STORE, "session_store");
+statistic!(MERGE_SESSION_STORE, "merge_session_store");
+statistic!(POSITION_CTR, "position_ctr");
+statistic!(SWAP_EDGES, "swap_edges");
+statistic!(TRAINING_EXAMPLES, "training_examples");
+statistic!(CUMULATIVE_PROPENSITY, "cumulative_propensity");
+
+/// A decomposable statistic: `reduce` turns a micro-batch of impressions into a partial table named
+/// `table`; `merge` (reading table `merge_input`) turns a union of partials into one.
+pub struct Decomposable {
+    pub table: &'static str,
+    pub reduce: &'static Statistic,
+    pub merge: &'static Statistic,
+    pub merge_input: &'static str,
+}
+
+/// What an open window keeps: the partial aggregates, in this order.
+pub const PARTIALS: [Decomposable; 5] = [
+    Decomposable { table: "propensity_counts", reduce: &PROPENSITY_COUNTS, merge: &MERGE_PROPENSITY_COUNTS, merge_input: "propensity_counts" },
+    Decomposable { table: "query_sessions", reduce: &QUERY_SESSIONS, merge: &MERGE_QUERY_SESSIONS, merge_input: "query_sessions" },
+    // The bottom-k sample is its own merge.
+    Decomposable { table: "overlap_sample", reduce: &OVERLAP_SAMPLE, merge: &OVERLAP_SAMPLE, merge_input: "impressions" },
+    Decomposable { table: "training_rows", reduce: &TRAINING_ROWS, merge: &MERGE_TRAINING_ROWS, merge_input: "training_rows" },
+    Decomposable { table: "session_store", reduce: &SESSION_STORE, merge: &MERGE_SESSION_STORE, merge_input: "session_store" },
+];
+
+/// Every table a closed window writes, in order: the merged partials plus the two statistics
+/// finished from the merged propensity counts (position CTR, swap edges — the distinct (q, d, k)
+/// set the swap graph needs is exactly the counts' keys).
+pub const WINDOW_TABLES: [&str; 7] =
+    ["propensity_counts", "query_sessions", "position_ctr", "swap_edges", "overlap_sample", "training_rows", "session_store"];
 
 /// The statistics of one window (or of a cumulative view), by name.
 pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
 
-/// Registers `batches` under `name` (with `schema` when there are none) and runs `stat`.
-pub async fn run_sql(ctx: &SessionContext, stat: &Statistic) -> anyhow::Result<Vec<RecordBatch>> {
-    let df = ctx.sql(stat.sql).await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
-    df.collect().await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))
+/// The batches of table `name` (empty when absent).
+pub fn table<'a>(tables: &'a Tables, name: &str) -> &'a [RecordBatch] {
+    tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_slice()).unwrap_or(&[])
 }
 
+static QUERY_MEMORY_LIMIT: OnceLock<usize> = OnceLock::new();
+
+/// Sets the memory pool of every query this process runs (`[state] query_memory_limit`); beyond it,
+/// sorts, joins and aggregations spill to the OS temp directory. Only the first call counts.
+pub fn set_query_memory_limit(bytes: usize) {
+    let _ = QUERY_MEMORY_LIMIT.set(bytes);
+}
+
+/// Default memory pool of the queries: 1 GiB.
+pub const DEFAULT_QUERY_MEMORY_LIMIT: usize = 1 << 30;
+
+fn runtime_env() -> Arc<RuntimeEnv> {
+    static ENV: OnceLock<Arc<RuntimeEnv>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let limit = *QUERY_MEMORY_LIMIT.get_or_init(|| DEFAULT_QUERY_MEMORY_LIMIT);
+        RuntimeEnvBuilder::new().with_memory_limit(limit, 1.0).build_arc().expect("a memory pool and an OS temp directory")
+    })
+    .clone()
+}
+
+/// A query context with the bounded, spilling runtime.
+pub fn query_context() -> SessionContext {
+    SessionContext::new_with_config_rt(SessionConfig::new(), runtime_env())
+}
+
+/// Runs `stat` on `ctx`. Always returns at least one batch (possibly empty), so a table's schema
+/// survives an empty result.
+pub async fn run_sql(ctx: &SessionContext, stat: &Statistic) -> anyhow::Result<Vec<RecordBatch>> {
+    let df = ctx.sql(stat.sql).await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let mut out = df.collect().await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    out.retain(|b| b.num_rows() > 0);
+    if out.is_empty() {
+        out.push(RecordBatch::new_empty(schema));
+    }
+    Ok(out)
+}
+
+/// Every top-level field nullable: partials of one table (a reduce's and a merge's output) then
+/// share one schema whatever nullability each query inferred.
+fn relaxed(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>()))
+}
+
+/// Registers `batches` as table `name` (with `schema` when there are none).
 pub fn register(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> anyhow::Result<()> {
-    let schema = batches.first().map(|b| b.schema()).unwrap_or(schema);
+    let schema = relaxed(&batches.first().map(|b| b.schema()).unwrap_or(schema));
+    let batches = batches
+        .into_iter()
+        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("table {name}: batches of different schemas: {e}"))?;
     ctx.register_table(name, Arc::new(MemTable::try_new(schema, vec![batches])?))?;
     Ok(())
 }
 
-/// Registers `batches` as table `impressions` and runs one statistic over them.
-pub async fn run_statistic(stat: &Statistic, batches: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
-    let ctx = SessionContext::new();
-    register(&ctx, "impressions", impressions_schema(), batches)?;
-    run_sql(&ctx, stat).await
-}
-
-/// The impressions schema plus `sample_key`, the deterministic hash that orders the overlap sample.
+/// The impressions schema plus the per-impression keys the window statistics use: `sample_key`
+/// (orders the overlap sample), `held_out` (the session's hold-out split) and `pattern_key` (the
+/// session's content, for the session store).
 pub fn window_schema() -> SchemaRef {
-    let mut fields: Vec<Field> = impressions_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.push(Field::new("sample_key", DataType::UInt64, false));
-    Arc::new(Schema::new(fields))
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let mut fields: Vec<Field> = impressions_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new("sample_key", DataType::UInt64, false));
+            fields.push(Field::new("held_out", DataType::Boolean, false));
+            fields.push(Field::new("pattern_key", DataType::UInt64, false));
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
 }
 
-/// FNV-1a of session id and position, finished with a 64-bit mix: stable across runs and machines.
-pub fn sample_key(session_id: &str, position: u32) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in session_id.bytes().chain(position.to_le_bytes()) {
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+fn fnv(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    for b in bytes {
         h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
+        h = h.wrapping_mul(FNV_PRIME);
     }
+    h
+}
+
+/// A 64-bit finaliser, so nearby FNV states spread over the whole range.
+fn mix(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)
 }
 
-fn with_sample_key(batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
+/// FNV-1a of session id and position, finished with a 64-bit mix: stable across runs and machines.
+pub fn sample_key(session_id: &str, position: u32) -> u64 {
+    mix(fnv(fnv(FNV_OFFSET, session_id.bytes()), position.to_le_bytes()))
+}
+
+/// The session's 64-bit key: the duplicate filter's entry and the hold-out split's hash.
+pub fn session_key(session_id: &str) -> u64 {
+    sample_key(session_id, 0)
+}
+
+/// Whether a session with this key is held out for validation (the same rule as the trainer's).
+pub fn is_held_out(key: u64, fraction: f64) -> bool {
+    (key % 1_000_000) < (fraction * 1_000_000.0) as u64
+}
+
+/// Adds the window keys to a batch of impressions (whole sessions, rows of a session contiguous).
+pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::Result<RecordBatch> {
     let ids = batch.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
+    let queries = batch.column_by_name(col::QUERY_ID).expect("impressions schema").as_string::<i32>();
+    let contexts = batch.column_by_name(col::CONTEXT).expect("impressions schema").as_string::<i32>();
+    let docs = batch.column_by_name(col::DOC_ID).expect("impressions schema").as_string::<i32>();
     let pos = batch.column_by_name(col::POSITION).expect("impressions schema").as_primitive::<UInt32Type>();
-    let keys: UInt64Array = (0..batch.num_rows()).map(|i| sample_key(ids.value(i), pos.value(i))).collect();
+    let clicked = batch.column_by_name(col::CLICKED).expect("impressions schema").as_boolean();
+    let n = batch.num_rows();
+    let sample: UInt64Array = (0..n).map(|i| sample_key(ids.value(i), pos.value(i))).collect();
+    let mut held_out = Vec::with_capacity(n);
+    let mut pattern = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j < n && ids.value(j) == ids.value(i) {
+            j += 1;
+        }
+        let split = is_held_out(session_key(ids.value(i)), holdout_fraction);
+        // Separators keep ("ab","c") and ("a","bc") apart.
+        let mut h = fnv(FNV_OFFSET, queries.value(i).bytes().chain([0xff]));
+        if contexts.is_valid(i) {
+            h = fnv(h, contexts.value(i).bytes().chain([0xfe]));
+        }
+        for r in i..j {
+            h = fnv(h, pos.value(r).to_le_bytes().into_iter().chain(docs.value(r).bytes()).chain([0xfd, clicked.value(r) as u8]));
+        }
+        let h = mix(h);
+        held_out.extend(std::iter::repeat_n(split, j - i));
+        pattern.extend(std::iter::repeat_n(h, j - i));
+        i = j;
+    }
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-    columns.push(Arc::new(keys));
+    columns.push(Arc::new(sample));
+    columns.push(Arc::new(BooleanArray::from(held_out)));
+    columns.push(Arc::new(UInt64Array::from(pattern)));
     Ok(RecordBatch::try_new(window_schema(), columns)?)
 }
 
-/// Every per-window statistic over one window's impressions.
-pub async fn window_statistics(impressions: &[RecordBatch]) -> anyhow::Result<Tables> {
-    let ctx = SessionContext::new();
-    let keyed = impressions.iter().map(with_sample_key).collect::<anyhow::Result<Vec<_>>>()?;
+/// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
+pub async fn reduce(keyed: Vec<RecordBatch>) -> anyhow::Result<Tables> {
+    let ctx = query_context();
     register(&ctx, "impressions", window_schema(), keyed)?;
-    let mut out = Vec::new();
-    for stat in WINDOW_STATISTICS {
-        out.push((stat.name, run_sql(&ctx, stat).await?));
+    let mut out = Vec::with_capacity(PARTIALS.len());
+    for p in &PARTIALS {
+        out.push((p.table, run_sql(&ctx, p.reduce).await?));
     }
     Ok(out)
+}
+
+/// Merges partial aggregates of one window into one partial.
+pub async fn merge(partials: Vec<Tables>) -> anyhow::Result<Tables> {
+    let mut out = Vec::with_capacity(PARTIALS.len());
+    for p in &PARTIALS {
+        let batches: Vec<RecordBatch> = partials.iter().flat_map(|t| table(t, p.table).iter().cloned()).collect();
+        let Some(first) = batches.first() else {
+            out.push((p.table, Vec::new()));
+            continue;
+        };
+        let ctx = query_context();
+        register(&ctx, p.merge_input, first.schema(), batches)?;
+        out.push((p.table, run_sql(&ctx, p.merge).await?));
+    }
+    Ok(out)
+}
+
+/// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order).
+pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
+    let counts = table(&merged, "propensity_counts").to_vec();
+    let counts_schema = counts.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(Schema::empty()));
+    let (position_ctr, swap_edges) = if counts.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let ctx = query_context();
+        register(&ctx, "propensity_counts", counts_schema.clone(), counts.clone())?;
+        let ctr = run_sql(&ctx, &POSITION_CTR).await?;
+        let ctx = query_context();
+        register(&ctx, "impressions", counts_schema, counts)?;
+        (ctr, run_sql(&ctx, &SWAP_EDGES).await?)
+    };
+    let mut out: Tables = Vec::with_capacity(WINDOW_TABLES.len());
+    for name in WINDOW_TABLES {
+        let batches = match name {
+            "position_ctr" => position_ctr.clone(),
+            "swap_edges" => swap_edges.clone(),
+            _ => table(&merged, name).to_vec(),
+        };
+        out.push((name, batches));
+    }
+    Ok(out)
+}
+
+/// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
+/// the incremental path must equal.
+pub async fn window_statistics(impressions: &[RecordBatch], holdout_fraction: f64) -> anyhow::Result<Tables> {
+    let keyed = impressions.iter().map(|b| with_window_keys(b, holdout_fraction)).collect::<anyhow::Result<Vec<_>>>()?;
+    finish(merge(vec![reduce(keyed).await?]).await?).await
 }

@@ -1,0 +1,17 @@
+-- Training rows, aggregated exactly: impressions that share (query, document, position, feature row,
+-- bias features) and the hold-out split have one binomial loss, that of their (impressions, clicks)
+-- counts, and one IPS weight (π depends on (q, d, k) only). A pointwise model trained on these rows
+-- with count-weighted BCE has the same loss and gradients as on the raw impressions.
+-- held_out: the session's stable hash split (train.validation_fraction), decided before aggregating.
+-- Input: impressions (one micro-batch); partials merge by merge_training_rows.sql.
+SELECT
+    query_id,
+    doc_id,
+    position,
+    held_out,
+    features,
+    bias_features,
+    COUNT(*) AS impressions,
+    SUM(CASE WHEN clicked THEN 1 ELSE 0 END) AS clicks
+FROM impressions
+GROUP BY query_id, doc_id, position, held_out, features, bias_features

@@ -1,0 +1,120 @@
+//! Open windows as partial aggregates: rows a window admits are buffered up to a bound, reduced by
+//! the `sql/` statistics, and the partials merged (also by `sql/`) when they pile up, at checkpoints
+//! and at close. An open window therefore costs its distinct keys plus one bounded buffer, whatever
+//! its length; no raw impression outlives its micro-batch.
+
+use std::collections::BTreeMap;
+
+use datafusion::arrow::array::RecordBatch;
+
+use super::{finish, merge, reduce, with_window_keys, Tables};
+
+/// Partials a window may hold before they are merged into one.
+const MERGE_AT_PARTIALS: usize = 8;
+
+#[derive(Default)]
+struct OpenWindow {
+    /// Keyed impressions not yet reduced.
+    buffer: Vec<RecordBatch>,
+    buffered_rows: usize,
+    /// Reduced (and merged) partial aggregates.
+    partials: Vec<Tables>,
+    /// Changed since the last checkpoint.
+    dirty: bool,
+}
+
+/// Every open window's partial aggregates.
+pub struct OpenWindows {
+    windows: BTreeMap<i64, OpenWindow>,
+    /// Buffered rows per window that trigger a reduction.
+    reduce_rows: usize,
+    holdout_fraction: f64,
+}
+
+impl OpenWindows {
+    pub fn new(reduce_rows: usize, holdout_fraction: f64) -> Self {
+        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout_fraction }
+    }
+
+    /// Continues from checkpointed partials (one merged partial per window).
+    pub fn restore(mut self, partials: Vec<(i64, Tables)>) -> Self {
+        for (start, tables) in partials {
+            self.windows.entry(start).or_default().partials.push(tables);
+        }
+        self
+    }
+
+    /// Adds rows window `start` admitted (whole sessions).
+    pub async fn add(&mut self, start: i64, rows: &RecordBatch) -> anyhow::Result<()> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let keyed = with_window_keys(rows, self.holdout_fraction)?;
+        let w = self.windows.entry(start).or_default();
+        w.buffered_rows += keyed.num_rows();
+        w.buffer.push(keyed);
+        w.dirty = true;
+        if w.buffered_rows >= self.reduce_rows {
+            reduce_buffer(w).await?;
+        }
+        if w.partials.len() >= MERGE_AT_PARTIALS {
+            merge_partials(w).await?;
+        }
+        Ok(())
+    }
+
+    /// Reduces and merges every window changed since the last call; returns their merged partials
+    /// (what a checkpoint persists in place of raw rows).
+    pub async fn checkpoint(&mut self) -> anyhow::Result<Vec<(i64, Tables)>> {
+        let mut out = Vec::new();
+        for (start, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
+            reduce_buffer(w).await?;
+            merge_partials(w).await?;
+            w.dirty = false;
+            out.push((*start, w.partials[0].clone()));
+        }
+        Ok(out)
+    }
+
+    /// Removes window `start` and returns its finished statistics (`super::WINDOW_TABLES`).
+    pub async fn close(&mut self, start: i64) -> anyhow::Result<Tables> {
+        let mut w = self.windows.remove(&start).unwrap_or_default();
+        reduce_buffer(&mut w).await?;
+        let merged = merge(std::mem::take(&mut w.partials)).await?;
+        finish(merged).await
+    }
+
+    pub fn starts(&self) -> impl Iterator<Item = i64> + '_ {
+        self.windows.keys().copied()
+    }
+
+    /// Arrow bytes held (buffers and partials), for the memory figures.
+    pub fn memory_bytes(&self) -> usize {
+        self.windows
+            .values()
+            .map(|w| {
+                w.buffer.iter().map(|b| b.get_array_memory_size()).sum::<usize>()
+                    + w.partials.iter().flat_map(|t| t.iter().flat_map(|(_, b)| b.iter())).map(|b| b.get_array_memory_size()).sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+async fn reduce_buffer(w: &mut OpenWindow) -> anyhow::Result<()> {
+    if !w.buffer.is_empty() {
+        let partial = reduce(std::mem::take(&mut w.buffer)).await?;
+        w.partials.push(partial);
+        w.buffered_rows = 0;
+    }
+    Ok(())
+}
+
+async fn merge_partials(w: &mut OpenWindow) -> anyhow::Result<()> {
+    if w.partials.len() > 1 || w.partials.first().is_some_and(|p| p.iter().any(|(_, b)| b.len() > 1)) {
+        let merged = merge(std::mem::take(&mut w.partials)).await?;
+        w.partials.push(merged);
+    } else if w.partials.is_empty() {
+        w.partials.push(merge(Vec::new()).await?);
+    }
+    Ok(())
+}
