@@ -1,6 +1,13 @@
--- Merges partial session stores: counts of identical patterns add, then the bottom 4096 by pattern_key.
-SELECT pattern_key, query_id, context, positions, ranking, clicks, CAST(SUM(sessions) AS BIGINT) AS sessions
-FROM session_store
-GROUP BY pattern_key, query_id, context, positions, ranking, clicks
-ORDER BY pattern_key, query_id
-LIMIT 4096
+-- Merges partial session stores: a pattern's rows are identical in every partial, so summing the
+-- counts per (pattern, position) row adds the pattern's sessions; then the bottom 4096 patterns.
+SELECT pattern_key, query_id, context, position, doc_id, clicked, sessions
+FROM (
+    SELECT
+        pattern_key, query_id, context, position, doc_id, clicked,
+        CAST(SUM(sessions) AS BIGINT) AS sessions,
+        DENSE_RANK() OVER (ORDER BY pattern_key) AS pattern_rank
+    FROM session_store
+    GROUP BY pattern_key, query_id, context, position, doc_id, clicked
+) ranked
+WHERE pattern_rank <= 4096
+ORDER BY pattern_key, position

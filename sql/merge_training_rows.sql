@@ -1,13 +1,12 @@
--- Merges partial training rows (micro-batches of one window, or windows of a horizon) by key.
+-- Merges partial training rows (micro-batches of one window) by key.
 SELECT
     query_id,
     doc_id,
     position,
     held_out,
-    features,
-    bias_features,
+    feature_key,
     CAST(SUM(impressions) AS BIGINT) AS impressions,
     CAST(SUM(clicks) AS BIGINT) AS clicks
 FROM training_rows
-GROUP BY query_id, doc_id, position, held_out, features, bias_features
-ORDER BY query_id, doc_id, position, held_out, features, bias_features
+GROUP BY query_id, doc_id, position, held_out, feature_key
+ORDER BY query_id, doc_id, position, held_out, feature_key

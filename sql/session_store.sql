@@ -1,24 +1,19 @@
 -- The session store for session-level click models (mixture EM, cross-positional attention): whole
--- sessions, identical ones (query, context, positions, ranking, clicks) aggregated with a count, and
--- bounded to the 4096 patterns with the smallest pattern_key (a hash of that content). A bottom-k
--- sample by a content hash merges exactly (merge_session_store.sql): a pattern kept in the union is
--- kept in every partial that has it, so its count is complete. Features are not repeated here; they
--- are the training rows' (per query-document pair).
+-- sessions, identical ones (same query, context, and (position, document, click) list; pattern_key
+-- is a hash of that content) aggregated with a count, bounded to the 4096 patterns with the smallest
+-- pattern_key. A bottom-k sample by a content hash merges exactly (merge_session_store.sql): a
+-- pattern kept in the union is kept in every partial that has it, so its count is complete. The
+-- sample is uniform over patterns; each kept pattern carries its exact session count. One row per
+-- (pattern, position), taken from one session of the pattern. Features are the training rows'.
 -- Input: impressions (one micro-batch; a session's rows are never split across micro-batches).
-WITH sessions AS (
-    SELECT
-        session_id,
-        pattern_key,
-        query_id,
-        context,
-        array_agg(position ORDER BY position) AS positions,
-        array_agg(doc_id ORDER BY position) AS ranking,
-        array_agg(clicked ORDER BY position) AS clicks
+WITH patterns AS (
+    SELECT pattern_key, MIN(session_key) AS representative, COUNT(DISTINCT session_key) AS sessions
     FROM impressions
-    GROUP BY session_id, pattern_key, query_id, context
+    GROUP BY pattern_key
+    ORDER BY pattern_key
+    LIMIT 4096
 )
-SELECT pattern_key, query_id, context, positions, ranking, clicks, COUNT(*) AS sessions
-FROM sessions
-GROUP BY pattern_key, query_id, context, positions, ranking, clicks
-ORDER BY pattern_key, query_id
-LIMIT 4096
+SELECT i.pattern_key, i.query_id, i.context, i.position, i.doc_id, i.clicked, p.sessions
+FROM patterns p
+JOIN impressions i ON i.pattern_key = p.pattern_key AND i.session_key = p.representative
+ORDER BY i.pattern_key, i.position

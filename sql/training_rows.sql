@@ -3,15 +3,16 @@
 -- counts, and one IPS weight (π depends on (q, d, k) only). A pointwise model trained on these rows
 -- with count-weighted BCE has the same loss and gradients as on the raw impressions.
 -- held_out: the session's stable hash split (train.validation_fraction), decided before aggregating.
+-- feature_key: a 64-bit hash of the feature and bias-feature bits; the vectors themselves are kept
+-- once per (query, document, feature_key) in training_features, not once per position and split.
 -- Input: impressions (one micro-batch); partials merge by merge_training_rows.sql.
 SELECT
     query_id,
     doc_id,
     position,
     held_out,
-    features,
-    bias_features,
+    feature_key,
     COUNT(*) AS impressions,
     SUM(CASE WHEN clicked THEN 1 ELSE 0 END) AS clicks
 FROM impressions
-GROUP BY query_id, doc_id, position, held_out, features, bias_features
+GROUP BY query_id, doc_id, position, held_out, feature_key

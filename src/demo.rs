@@ -14,7 +14,7 @@ use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::{PolicyConfig, SimConfig};
 use crate::sinks::dead_letter::DeadLetterSink;
 use crate::sources::simulator::SimulatorSource;
-use crate::window::{table, window_statistics};
+use crate::window::position_ctr;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -50,11 +50,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     println!("simulate + decode: {:.2}s ({:.0} impressions/s)", elapsed, summary.impressions as f64 / elapsed);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let tables = runtime.block_on(window_statistics(&batches, 0.1))?;
-    let ctr = table(&tables, "position_ctr");
+    let ctr = runtime.block_on(position_ctr(batches))?;
     let expected = sim.truth().expected_position_ctr().unwrap_or_default();
     println!("\nposition  impressions   ctr     expected  z");
-    for b in ctr {
+    for b in &ctr {
         let pos = b.column(0).as_primitive::<UInt32Type>();
         let imp = b.column(1).as_primitive::<Int64Type>();
         let rate = b.column(3).as_primitive::<Float64Type>();

@@ -13,7 +13,7 @@ use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{DataFormat, GroundTruth, PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::dead_letter::DeadLetterSink;
 use ultr::sources::simulator::SimulatorSource;
-use ultr::window::{run_statistic, POSITION_CTR};
+use ultr::window::position_ctr;
 
 /// Simulates, decodes, runs sql/position_ctr.sql, and compares every position with the expectation
 /// read back from the saved ground-truth file. Returns the largest |z|.
@@ -30,7 +30,7 @@ fn check_ctr_matches_truth(config: SimConfig) -> f64 {
     assert_eq!(dead.counts().total(), 0);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let ctr = rt.block_on(run_statistic(&POSITION_CTR, batches)).unwrap();
+    let ctr = rt.block_on(position_ctr(batches)).unwrap();
     let expected = truth.expected_position_ctr().expect("closed form exists");
     let mut worst: f64 = 0.0;
     let mut positions = 0;

@@ -183,9 +183,9 @@ fn export_and_score_match_the_burn_model() {
             ex.qd_keys.push((q.query_id.clone(), d.doc_id.clone()));
             ex.docs.extend_from_slice(&d.features);
             clicks += 1;
-            ex.rows.push(Row { doc: qd, qd, position: k as u32 + 1, clicked: d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0, propensity: 1.0 });
+            ex.rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: 1, clicks: (d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0) as u32, propensity: 1.0 });
         }
-        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&q.query_id, 0) });
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&q.query_id, 0), held_out: None });
     }
     let cfg = TrainConfig { tower: TowerKind::Mlp, max_epochs: 3, validation_fraction: 0.3, ..TrainConfig::default() };
     let (trained, report) = fit(&ex, &cfg, None, false).unwrap();
@@ -231,9 +231,9 @@ fn tiny(positions: &[u32], clicked: impl Fn(usize) -> bool, propensity: f64) -> 
                 ex.qd_keys.push((format!("q{}", ex.qd_keys.len() / positions.len()), format!("d{}", ex.qd_keys.len())));
                 ex.docs.extend_from_slice(&[ex.qd_keys.len() as f32, 1.0]);
             }
-            ex.rows.push(Row { doc: qd, qd, position: k, clicked: clicked(ex.rows.len()), propensity });
+            ex.rows.push(Row { doc: qd, qd, position: k, impressions: 1, clicks: clicked(ex.rows.len()) as u32, propensity });
         }
-        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&format!("s{s}"), 0) });
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&format!("s{s}"), 0), held_out: None });
     }
     ex
 }

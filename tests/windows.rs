@@ -1,5 +1,7 @@
 //! Property test: random streams with out-of-order, late and duplicate sessions → every closed
-//! window's statistics (computed by the `sql/` files) equal a brute-force in-memory reference.
+//! window's statistics (reduced from micro-batches, merged and finished by the `sql/` files, with the
+//! open windows checkpointed and restored from their partials along the way) equal a brute-force
+//! in-memory reference.
 
 mod common;
 
@@ -15,7 +17,8 @@ use ultr::ingest::{Ingest, Next};
 use ultr::session::DecodeLimits;
 use ultr::sources::file::FileSource;
 use ultr::window::operator::{WindowOperator, WindowSpec};
-use ultr::window::{sample_key, window_statistics};
+use ultr::window::aggregates::OpenWindows;
+use ultr::window::{sample_key, Tables};
 
 #[derive(Clone, Debug)]
 struct Session {
@@ -145,7 +148,7 @@ fn reference_tables(sessions: &[Session]) -> (Counts, BTreeMap<String, i64>, BTr
 }
 
 fn table<'a>(tables: &'a [(&'static str, Vec<RecordBatch>)], name: &str) -> &'a [RecordBatch] {
-    &tables.iter().find(|(n, _)| *n == name).unwrap().1
+    &tables.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no table {name}")).1
 }
 
 fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
@@ -159,21 +162,44 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
     drop(f);
 
     let mut ingest = Ingest::new(FileSource::open(&path, 0).unwrap(), DecodeLimits::default(), batch_records);
+    let rt = tokio::runtime::Runtime::new().unwrap();
     let mut op = WindowOperator::new(spec);
+    // A small reduce bound: many partials per window, merged several times.
+    let reduce_rows = 23 + seed as usize * 7;
+    let mut open = OpenWindows::new(reduce_rows, 0.1);
+    let mut persisted: BTreeMap<i64, Tables> = BTreeMap::new();
     let mut closed = Vec::new();
+    let mut finished: BTreeMap<i64, Tables> = BTreeMap::new();
     let mut late_rows = 0;
+    let mut batches = 0;
     loop {
         match ingest.next().unwrap() {
             Next::Batch(b) => {
                 let out = op.process(&b, Instant::now());
                 late_rows += out.late.iter().map(|l| l.num_rows()).sum::<usize>();
+                for (start, rows) in &out.added {
+                    rt.block_on(open.add(*start, rows)).unwrap();
+                }
+                for w in &out.closed {
+                    finished.insert(w.start, rt.block_on(open.close(w.start)).unwrap());
+                    persisted.remove(&w.start);
+                }
                 closed.extend(out.closed);
+                batches += 1;
+                if batches % 3 == 0 {
+                    // Checkpoint, then continue from the persisted partials alone (as a restart does).
+                    persisted.extend(rt.block_on(open.checkpoint()).unwrap());
+                    open = OpenWindows::new(reduce_rows, 0.1).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect());
+                }
             }
             Next::Idle => {}
             Next::End => break,
         }
     }
-    closed.extend(op.flush_all());
+    for w in op.flush_all() {
+        finished.insert(w.start, rt.block_on(open.close(w.start)).unwrap());
+        closed.push(w);
+    }
 
     let want = reference(&stream, &spec);
     assert_eq!(op.counters().late_sessions as usize, want.late.len(), "seed {seed}");
@@ -183,9 +209,8 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
     assert_eq!(late_rows, want_late_rows);
     assert_eq!(closed.iter().map(|w| w.start).collect::<Vec<_>>(), want.windows.keys().copied().collect::<Vec<_>>());
 
-    let rt = tokio::runtime::Runtime::new().unwrap();
     for w in &closed {
-        let tables = rt.block_on(window_statistics(&w.impressions)).unwrap();
+        let tables = finished.remove(&w.start).unwrap();
         let (counts, sessions, pairs, keys) = reference_tables(&want.windows[&w.start]);
 
         let mut got: Counts = BTreeMap::new();
@@ -200,9 +225,37 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
             }
         }
         assert_eq!(got, counts, "propensity_counts of window {} (seed {seed})", w.start);
-        // The training rows are every impression of the window, once.
-        let training_rows: usize = table(&tables, "training_impressions").iter().map(|b| b.num_rows()).sum();
-        assert_eq!(training_rows as i64, counts.values().map(|(imp, _)| imp).sum::<i64>(), "training rows of window {}", w.start);
+        // The training rows hold every impression and click of the window once, by (q, d, k).
+        let mut by_qdk: BTreeMap<(String, String, u32), (i64, i64)> = BTreeMap::new();
+        for ((q, d, p, _), (imp, clk)) in &counts {
+            let e = by_qdk.entry((q.clone(), d.clone(), *p)).or_default();
+            e.0 += imp;
+            e.1 += clk;
+        }
+        let mut got_rows: BTreeMap<(String, String, u32), (i64, i64)> = BTreeMap::new();
+        for b in table(&tables, "training_rows") {
+            let s = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
+            let (q, d) = (s("query_id"), s("doc_id"));
+            let p = b.column_by_name("position").unwrap().as_primitive::<UInt32Type>();
+            let imp = b.column_by_name("impressions").unwrap().as_primitive::<Int64Type>();
+            let clk = b.column_by_name("clicks").unwrap().as_primitive::<Int64Type>();
+            for i in 0..b.num_rows() {
+                let e = got_rows.entry((q.value(i).into(), d.value(i).into(), p.value(i))).or_default();
+                e.0 += imp.value(i);
+                e.1 += clk.value(i);
+            }
+        }
+        assert_eq!(got_rows, by_qdk, "training_rows of window {} (seed {seed})", w.start);
+        // The session store holds every session once while the window has fewer than 4096 patterns.
+        let mut patterns: BTreeMap<u64, i64> = BTreeMap::new();
+        for b in table(&tables, "session_store") {
+            let key = b.column_by_name("pattern_key").unwrap().as_primitive::<UInt64Type>();
+            let n = b.column_by_name("sessions").unwrap().as_primitive::<Int64Type>();
+            for i in 0..b.num_rows() {
+                patterns.insert(key.value(i), n.value(i));
+            }
+        }
+        assert_eq!(patterns.values().sum::<i64>(), sessions.values().sum::<i64>(), "session_store of window {}", w.start);
 
         let mut got = BTreeMap::new();
         for b in table(&tables, "query_sessions") {

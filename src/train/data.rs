@@ -395,6 +395,7 @@ pub fn non_overlapping(windows: Vec<WindowEntry>, size_ms: i64) -> Vec<WindowEnt
 pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensity: Vec<RecordBatch>, max_positions: usize) -> anyhow::Result<Examples> {
     use futures::StreamExt;
     let mut rows = Vec::new();
+    let mut vectors = Vec::new();
     for w in windows {
         if !w.files.contains_key("training_rows") && w.impressions > 0 {
             bail!(
@@ -404,9 +405,11 @@ pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensit
             );
         }
         rows.extend(read_window_table(dir, w, "training_rows")?);
+        vectors.extend(read_window_table(dir, w, "training_features")?);
     }
     let ctx = crate::window::query_context();
     register(&ctx, "training_rows", training_rows_schema(), rows)?;
+    register(&ctx, "training_features", training_features_schema(), vectors)?;
     register(&ctx, "propensity", propensity_schema(), propensity)?;
     let df = ctx.sql(TRAINING_EXAMPLES.sql).await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
     let mut stream = df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
@@ -420,16 +423,25 @@ pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensit
 }
 
 fn training_rows_schema() -> Arc<Schema> {
-    let item = Arc::new(Field::new("item", DataType::Float32, false));
     Arc::new(Schema::new(vec![
         Field::new("query_id", DataType::Utf8, false),
         Field::new("doc_id", DataType::Utf8, false),
         Field::new("position", DataType::UInt32, false),
         Field::new("held_out", DataType::Boolean, false),
-        Field::new("features", DataType::List(item.clone()), true),
-        Field::new("bias_features", DataType::List(item), true),
+        Field::new("feature_key", DataType::UInt64, false),
         Field::new("impressions", DataType::Int64, true),
         Field::new("clicks", DataType::Int64, true),
+    ]))
+}
+
+fn training_features_schema() -> Arc<Schema> {
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    Arc::new(Schema::new(vec![
+        Field::new("query_id", DataType::Utf8, false),
+        Field::new("doc_id", DataType::Utf8, false),
+        Field::new("feature_key", DataType::UInt64, false),
+        Field::new("features", DataType::List(item.clone()), true),
+        Field::new("bias_features", DataType::List(item), true),
     ]))
 }
 

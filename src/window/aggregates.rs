@@ -10,7 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 use super::{finish, merge, reduce, with_window_keys, Tables};
 
 /// Partials a window may hold before they are merged into one.
-const MERGE_AT_PARTIALS: usize = 8;
+const MERGE_AT_PARTIALS: usize = 4;
 
 #[derive(Default)]
 struct OpenWindow {

@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::datasource::MemTable;
+use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -35,6 +36,8 @@ statistic!(MERGE_QUERY_SESSIONS, "merge_query_sessions");
 statistic!(OVERLAP_SAMPLE, "overlap_sample");
 statistic!(TRAINING_ROWS, "training_rows");
 statistic!(MERGE_TRAINING_ROWS, "merge_training_rows");
+statistic!(TRAINING_FEATURES, "training_features");
+statistic!(MERGE_TRAINING_FEATURES, "merge_training_features");
 statistic!(SESSION_STORE, "session_store");
 statistic!(MERGE_SESSION_STORE, "merge_session_store");
 statistic!(POSITION_CTR, "position_ctr");
@@ -52,20 +55,34 @@ pub struct Decomposable {
 }
 
 /// What an open window keeps: the partial aggregates, in this order.
-pub const PARTIALS: [Decomposable; 5] = [
+pub const PARTIALS: [Decomposable; 6] = [
     Decomposable { table: "propensity_counts", reduce: &PROPENSITY_COUNTS, merge: &MERGE_PROPENSITY_COUNTS, merge_input: "propensity_counts" },
     Decomposable { table: "query_sessions", reduce: &QUERY_SESSIONS, merge: &MERGE_QUERY_SESSIONS, merge_input: "query_sessions" },
     // The bottom-k sample is its own merge.
     Decomposable { table: "overlap_sample", reduce: &OVERLAP_SAMPLE, merge: &OVERLAP_SAMPLE, merge_input: "impressions" },
     Decomposable { table: "training_rows", reduce: &TRAINING_ROWS, merge: &MERGE_TRAINING_ROWS, merge_input: "training_rows" },
+    Decomposable {
+        table: "training_features",
+        reduce: &TRAINING_FEATURES,
+        merge: &MERGE_TRAINING_FEATURES,
+        merge_input: "training_features",
+    },
     Decomposable { table: "session_store", reduce: &SESSION_STORE, merge: &MERGE_SESSION_STORE, merge_input: "session_store" },
 ];
 
 /// Every table a closed window writes, in order: the merged partials plus the two statistics
 /// finished from the merged propensity counts (position CTR, swap edges — the distinct (q, d, k)
 /// set the swap graph needs is exactly the counts' keys).
-pub const WINDOW_TABLES: [&str; 7] =
-    ["propensity_counts", "query_sessions", "position_ctr", "swap_edges", "overlap_sample", "training_rows", "session_store"];
+pub const WINDOW_TABLES: [&str; 8] = [
+    "propensity_counts",
+    "query_sessions",
+    "position_ctr",
+    "swap_edges",
+    "overlap_sample",
+    "training_rows",
+    "training_features",
+    "session_store",
+];
 
 /// The statistics of one window (or of a cumulative view), by name.
 pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
@@ -90,7 +107,12 @@ fn runtime_env() -> Arc<RuntimeEnv> {
     static ENV: OnceLock<Arc<RuntimeEnv>> = OnceLock::new();
     ENV.get_or_init(|| {
         let limit = *QUERY_MEMORY_LIMIT.get_or_init(|| DEFAULT_QUERY_MEMORY_LIMIT);
-        RuntimeEnvBuilder::new().with_memory_limit(limit, 1.0).build_arc().expect("a memory pool and an OS temp directory")
+        // A fair pool: every spillable operator gets its share and spills past it, rather than the
+        // first one taking the whole pool.
+        RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(limit)))
+            .build_arc()
+            .expect("a memory pool and an OS temp directory")
     })
     .clone()
 }
@@ -132,16 +154,20 @@ pub fn register(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Ve
 }
 
 /// The impressions schema plus the per-impression keys the window statistics use: `sample_key`
-/// (orders the overlap sample), `held_out` (the session's hold-out split) and `pattern_key` (the
-/// session's content, for the session store).
+/// (orders the overlap sample), `session_key`, `held_out` (the session's hold-out split),
+/// `pattern_key` (the session's content, for the session store) and `feature_key` (the feature and
+/// bias-feature bits, so training rows group on a scalar). All 64-bit hashes: two different inputs
+/// share a key with probability 2⁻⁶⁴.
 pub fn window_schema() -> SchemaRef {
     static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
     SCHEMA
         .get_or_init(|| {
             let mut fields: Vec<Field> = impressions_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
             fields.push(Field::new("sample_key", DataType::UInt64, false));
+            fields.push(Field::new("session_key", DataType::UInt64, false));
             fields.push(Field::new("held_out", DataType::Boolean, false));
             fields.push(Field::new("pattern_key", DataType::UInt64, false));
+            fields.push(Field::new("feature_key", DataType::UInt64, false));
             Arc::new(Schema::new(fields))
         })
         .clone()
@@ -180,6 +206,21 @@ pub fn is_held_out(key: u64, fraction: f64) -> bool {
     (key % 1_000_000) < (fraction * 1_000_000.0) as u64
 }
 
+/// Folds row `i` of a list of f32 (its length and bits; a null differs from an empty list) into `h`.
+fn vector_hash(mut h: u64, list: &datafusion::arrow::array::ListArray, i: usize) -> u64 {
+    if list.is_null(i) {
+        return (h ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(FNV_PRIME);
+    }
+    let offsets = list.value_offsets();
+    let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+    let values = list.values().as_primitive::<datafusion::arrow::datatypes::Float32Type>().values();
+    h = (h ^ (b - a) as u64).wrapping_mul(FNV_PRIME);
+    for v in &values[a..b] {
+        h = (h ^ v.to_bits() as u64).wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
 /// Adds the window keys to a batch of impressions (whole sessions, rows of a session contiguous).
 pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::Result<RecordBatch> {
     let ids = batch.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
@@ -188,8 +229,12 @@ pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::R
     let docs = batch.column_by_name(col::DOC_ID).expect("impressions schema").as_string::<i32>();
     let pos = batch.column_by_name(col::POSITION).expect("impressions schema").as_primitive::<UInt32Type>();
     let clicked = batch.column_by_name(col::CLICKED).expect("impressions schema").as_boolean();
+    let features = batch.column_by_name(col::FEATURES).expect("impressions schema").as_list::<i32>();
+    let bias = batch.column_by_name(col::BIAS_FEATURES).expect("impressions schema").as_list::<i32>();
     let n = batch.num_rows();
     let sample: UInt64Array = (0..n).map(|i| sample_key(ids.value(i), pos.value(i))).collect();
+    let feature: UInt64Array = (0..n).map(|i| mix(vector_hash(vector_hash(FNV_OFFSET, features, i), bias, i))).collect();
+    let mut session = Vec::with_capacity(n);
     let mut held_out = Vec::with_capacity(n);
     let mut pattern = Vec::with_capacity(n);
     let mut i = 0;
@@ -198,7 +243,8 @@ pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::R
         while j < n && ids.value(j) == ids.value(i) {
             j += 1;
         }
-        let split = is_held_out(session_key(ids.value(i)), holdout_fraction);
+        let key = session_key(ids.value(i));
+        let split = is_held_out(key, holdout_fraction);
         // Separators keep ("ab","c") and ("a","bc") apart.
         let mut h = fnv(FNV_OFFSET, queries.value(i).bytes().chain([0xff]));
         if contexts.is_valid(i) {
@@ -208,14 +254,17 @@ pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::R
             h = fnv(h, pos.value(r).to_le_bytes().into_iter().chain(docs.value(r).bytes()).chain([0xfd, clicked.value(r) as u8]));
         }
         let h = mix(h);
+        session.extend(std::iter::repeat_n(key, j - i));
         held_out.extend(std::iter::repeat_n(split, j - i));
         pattern.extend(std::iter::repeat_n(h, j - i));
         i = j;
     }
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     columns.push(Arc::new(sample));
+    columns.push(Arc::new(UInt64Array::from(session)));
     columns.push(Arc::new(BooleanArray::from(held_out)));
     columns.push(Arc::new(UInt64Array::from(pattern)));
+    columns.push(Arc::new(feature));
     Ok(RecordBatch::try_new(window_schema(), columns)?)
 }
 
@@ -270,6 +319,16 @@ pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
         out.push((name, batches));
     }
     Ok(out)
+}
+
+/// Per-position impressions, clicks and CTR of a set of impressions (propensity counts, then CTR).
+pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
+    let ctx = query_context();
+    register(&ctx, "impressions", impressions_schema(), impressions)?;
+    let counts = run_sql(&ctx, &PROPENSITY_COUNTS).await?;
+    let ctx = query_context();
+    register(&ctx, "propensity_counts", counts[0].schema(), counts)?;
+    run_sql(&ctx, &POSITION_CTR).await
 }
 
 /// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
