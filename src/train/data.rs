@@ -42,9 +42,10 @@ pub struct SessionSpan {
     pub held_out: Option<bool>,
 }
 
-/// Aggregated rows are batched in spans of this many rows (about one session's worth), so
-/// `train.batch_sessions` means a similar batch size on both paths.
-pub const AGGREGATED_SPAN_ROWS: usize = 8;
+/// Aggregated rows are batched in spans of this many rows. One: a batch is `train.batch_sessions`
+/// rows, so an epoch over c-fold compressed data takes about as many optimizer steps as the raw
+/// path's (sessions / batch_sessions) while each step reads c times fewer rows.
+pub const AGGREGATED_SPAN_ROWS: usize = 1;
 
 /// The examples a training run sees.
 #[derive(Debug, Default, Clone)]
@@ -134,7 +135,7 @@ impl Examples {
     /// Packs rows of the `training_examples` schema (session_id, query_id, doc_id, position,
     /// clicked, features, bias_features, propensity), sorted by session then position.
     pub fn from_batches(batches: &[RecordBatch], max_positions: usize) -> anyhow::Result<Examples> {
-        let mut b = Builder::new(max_positions);
+        let mut b = ExamplesBuilder::new(max_positions);
         for batch in batches {
             b.add(batch)?;
         }
@@ -172,7 +173,9 @@ pub fn is_validation(span: &SessionSpan, fraction: f64) -> bool {
     span.held_out.unwrap_or_else(|| crate::window::is_held_out(span.hash, fraction))
 }
 
-struct Builder {
+/// Packs training rows batch by batch (so a caller can stream them): raw sessions (the
+/// `training_examples` schema of raw impressions) or aggregated rows.
+pub struct ExamplesBuilder {
     max_positions: usize,
     out: Examples,
     qd_index: HashMap<(String, String), u32>,
@@ -192,9 +195,9 @@ fn feature_hash(values: &[f32]) -> u64 {
     values.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
-impl Builder {
-    fn new(max_positions: usize) -> Self {
-        Builder {
+impl ExamplesBuilder {
+    pub fn new(max_positions: usize) -> Self {
+        ExamplesBuilder {
             max_positions,
             out: Examples::default(),
             qd_index: HashMap::new(),
@@ -205,7 +208,7 @@ impl Builder {
         }
     }
 
-    fn add(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
+    pub fn add(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
         if batch.column_by_name("held_out").is_some() {
             return self.add_aggregated(batch);
         }
@@ -352,7 +355,7 @@ impl Builder {
         self.current_positions.clear();
     }
 
-    fn finish(mut self) -> anyhow::Result<Examples> {
+    pub fn finish(mut self) -> anyhow::Result<Examples> {
         self.close_session();
         Ok(self.out)
     }
@@ -413,7 +416,7 @@ pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensit
     register(&ctx, "propensity", propensity_schema(), propensity)?;
     let df = ctx.sql(TRAINING_EXAMPLES.sql).await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
     let mut stream = df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
-    let mut b = Builder::new(max_positions);
+    let mut b = ExamplesBuilder::new(max_positions);
     while let Some(batch) = stream.next().await {
         b.add(&batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;
     }

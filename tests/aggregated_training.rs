@@ -1,0 +1,157 @@
+//! Exact compression of pointwise training data: a model's loss and gradients on aggregated rows
+//! (impressions, clicks per key; count-weighted BCE) equal those on the raw impressions, and a model
+//! trained on either path recovers the same θ and nDCG within seed noise. Also the duplicate-session
+//! filter: what the 64-bit keys promise and that they survive a checkpoint.
+
+mod common;
+
+use std::sync::Arc;
+
+use burn::module::Module;
+
+use ultr::eval::{evaluate, labels_from_truth, truth_theta};
+use ultr::ingest::Ingest;
+use ultr::session::DecodeLimits;
+use ultr::simulate::{SimConfig, Simulator};
+use ultr::sinks::dead_letter::DeadLetterSink;
+use ultr::sources::simulator::SimulatorSource;
+use ultr::train::config::{TowerKind, TrainConfig};
+use ultr::train::data::Examples;
+use ultr::train::fit::{fit, make_batch};
+use ultr::train::model::weighted_loss;
+use ultr::train::weights::ips_weights;
+
+const HOLDOUT: f64 = 0.1;
+
+fn raw_examples(sessions: u64, seed: u64) -> (Examples, Arc<Simulator>) {
+    let mut c = SimConfig { sessions, seed, log_propensity: true, ..SimConfig::default() };
+    c.policy.tau = 0.3;
+    let sim = Arc::new(Simulator::new(c).unwrap());
+    let mut ingest = Ingest::new(SimulatorSource::new(sim.clone(), 0), DecodeLimits::default(), 4096);
+    let batches = common::collect(&mut ingest, &mut DeadLetterSink::discard());
+    (Examples::from_batches(&batches, 50).unwrap(), sim)
+}
+
+fn config(seed: u64) -> TrainConfig {
+    TrainConfig { tower: TowerKind::Linear, max_epochs: 40, patience: 3, seed, validation_fraction: HOLDOUT, ..TrainConfig::default() }
+}
+
+#[test]
+fn loss_and_gradients_on_aggregated_rows_equal_the_raw_impressions() {
+    let (raw, _) = raw_examples(3_000, 11);
+    let agg = raw.aggregate(HOLDOUT);
+    assert_eq!(agg.impressions(), raw.impressions());
+    assert_eq!(agg.clicks(), raw.clicks());
+    assert!(agg.rows.len() * 2 < raw.rows.len(), "aggregation must compress: {} rows from {}", agg.rows.len(), raw.rows.len());
+
+    // A model that is not at any optimum: one epoch from a cold start.
+    let cfg = TrainConfig { max_epochs: 1, ..config(1) };
+    let (trained, _) = fit(&raw, &cfg, None, false).unwrap();
+    let device = cfg.backend.device().unwrap();
+    for self_normalize in [false, true] {
+        let (w_raw, _) = ips_weights(&raw.rows, &cfg.ips).unwrap();
+        let (w_agg, _) = ips_weights(&agg.rows, &cfg.ips).unwrap();
+        let (l_raw, l_agg) = (trained.loss(&raw, &w_raw, self_normalize, &device), trained.loss(&agg, &w_agg, self_normalize, &device));
+        assert!((l_raw - l_agg).abs() <= 1e-5 * l_raw.abs(), "loss raw {l_raw} vs aggregated {l_agg} (self-normalised: {self_normalize})");
+    }
+
+    // Gradients of the whole-data loss with respect to θ and the tower's weights.
+    let grads = |ex: &Examples| -> (Vec<f32>, Vec<f32>) {
+        let (w, _) = ips_weights(&ex.rows, &cfg.ips).unwrap();
+        let ad = cfg.backend.autodiff_device().unwrap();
+        let model = trained.model.clone().train();
+        let all: Vec<usize> = (0..ex.sessions.len()).collect();
+        let (b, n) = make_batch(ex, &all, &w, &trained.qd_map(ex), &trained.meta, &ad);
+        let loss = weighted_loss(&model, &b, n as f64);
+        let g = loss.backward();
+        let theta = model.theta.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
+        let tower = model.relevance.as_ref().unwrap();
+        let weights = tower.layers[0].weight.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
+        (theta, weights)
+    };
+    let (theta_raw, w_raw) = grads(&raw);
+    let (theta_agg, w_agg) = grads(&agg);
+    let scale = theta_raw.iter().chain(&w_raw).map(|v| v.abs()).fold(0f32, f32::max);
+    assert!(scale > 1e-4, "a gradient to compare");
+    for (a, b) in theta_raw.iter().zip(&theta_agg).chain(w_raw.iter().zip(&w_agg)) {
+        assert!((a - b).abs() <= 1e-4 * scale + 1e-7, "gradient raw {a} vs aggregated {b} (scale {scale})");
+    }
+}
+
+#[test]
+fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
+    let (raw, sim) = raw_examples(20_000, 12);
+    let agg = raw.aggregate(HOLDOUT);
+    let device = TrainConfig::default().backend.device().unwrap();
+    let labels = labels_from_truth(sim.truth());
+    let truth = truth_theta(sim.truth());
+    let heldout = raw.filter_sessions(|s| ultr::train::data::is_validation(s, HOLDOUT));
+    let run = |ex: &Examples, seed: u64| {
+        let (t, _) = fit(ex, &config(seed), None, false).unwrap();
+        let r = evaluate(&t, &heldout, Some(&labels), Some(&truth), 10, &device);
+        (t.model.theta_normalised()[..10].to_vec(), r.ndcg[&10])
+    };
+    let (theta_a, ndcg_a) = run(&raw, 1);
+    let (theta_b, ndcg_b) = run(&raw, 2);
+    let (theta_g, ndcg_g) = run(&agg, 1);
+    let diff = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
+    let noise = diff(&theta_a, &theta_b);
+    eprintln!("θ raw seed 1 {theta_a:.3?}\nθ raw seed 2 {theta_b:.3?}\nθ aggregated {theta_g:.3?}");
+    eprintln!("nDCG@10 raw {ndcg_a:.4} / {ndcg_b:.4}, aggregated {ndcg_g:.4}; seed noise in θ {noise:.4}");
+    assert!(diff(&theta_a, &theta_g) <= (3.0 * noise).max(0.05), "θ aggregated vs raw {:.4} beyond seed noise {noise:.4}", diff(&theta_a, &theta_g));
+    let ndcg_noise = (ndcg_a - ndcg_b).abs();
+    assert!((ndcg_a - ndcg_g).abs() <= (3.0 * ndcg_noise).max(0.01), "nDCG@10 raw {ndcg_a} vs aggregated {ndcg_g}");
+}
+
+#[test]
+fn the_duplicate_filter_keeps_distinct_sessions_apart_and_survives_a_checkpoint() {
+    use std::collections::HashSet;
+    use ultr::window::session_key;
+    // 2·10⁶ distinct ids: with 64-bit keys the expected number of colliding pairs is n²/2⁶⁵ ≈ 1.1·10⁻⁷.
+    let n = 2_000_000;
+    let keys: HashSet<u64> = (0..n).map(|i| session_key(&format!("s{i}"))).collect();
+    assert_eq!(keys.len(), n, "no two of {n} session ids share a key");
+
+    // A checkpointed filter refuses a re-sent session after a restart, as the in-memory one did.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let line = |id: &str, t: i64| {
+        format!(
+            r#"{{"schema_version":1,"session_id":"{id}","query_id":"q","event_time":{t},"policy_id":"p","items":[{{"doc_id":"a","position":1,"clicked":true}},{{"doc_id":"b","position":2,"clicked":false}}]}}"#
+        )
+    };
+    let t0 = 1_767_225_600_000i64;
+    let first: Vec<String> = (0..300).map(|i| line(&format!("s{i}"), t0 + i)).collect();
+    std::fs::write(&path, first.join("\n") + "\n").unwrap();
+    let config = |p: &std::path::Path| {
+        let text = format!("source = {{ file = {{ paths = [{:?}] }} }}\n[window]\nsize = \"10h\"\n", p.display().to_string());
+        ultr::config::PipelineConfig::parse(&text, "test").unwrap()
+    };
+    let state = dir.path().join("state");
+    // Stop inside the window, before the file's end flushes it: the stop is checked before the
+    // third batch of 100 is counted, so the run reads 300 records and checkpoints.
+    struct StopAfter(u64, u64);
+    impl ultr::pipeline::Observer for StopAfter {
+        fn on_progress(&mut self, r: &ultr::pipeline::RunReport) {
+            self.1 = r.records;
+        }
+        fn should_stop(&self) -> bool {
+            self.1 >= self.0
+        }
+    }
+    let mut cfg = config(&path);
+    cfg.batch_records = 100;
+    ultr::pipeline::run_to_state(&cfg, &state, &mut StopAfter(200, 0)).unwrap();
+    let manifest = ultr::state::read_manifest(&state).unwrap();
+    assert_eq!(manifest.open_windows.len(), 1, "the window is still open");
+    // Re-send 100 of the same sessions (at other times within the window), then 50 new ones.
+    let mut more = first.clone();
+    more.extend((0..100).map(|i| line(&format!("s{i}"), t0 + 1_000 + i)));
+    more.extend((300..350).map(|i| line(&format!("s{i}"), t0 + 2_000 + i)));
+    std::fs::write(&path, more.join("\n") + "\n").unwrap();
+    let report = ultr::pipeline::run_to_state(&cfg, &state, &mut ultr::pipeline::NoObserver).unwrap();
+    assert_eq!(report.counters.duplicate_sessions, 100);
+    assert_eq!(report.counters.sessions, 350);
+    let manifest = ultr::state::read_manifest(&state).unwrap();
+    assert_eq!(manifest.windows.iter().map(|w| w.sessions).sum::<u64>(), 350);
+}
