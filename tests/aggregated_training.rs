@@ -94,11 +94,19 @@ fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
     let (theta_a, ndcg_a) = run(&raw, 1);
     let (theta_b, ndcg_b) = run(&raw, 2);
     let (theta_g, ndcg_g) = run(&agg, 1);
+    // Seed noise: how far θ moves when the optimizer's seed changes, or when the same simulator
+    // config draws another sample of sessions (what a rerun of the experiment would see).
+    let (resample, _) = raw_examples(20_000, 13);
+    let (theta_c, _) = {
+        let (t, _) = fit(&resample, &config(1), None, false).unwrap();
+        (t.model.theta_normalised()[..10].to_vec(), ())
+    };
     let diff = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
-    let noise = diff(&theta_a, &theta_b);
-    eprintln!("θ raw seed 1 {theta_a:.3?}\nθ raw seed 2 {theta_b:.3?}\nθ aggregated {theta_g:.3?}");
+    let noise = diff(&theta_a, &theta_b).max(diff(&theta_a, &theta_c));
+    eprintln!("θ truth        {:.3?}", &truth[..10]);
+    eprintln!("θ raw seed 1 {theta_a:.3?}\nθ raw seed 2 {theta_b:.3?}\nθ raw resample {theta_c:.3?}\nθ aggregated {theta_g:.3?}");
     eprintln!("nDCG@10 raw {ndcg_a:.4} / {ndcg_b:.4}, aggregated {ndcg_g:.4}; seed noise in θ {noise:.4}");
-    assert!(diff(&theta_a, &theta_g) <= (3.0 * noise).max(0.05), "θ aggregated vs raw {:.4} beyond seed noise {noise:.4}", diff(&theta_a, &theta_g));
+    assert!(diff(&theta_a, &theta_g) <= noise, "θ aggregated vs raw {:.4} beyond seed noise {noise:.4}", diff(&theta_a, &theta_g));
     let ndcg_noise = (ndcg_a - ndcg_b).abs();
     assert!((ndcg_a - ndcg_g).abs() <= (3.0 * ndcg_noise).max(0.01), "nDCG@10 raw {ndcg_a} vs aggregated {ndcg_g}");
 }

@@ -60,8 +60,13 @@ pub struct TrainConfig {
     pub ips: IpsConfig,
     pub learning_rate: f64,
     pub weight_decay: f64,
-    /// Sessions per batch (a batch is a set of whole sessions).
-    pub batch_sessions: usize,
+    /// Impressions per optimizer step. A batch is whole sessions (raw) or whole aggregated rows,
+    /// taken in shuffled order until they hold this many impressions, so an epoch takes the same
+    /// number of steps whether the rows are raw or aggregated (Hager §7: 512 sessions × 10).
+    pub batch_impressions: usize,
+    /// Aggregated rows per optimizer step, drawn ∝ impressions: as many distinct keys per step as
+    /// `batch_impressions / 10` raw sessions bring queries.
+    pub batch_rows: usize,
     pub max_epochs: usize,
     /// Stop after this many epochs without a better validation loss.
     pub patience: usize,
@@ -94,7 +99,8 @@ impl Default for TrainConfig {
             ips: IpsConfig::default(),
             learning_rate: 0.003,
             weight_decay: 0.01,
-            batch_sessions: 512,
+            batch_impressions: 5_120,
+            batch_rows: 512,
             max_epochs: 50,
             patience: 3,
             validation_fraction: 0.1,
@@ -113,7 +119,8 @@ impl TrainConfig {
     /// Checks ranges; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         let positive = |v: usize, key: &str| if v == 0 { Err(format!("key `train.{key}` must be >= 1")) } else { Ok(()) };
-        positive(self.batch_sessions, "batch_sessions")?;
+        positive(self.batch_impressions, "batch_impressions")?;
+        positive(self.batch_rows, "batch_rows")?;
         positive(self.max_epochs, "max_epochs")?;
         positive(self.max_positions, "max_positions")?;
         if self.tower == TowerKind::Mlp {

@@ -42,9 +42,8 @@ pub struct SessionSpan {
     pub held_out: Option<bool>,
 }
 
-/// Aggregated rows are batched in spans of this many rows. One: a batch is `train.batch_sessions`
-/// rows, so an epoch over c-fold compressed data takes about as many optimizer steps as the raw
-/// path's (sessions / batch_sessions) while each step reads c times fewer rows.
+/// Aggregated rows form spans of this many rows. One: the trainer draws aggregated rows one by one,
+/// ∝ their impressions (`train.batch_rows` per step).
 pub const AGGREGATED_SPAN_ROWS: usize = 1;
 
 /// The examples a training run sees.

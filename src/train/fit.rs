@@ -8,7 +8,7 @@ use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -150,11 +150,48 @@ fn weighted_loss_sum(model: &TwoTower, ex: &Examples, chosen: &[usize], weights:
     total
 }
 
+/// Cuts `order` into consecutive batches holding at least `target` impressions each (the last may
+/// hold fewer); a span is never split.
+pub fn batches<'a>(order: &'a [usize], span_impressions: &[u64], target: u64) -> Vec<&'a [usize]> {
+    let mut out = Vec::new();
+    let (mut start, mut held) = (0, 0u64);
+    for (i, &s) in order.iter().enumerate() {
+        held += span_impressions[s];
+        if held >= target {
+            out.push(&order[start..=i]);
+            (start, held) = (i + 1, 0);
+        }
+    }
+    if start < order.len() {
+        out.push(&order[start..]);
+    }
+    out
+}
+
+
 /// Builds the device tensors for sessions `chosen` of `ex` (rows of each session kept together).
 /// A row of `n` impressions and `c` clicks enters the count-weighted BCE as target c/n with weight
 /// w·n: n·BCE(z, c/n) = −c·log σ(z) − (n−c)·log(1−σ(z)), exactly the raw impressions' summed loss.
 /// Returns the tensors and the impressions they stand for.
 pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> (BatchTensors, usize) {
+    build_batch(ex, chosen, weights, qd_map, meta, device, true)
+}
+
+/// Draws `rows` aggregated spans with probability ∝ their impressions (with replacement), the
+/// same distribution as drawing impressions uniformly from the raw log.
+fn draw_spans(cumulative: &[u64], spans: &[usize], rows: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    let total = *cumulative.last().unwrap_or(&0);
+    (0..rows)
+        .map(|_| {
+            let u = rng.random_range(0..total.max(1));
+            spans[cumulative.partition_point(|&c| c <= u).min(spans.len() - 1)]
+        })
+        .collect()
+}
+
+/// `count_weighted`: a row's weight is w·n (its impressions' summed loss); otherwise w (its
+/// impressions' mean loss, for rows drawn ∝ n).
+fn build_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, count_weighted: bool) -> (BatchTensors, usize) {
     let n: usize = chosen.iter().map(|&s| ex.sessions[s].len).sum();
     let mut impressions = 0usize;
     let mut positions = Vec::with_capacity(n);
@@ -174,7 +211,7 @@ pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u3
             let count = r.impressions.max(1);
             impressions += count as usize;
             clicks.push(r.clicks as f32 / count as f32);
-            w.push(weights[i] * count as f32);
+            w.push(if count_weighted { weights[i] * count as f32 } else { weights[i] });
             if embedding {
                 qd.push(qd_map[r.qd as usize] as i64);
             } else {
@@ -353,7 +390,12 @@ pub fn fit_cancellable(
     let mut epochs = Vec::new();
     let mut stop = StopReason::MaxEpochs;
     let mut order = train_idx.clone();
-    let steps = order.len().div_ceil(cfg.batch_sessions) as u64;
+    let span_impressions: Vec<u64> =
+        ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
+    let steps = (train_rows as u64).div_ceil(cfg.batch_impressions as u64);
+    // Aggregated examples hold one row per span (see `AGGREGATED_SPAN_ROWS`).
+    let aggregated = ex.sessions.iter().all(|s| s.held_out.is_some() && s.len == 1);
+    let cumulative: Vec<u64> = train_idx.iter().scan(0u64, |acc, &s| { *acc += span_impressions[s]; Some(*acc) }).collect();
     let bar = progress.then(|| {
         let bar = indicatif::ProgressBar::new(steps * cfg.max_epochs as u64);
         bar.set_style(
@@ -368,19 +410,32 @@ pub fn fit_cancellable(
         let t0 = Instant::now();
         order.shuffle(&mut rng);
         let mut train_total = 0f64;
-        for chunk in order.chunks(cfg.batch_sessions) {
+        // Raw sessions: shuffled whole sessions until a batch holds `batch_impressions`. Aggregated
+        // rows: `steps` draws of `batch_rows` rows ∝ impressions, each entering with its mean loss —
+        // as many steps and as many distinct keys per step as the raw path, on fewer rows.
+        let drawn: Vec<Vec<usize>> = if aggregated {
+            (0..steps).map(|_| draw_spans(&cumulative, &train_idx, cfg.batch_rows, &mut rng)).collect()
+        } else {
+            batches(&order, &span_impressions, cfg.batch_impressions as u64).into_iter().map(<[usize]>::to_vec).collect()
+        };
+        for chunk in &drawn {
             if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 return Err(Cancelled.into());
             }
-            let (b, n) = make_batch(ex, chunk, &weights, &qd_map, &trained.meta, &device);
-            let denominator = if cfg.ips.self_normalize { weight_of(chunk) } else { n as f64 };
+            let (b, n) = build_batch(ex, chunk, &weights, &qd_map, &trained.meta, &device, !aggregated);
+            let denominator = match (aggregated, cfg.ips.self_normalize) {
+                (false, true) => weight_of(chunk),
+                (false, false) => n as f64,
+                (true, true) => chunk.iter().map(|&s| weights[ex.sessions[s].start] as f64).sum(),
+                (true, false) => chunk.len() as f64,
+            };
             let loss = weighted_loss(&model, &b, denominator);
             let value = loss.clone().into_scalar::<f32>() as f64;
             if !value.is_finite() {
                 stop = StopReason::Diverged;
                 break 'epochs;
             }
-            train_total += value * n as f64;
+            train_total += value * if aggregated { train_rows as f64 / steps as f64 } else { n as f64 };
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(cfg.learning_rate, model, grads);
             if let Some(bar) = &bar {
