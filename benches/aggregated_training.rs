@@ -4,7 +4,8 @@
 //! the same hold-out split). Reports seconds per epoch, epochs to early stopping, θ of both, and the
 //! process's peak RSS after each stage.
 //!
-//! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS RAW_EPOCHS`; default 2,000,000 2).
+//! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS`; default 2,000,000 3 512). Both
+//! paths run the same number of epochs (the same number of optimizer steps) so θ is compared like for like.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +35,8 @@ fn per_epoch(r: &FitReport) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let sessions: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
-    let raw_epochs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2);
+    let epochs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
+    let batch_rows: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(TrainConfig::default().batch_rows);
     let data = ultr::simulate::dataset::default_mq2008_dir().expect("MQ2008 (set ULTR_DATA_DIR)");
     let dir = tempfile::tempdir().unwrap();
     let mut config = PipelineConfig::parse("source = \"simulator\"\n[window]\nsize = \"2h\"\n", "bench").unwrap();
@@ -86,8 +88,8 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let cfg = TrainConfig::default();
-    let (raw_model, raw_report) = fit(&raw, &TrainConfig { max_epochs: raw_epochs, patience: raw_epochs + 1, ..cfg.clone() }, None, false).unwrap();
+    let cfg = TrainConfig { max_epochs: epochs, patience: epochs + 1, batch_rows, ..TrainConfig::default() };
+    let (raw_model, raw_report) = fit(&raw, &cfg, None, false).unwrap();
     let (agg_model, agg_report) = fit(&agg, &cfg, None, false).unwrap();
     let (tr, ta) = (raw_model.model.theta_normalised(), agg_model.model.theta_normalised());
     println!("\n| path | rows | s/epoch | epochs | total s | best val loss |");
