@@ -4,8 +4,9 @@
 //! the same hold-out split). Reports seconds per epoch, epochs to early stopping, θ of both, and the
 //! process's peak RSS after each stage.
 //!
-//! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS`; default 2,000,000 3 512). Both
-//! paths run the same number of epochs (the same number of optimizer steps) so θ is compared like for like.
+//! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS [aggregated]`;
+//! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling). Both paths run the same
+//! number of epochs (the same number of optimizer steps) so θ is compared like for like.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,6 +65,13 @@ fn main() {
         agg.impressions()
     );
 
+    let cfg = TrainConfig { max_epochs: epochs, patience: epochs + 1, batch_rows, ..TrainConfig::default() };
+    if args.get(3).is_some_and(|a| a == "aggregated") {
+        let (_, r) = fit(&agg, &cfg, None, false).unwrap();
+        println!("aggregated only: {:.2} s/epoch over {} epochs, best val loss {:.5}", per_epoch(&r), r.epochs.len(), r.best_validation_loss);
+        return;
+    }
+
     // The raw path: every impression, with the state's π and the same split.
     let pi: HashMap<(String, String, u32), f64> =
         agg.rows.iter().map(|r| ((agg.qd_keys[r.qd as usize].0.clone(), agg.qd_keys[r.qd as usize].1.clone(), r.position), r.propensity)).collect();
@@ -88,7 +96,6 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let cfg = TrainConfig { max_epochs: epochs, patience: epochs + 1, batch_rows, ..TrainConfig::default() };
     let (raw_model, raw_report) = fit(&raw, &cfg, None, false).unwrap();
     let (agg_model, agg_report) = fit(&agg, &cfg, None, false).unwrap();
     let (tr, ta) = (raw_model.model.theta_normalised(), agg_model.model.theta_normalised());

@@ -4,6 +4,10 @@
 //! Data flow, one module per stage: `sources` → `session` (decode) → `ingest` → … ; `sinks` carry
 //! records out (Kafka, JSONL, dead letters); `simulate` is the laboratory with known ground truth.
 
+/// mimalloc for every binary, test and bench linking the library (see Cargo.toml for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod cli;
 pub mod config;
 pub mod demo;
