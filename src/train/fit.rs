@@ -180,16 +180,20 @@ pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u3
 /// Every distinct feature row of `ex` as the tower reads it (first `n_features`, standardised),
 /// computed once per fit instead of once per row and step.
 fn tower_inputs(ex: &Examples, meta: &ModelMeta) -> Vec<f32> {
-    let f = meta.n_features;
-    let mut out = Vec::with_capacity(ex.n_docs() * f);
+    let mut out = Vec::with_capacity(ex.n_docs() * meta.n_features);
     for doc in 0..ex.n_docs() as u32 {
-        let x = &ex.doc_features(doc)[..f];
-        match &meta.normalizer {
-            Some(norm) => norm.apply(x, &mut out),
-            None => out.extend_from_slice(x),
-        }
+        push_tower_input(ex, meta, doc, &mut out);
     }
     out
+}
+
+/// Appends feature row `doc` as the tower reads it (first `n_features`, standardised).
+fn push_tower_input(ex: &Examples, meta: &ModelMeta, doc: u32, out: &mut Vec<f32>) {
+    let x = &ex.doc_features(doc)[..meta.n_features];
+    match &meta.normalizer {
+        Some(norm) => norm.apply(x, out),
+        None => out.extend_from_slice(x),
+    }
 }
 
 /// Draws `rows` aggregated spans with probability ∝ their impressions (with replacement), the
@@ -216,7 +220,6 @@ fn draw_spans(cumulative: &[u64], spans: &[usize], rows: usize, rng: &mut ChaCha
         })
         .collect()
 }
-
 
 /// `count_weighted`: a row's weight is w·n (its impressions' summed loss); otherwise w (its
 /// impressions' mean loss, for rows drawn ∝ n). `inputs`: `tower_inputs`, when computed.
@@ -256,11 +259,7 @@ fn build_batch(
             } else if let Some(inputs) = inputs {
                 features.extend_from_slice(&inputs[r.doc as usize * f..(r.doc as usize + 1) * f]);
             } else {
-                let x = &ex.doc_features(r.doc)[..f];
-                match &meta.normalizer {
-                    Some(norm) => norm.apply(x, &mut features),
-                    None => features.extend_from_slice(x),
-                }
+                push_tower_input(ex, meta, r.doc, &mut features);
             }
             if meta.architecture.bias_feature_tower {
                 bias.extend_from_slice(&ex.bias[i * z..(i + 1) * z]);
@@ -543,8 +542,7 @@ mod tests {
             let drawn = draw_spans(&cumulative, &spans, 512, &mut ChaCha8Rng::seed_from_u64(seed));
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let total = *cumulative.last().unwrap();
-            let mut expected: Vec<usize> =
-                (0..512)
+            let mut expected: Vec<usize> = (0..512)
                 .map(|_| {
                     let u = rng.random_range(0..total);
                     spans[cumulative.partition_point(|&c| c <= u).min(spans.len() - 1)]
