@@ -25,4 +25,5 @@ pub mod sources;
 pub mod state;
 pub mod summary;
 pub mod train;
+pub mod units;
 pub mod window;

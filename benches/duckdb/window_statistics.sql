@@ -4,7 +4,7 @@
 -- comparison favours DuckDB. `${DATA}` is replaced by the script.
 CREATE TEMP TABLE impressions AS
 SELECT
-    time_bucket(INTERVAL 10 MINUTE, CAST(s.event_time AS TIMESTAMP)) AS window_start,
+    time_bucket(INTERVAL 10 MINUTE, epoch_ms(s.event_time)) AS window_start,
     CAST(s.session_id AS VARCHAR) AS session_id,
     CAST(s.query_id AS VARCHAR) AS query_id,
     CAST(i.item.doc_id AS VARCHAR) AS doc_id,

@@ -449,6 +449,28 @@ pub fn read_window_table(dir: &Path, entry: &WindowEntry, table: &str) -> anyhow
     }
 }
 
+/// The Parquet file of one statistic of one closed window, checked as `read_window_table` checks it;
+/// None when the statistic had no rows (for queries that read the files themselves).
+pub fn window_table_path(dir: &Path, entry: &WindowEntry, table: &str) -> anyhow::Result<Option<PathBuf>> {
+    let path = dir.join("windows").join(&entry.dir).join(format!("{table}.parquet"));
+    if entry.files.is_empty() {
+        return Ok(path.exists().then_some(path));
+    }
+    match entry.files.get(table) {
+        Some(&bytes) => {
+            check_file(&path, Some(bytes))?;
+            Ok(Some(path))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The Arrow schema a Parquet file was written with (its footer only).
+pub fn parquet_schema(path: &Path) -> anyhow::Result<datafusion::arrow::datatypes::SchemaRef> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(ParquetRecordBatchReaderBuilder::try_new(f).with_context(|| format!("{} is not Parquet", path.display()))?.schema().clone())
+}
+
 /// A state file must exist and, when its size was recorded, have exactly that size.
 fn check_file(path: &Path, bytes: Option<u64>) -> anyhow::Result<()> {
     let meta = fs::metadata(path).with_context(|| format!("state file {} named by the manifest is missing", path.display()))?;

@@ -76,6 +76,10 @@ pub struct TrainConfig {
     pub backend: BackendKind,
     /// Where checkpoints live (default `<state>/models`).
     pub models_dir: Option<std::path::PathBuf>,
+    /// Memory the training examples may take (rows, feature vectors, the fit's per-row arrays).
+    /// A horizon beyond it is spilled to disk in chunks of at most this size and streamed chunk by
+    /// chunk every epoch. `512MiB`, `2GiB`, or bytes.
+    pub memory_budget: String,
     /// A candidate is promoted when its validation loss ≤ current's × (1 + tolerance).
     pub promotion_tolerance: f64,
     /// After each training keep at most this many checkpoints besides the current one, deleting the
@@ -107,6 +111,7 @@ impl Default for TrainConfig {
             seed: 1,
             backend: BackendKind::default(),
             models_dir: None,
+            memory_budget: "2GiB".into(),
             promotion_tolerance: 0.002,
             keep_checkpoints: None,
             schedule: None,
@@ -148,10 +153,16 @@ impl TrainConfig {
         if !(self.promotion_tolerance >= 0.0) {
             return Err(format!("key `train.promotion_tolerance` = {} must be >= 0", self.promotion_tolerance));
         }
+        self.memory_budget_bytes()?;
         if let Some(expr) = &self.schedule {
             expr.parse::<cron::Schedule>().map_err(|e| format!("key `train.schedule` = {expr:?} is not a cron expression: {e}"))?;
         }
         Ok(())
+    }
+
+    /// `train.memory_budget` in bytes.
+    pub fn memory_budget_bytes(&self) -> Result<usize, String> {
+        crate::units::parse_bytes(&self.memory_budget).map_err(|e| format!("key `train.memory_budget`: {e}"))
     }
 
     /// The settings a checkpoint must share with this config to warm-start from it.

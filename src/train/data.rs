@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Sc
 use std::sync::Arc;
 
 use crate::state::cumulative;
-use crate::state::{read_window_table, Manifest, WindowEntry};
+use crate::state::{window_table_path, Manifest, WindowEntry};
 use crate::window::{register, TRAINING_EXAMPLES};
 
 /// Impressions that share (query, document, feature row, position, bias features, split): their
@@ -65,7 +65,27 @@ pub struct Examples {
     pub data_range_ms: Option<(i64, i64)>,
 }
 
+/// Bytes a fit holds per example row besides features: the row, its span, its IPS weight, and the
+/// fit's index, shuffled order, cumulative impressions and span impressions.
+const BYTES_PER_ROW: usize = std::mem::size_of::<Row>() + std::mem::size_of::<SessionSpan>() + 4 + 4 * 8;
+/// Per distinct feature row besides its values: the builder's de-duplication index entry.
+const BYTES_PER_DOC: usize = 48;
+/// Per query-document pair besides the ids' characters: two `String`s, the index entry and its key.
+const BYTES_PER_PAIR: usize = 4 * 24 + 32;
+
+/// What `[train] memory_budget` counts for examples of this shape: rows, feature rows (stored, and
+/// standardised once more for the tower), query-document ids.
+fn approx_bytes(rows: usize, bias_features: usize, feature_values: usize, docs: usize, pairs: usize, id_chars: usize) -> usize {
+    rows * (BYTES_PER_ROW + 4 * bias_features) + feature_values * 4 * 2 + docs * BYTES_PER_DOC + pairs * BYTES_PER_PAIR + id_chars * 2
+}
+
 impl Examples {
+    /// Memory these examples take in a fit (what `[train] memory_budget` bounds), estimated.
+    pub fn approx_bytes(&self) -> usize {
+        let id_chars = self.qd_keys.iter().map(|(q, d)| q.len() + d.len()).sum();
+        approx_bytes(self.rows.len(), self.n_bias_features, self.docs.len(), self.n_docs(), self.qd_keys.len(), id_chars)
+    }
+
     pub fn n_docs(&self) -> usize {
         if self.n_features == 0 {
             self.docs.len()
@@ -183,6 +203,8 @@ pub struct ExamplesBuilder {
     current: Option<String>,
     current_positions: Vec<u32>,
     features_seen: Option<bool>,
+    /// Characters of the query-document ids held.
+    id_chars: usize,
 }
 
 fn strings(batch: &RecordBatch, name: &str) -> anyhow::Result<Arc<dyn Array>> {
@@ -204,7 +226,14 @@ impl ExamplesBuilder {
             current: None,
             current_positions: Vec::new(),
             features_seen: None,
+            id_chars: 0,
         }
+    }
+
+    /// `Examples::approx_bytes` of what has been added so far (kept up to date, O(1)).
+    pub fn approx_bytes(&self) -> usize {
+        let o = &self.out;
+        approx_bytes(o.rows.len(), o.n_bias_features, o.docs.len(), o.n_docs(), o.qd_keys.len(), self.id_chars)
     }
 
     pub fn add(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
@@ -317,10 +346,13 @@ impl ExamplesBuilder {
         }
         let key = (query.to_string(), doc_id.to_string());
         let next_qd = self.qd_index.len() as u32;
+        let mut added = 0;
         let qd = *self.qd_index.entry(key.clone()).or_insert_with(|| {
+            added = key.0.len() + key.1.len();
             self.out.qd_keys.push(key);
             next_qd
         });
+        self.id_chars += added;
         let doc = self.doc_for(qd, &values);
         self.out.rows.push(Row { doc, qd, position, impressions, clicks, propensity });
         self.out.bias.extend_from_slice(&z);
@@ -371,6 +403,13 @@ pub enum Horizon {
 
 /// Loads examples from a state directory: π over the lookback horizon, rows from `horizon`'s windows.
 pub async fn load_from_state(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize) -> anyhow::Result<Examples> {
+    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
+    examples_for_windows(dir, &windows, propensity, max_positions).await
+}
+
+/// The disjoint closed windows a training run reads for `horizon`, and the cumulative π table over
+/// the lookback.
+pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon) -> anyhow::Result<(Vec<WindowEntry>, Vec<RecordBatch>)> {
     let cumulative = cumulative::compute(dir, manifest, lookback_ms).await?;
     let windows: Vec<WindowEntry> = match horizon {
         Horizon::Lookback(_) => cumulative.windows.clone(),
@@ -381,7 +420,7 @@ pub async fn load_from_state(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
     if windows.is_empty() {
         bail!("{}: no closed windows in the training horizon ({horizon:?})", dir.display());
     }
-    examples_for_windows(dir, &windows, cumulative.propensity, max_positions).await
+    Ok((windows, cumulative.propensity))
 }
 
 /// Of (possibly hopping) windows, those whose starts lie a multiple of `size_ms` before the newest
@@ -392,10 +431,33 @@ pub fn non_overlapping(windows: Vec<WindowEntry>, size_ms: i64) -> Vec<WindowEnt
 }
 
 /// Examples of the given closed windows (disjoint), with π from `propensity` (the cumulative
-/// table). Rows are merged by key across windows and streamed into the examples, so memory holds
-/// the horizon's distinct keys, not its impressions; the query itself spills past its memory pool.
+/// table), all in memory (see `chunks::load_training_data` for a horizon beyond a memory budget).
 pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensity: Vec<RecordBatch>, max_positions: usize) -> anyhow::Result<Examples> {
     use futures::StreamExt;
+    let mut stream = training_example_stream(dir, windows, propensity).await?;
+    let mut b = ExamplesBuilder::new(max_positions);
+    while let Some(batch) = stream.next().await {
+        b.add(&batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;
+    }
+    let mut examples = b.finish()?;
+    examples.data_range_ms = data_range(windows);
+    Ok(examples)
+}
+
+/// Event-time range of `windows`.
+pub fn data_range(windows: &[WindowEntry]) -> Option<(i64, i64)> {
+    Some((windows.iter().map(|w| w.start_ms).min().unwrap_or(0), windows.iter().map(|w| w.end_ms).max().unwrap_or(0)))
+}
+
+/// The rows of `sql/training_examples.sql` over the given closed windows, streamed in its order
+/// (split, query, document, position). The windows' tables are read from their Parquet files by the
+/// query itself, which merges them by key and spills past `[state] query_memory_limit`, so neither
+/// the input nor the output is ever held whole here.
+pub async fn training_example_stream(
+    dir: &Path,
+    windows: &[WindowEntry],
+    propensity: Vec<RecordBatch>,
+) -> anyhow::Result<datafusion::physical_plan::SendableRecordBatchStream> {
     let mut rows = Vec::new();
     let mut vectors = Vec::new();
     for w in windows {
@@ -406,22 +468,35 @@ pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensit
                 w.dir
             );
         }
-        rows.extend(read_window_table(dir, w, "training_rows")?);
-        vectors.extend(read_window_table(dir, w, "training_features")?);
+        rows.extend(window_table_path(dir, w, "training_rows")?);
+        vectors.extend(window_table_path(dir, w, "training_features")?);
     }
     let ctx = crate::window::query_context();
-    register(&ctx, "training_rows", training_rows_schema(), rows)?;
-    register(&ctx, "training_features", training_features_schema(), vectors)?;
+    register_files(&ctx, "training_rows", training_rows_schema(), &rows).await?;
+    register_files(&ctx, "training_features", training_features_schema(), &vectors).await?;
     register(&ctx, "propensity", propensity_schema(), propensity)?;
     let df = ctx.sql(TRAINING_EXAMPLES.sql).await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
-    let mut stream = df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
-    let mut b = ExamplesBuilder::new(max_positions);
-    while let Some(batch) = stream.next().await {
-        b.add(&batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;
-    }
-    let mut examples = b.finish()?;
-    examples.data_range_ms = Some((windows.iter().map(|w| w.start_ms).min().unwrap_or(0), windows.iter().map(|w| w.end_ms).max().unwrap_or(0)));
-    Ok(examples)
+    df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))
+}
+
+/// Registers Parquet `files` (one schema, the first file's) as table `name`; `schema` when none.
+async fn register_files(ctx: &datafusion::prelude::SessionContext, name: &str, schema: Arc<Schema>, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    use datafusion::datasource::file_format::parquet::ParquetFormat;
+    use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+    let Some(first) = files.first() else { return register(ctx, name, schema, Vec::new()) };
+    let file_schema = crate::state::parquet_schema(first)?;
+    let schema = Arc::new(Schema::new(file_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>()));
+    let urls = files
+        .iter()
+        .map(|p| {
+            let p = std::fs::canonicalize(p).with_context(|| format!("state file {}", p.display()))?;
+            ListingTableUrl::parse(p.to_string_lossy()).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config = ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
+    ctx.register_table(name, Arc::new(ListingTable::try_new(config)?))?;
+    Ok(())
 }
 
 fn training_rows_schema() -> Arc<Schema> {

@@ -1,6 +1,7 @@
 //! The training loop: AdamW over batches of whole sessions, validation on a hash-chosen slice,
 //! early stopping with the best epoch kept, and a refusal to return a model that went NaN.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -15,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::config::{Architecture, TowerKind, TrainConfig};
 use super::data::{is_validation, Examples};
 use super::model::{bce_with_logits, weighted_loss, BatchTensors, TwoTower};
-use super::weights::{ips_weights, WeightReport};
+use super::chunks::ExampleChunks;
+use super::weights::{weights_of, WeightReport, WeightTotals};
 
 /// Standardisation of the tower's input features, fitted on the first training run and kept by warm
 /// starts (so a checkpoint's weights always mean the same thing).
@@ -26,21 +28,13 @@ pub struct Normalizer {
 }
 
 impl Normalizer {
-    fn fit(ex: &Examples, n_features: usize) -> Normalizer {
-        let mut sum = vec![0f64; n_features];
-        let mut sq = vec![0f64; n_features];
-        for r in &ex.rows {
-            let n = r.impressions as f64;
-            for (j, v) in ex.doc_features(r.doc)[..n_features].iter().enumerate() {
-                sum[j] += n * *v as f64;
-                sq[j] += n * (*v as f64) * (*v as f64);
-            }
-        }
-        let n = ex.impressions().max(1) as f64;
+    /// From impression-weighted sums of each feature and its square over `n` impressions.
+    fn from_sums(sum: &[f64], sq: &[f64], n: u64) -> Normalizer {
+        let n = n.max(1) as f64;
         let mean: Vec<f32> = sum.iter().map(|s| (s / n) as f32).collect();
         let std = sq
             .iter()
-            .zip(&sum)
+            .zip(sum)
             .map(|(q, s)| {
                 let var = (q / n - (s / n) * (s / n)).max(0.0);
                 if var.sqrt() > 1e-6 {
@@ -90,12 +84,17 @@ impl Trained {
 
     /// Checks that this model can read `ex` (feature counts), naming what differs.
     pub fn check_compatible(&self, ex: &Examples) -> anyhow::Result<()> {
+        self.check_compatible_with(ex.n_features, ex.n_bias_features)
+    }
+
+    /// `check_compatible` for data with these feature counts.
+    pub fn check_compatible_with(&self, n_features: usize, n_bias_features: usize) -> anyhow::Result<()> {
         let a = &self.meta.architecture;
-        if a.tower != TowerKind::Embedding && ex.n_features < self.meta.n_features {
-            anyhow::bail!("the model reads {} features but the data has {}", self.meta.n_features, ex.n_features);
+        if a.tower != TowerKind::Embedding && n_features < self.meta.n_features {
+            anyhow::bail!("the model reads {} features but the data has {}", self.meta.n_features, n_features);
         }
-        if a.bias_feature_tower && ex.n_bias_features != self.meta.n_bias_features {
-            anyhow::bail!("the model reads {} bias features but the data has {}", self.meta.n_bias_features, ex.n_bias_features);
+        if a.bias_feature_tower && n_bias_features != self.meta.n_bias_features {
+            anyhow::bail!("the model reads {} bias features but the data has {}", self.meta.n_bias_features, n_bias_features);
         }
         Ok(())
     }
@@ -125,14 +124,38 @@ impl Trained {
 
     /// Weighted BCE (`sum w·ℓ / N`, or `/ Σw` when self-normalised) of `ex` under this model.
     pub fn loss(&self, ex: &Examples, weights: &[f32], self_normalize: bool, device: &Device) -> f64 {
+        self.loss_sums(ex, weights, device).loss(self_normalize)
+    }
+
+    /// The sums behind `loss`, which add up over chunks of the data.
+    pub fn loss_sums(&self, ex: &Examples, weights: &[f32], device: &Device) -> LossSums {
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
-        let total = weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device);
-        let denom = if self_normalize {
-            ex.rows.iter().zip(weights).map(|(r, w)| r.impressions as f64 * *w as f64).sum::<f64>()
-        } else {
-            ex.impressions() as f64
-        };
-        total / denom.max(f64::MIN_POSITIVE)
+        LossSums {
+            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device),
+            impressions: ex.impressions() as f64,
+            weight: ex.rows.iter().zip(weights).map(|(r, w)| r.impressions as f64 * *w as f64).sum::<f64>(),
+        }
+    }
+}
+
+/// Σ w·ℓ, impressions and Σ n·w of some rows: `loss` of their union is that of the summed parts.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LossSums {
+    pub weighted_loss: f64,
+    pub impressions: f64,
+    pub weight: f64,
+}
+
+impl LossSums {
+    pub fn add(&mut self, o: LossSums) {
+        self.weighted_loss += o.weighted_loss;
+        self.impressions += o.impressions;
+        self.weight += o.weight;
+    }
+
+    /// Σ w·ℓ ÷ N, or ÷ Σw when self-normalised.
+    pub fn loss(&self, self_normalize: bool) -> f64 {
+        self.weighted_loss / if self_normalize { self.weight } else { self.impressions }.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -305,38 +328,205 @@ pub struct FitReport {
     pub validation_sessions: usize,
     pub train_impressions: usize,
     pub validation_impressions: usize,
+    /// The deepest position among the examples.
+    pub max_position: u32,
+    /// Chunks the examples were read in (1 and 1: all in memory; see `[train] memory_budget`).
+    pub train_chunks: usize,
+    pub validation_chunks: usize,
     pub weights: WeightReport,
     pub warm_started: bool,
     pub seconds: f64,
 }
 
-/// Refuses data a model cannot be fitted on, with the reason.
-pub fn check_trainable(ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<()> {
-    if ex.rows.is_empty() {
-        anyhow::bail!("no training impressions in the horizon");
-    }
-    let positions: std::collections::BTreeSet<u32> = ex.rows.iter().map(|r| r.position).collect();
-    if positions.len() < 2 {
-        anyhow::bail!("every impression is at position {:?}: position bias cannot be estimated from a single position", positions.iter().next());
-    }
-    if ex.clicks() == 0 {
-        anyhow::bail!("no clicks among {} impressions: a click model has nothing to fit (θ_k and r(x) would run to −∞)", ex.impressions());
-    }
-    if ex.clicks() == ex.impressions() {
-        anyhow::bail!("every one of {} impressions was clicked: a click model has nothing to fit", ex.impressions());
-    }
-    if cfg.tower != TowerKind::Embedding && ex.n_features == 0 {
-        anyhow::bail!("tower = {:?} needs item features, but the stream carries none (use tower = \"embedding\")", cfg.tower);
-    }
-    if let Some(limit) = cfg.feature_limit {
-        if limit > ex.n_features && cfg.tower != TowerKind::Embedding {
-            anyhow::bail!("key `train.feature_limit` = {limit} but the data has only {} features", ex.n_features);
+/// What one pass over every chunk of the examples tells a fit before its first step.
+struct Survey {
+    rows: usize,
+    impressions: u64,
+    clicks: u64,
+    positions: std::collections::BTreeSet<u32>,
+    n_features: Option<usize>,
+    n_bias_features: Option<usize>,
+    /// Impression-weighted Σx and Σx² of every feature (for the normaliser).
+    feature_sum: Vec<f64>,
+    feature_sq: Vec<f64>,
+    weights: WeightTotals,
+    train_sessions: usize,
+    validation_sessions: usize,
+    train_impressions: usize,
+    validation_impressions: usize,
+    /// Σ n·w over validation rows (the self-normalised validation loss's denominator).
+    validation_weight: f64,
+    /// Optimizer steps per epoch, summed over training chunks.
+    steps: u64,
+}
+
+impl Survey {
+    fn new() -> Survey {
+        Survey {
+            rows: 0,
+            impressions: 0,
+            clicks: 0,
+            positions: Default::default(),
+            n_features: None,
+            n_bias_features: None,
+            feature_sum: Vec::new(),
+            feature_sq: Vec::new(),
+            weights: WeightTotals::empty(),
+            train_sessions: 0,
+            validation_sessions: 0,
+            train_impressions: 0,
+            validation_impressions: 0,
+            validation_weight: 0.0,
+            steps: 0,
         }
     }
-    if cfg.bias_feature_tower && ex.n_bias_features == 0 {
-        anyhow::bail!("key `train.bias_feature_tower` is set but the stream carries no bias features");
+
+    fn add(&mut self, ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<()> {
+        if ex.rows.is_empty() {
+            return Ok(());
+        }
+        for (seen, now, what) in [(&mut self.n_features, ex.n_features, "features"), (&mut self.n_bias_features, ex.n_bias_features, "bias features")] {
+            match seen {
+                Some(n) if *n != now => anyhow::bail!("a chunk of the training data has {now} {what} where another had {n}"),
+                _ => *seen = Some(now),
+            }
+        }
+        self.rows += ex.rows.len();
+        self.impressions += ex.impressions();
+        self.clicks += ex.clicks();
+        self.positions.extend(ex.rows.iter().map(|r| r.position));
+        if self.feature_sum.is_empty() {
+            (self.feature_sum, self.feature_sq) = (vec![0.0; ex.n_features], vec![0.0; ex.n_features]);
+        }
+        for r in &ex.rows {
+            let n = r.impressions as f64;
+            for (j, v) in ex.doc_features(r.doc).iter().enumerate() {
+                self.feature_sum[j] += n * *v as f64;
+                self.feature_sq[j] += n * (*v as f64) * (*v as f64);
+            }
+        }
+        let (w, totals) = weights_of(&ex.rows, &cfg.ips);
+        self.weights.merge(&totals);
+        let split = Split::of(ex, cfg);
+        self.train_sessions += split.train.len();
+        self.validation_sessions += split.validation.len();
+        let train = split.impressions(ex, &split.train);
+        self.train_impressions += train;
+        self.validation_impressions += split.impressions(ex, &split.validation);
+        self.validation_weight += split.weight(ex, &split.validation, &w);
+        self.steps += (train as u64).div_ceil(cfg.batch_impressions as u64);
+        Ok(())
     }
-    Ok(())
+
+    /// Refuses data a model cannot be fitted on, with the reason.
+    fn check(&self, cfg: &TrainConfig) -> anyhow::Result<()> {
+        if self.rows == 0 {
+            anyhow::bail!("no training impressions in the horizon");
+        }
+        if self.positions.len() < 2 {
+            anyhow::bail!("every impression is at position {:?}: position bias cannot be estimated from a single position", self.positions.iter().next());
+        }
+        if self.clicks == 0 {
+            anyhow::bail!("no clicks among {} impressions: a click model has nothing to fit (θ_k and r(x) would run to −∞)", self.impressions);
+        }
+        if self.clicks == self.impressions {
+            anyhow::bail!("every one of {} impressions was clicked: a click model has nothing to fit", self.impressions);
+        }
+        let n_features = self.n_features.unwrap_or(0);
+        if cfg.tower != TowerKind::Embedding && n_features == 0 {
+            anyhow::bail!("tower = {:?} needs item features, but the stream carries none (use tower = \"embedding\")", cfg.tower);
+        }
+        if let Some(limit) = cfg.feature_limit {
+            if limit > n_features && cfg.tower != TowerKind::Embedding {
+                anyhow::bail!("key `train.feature_limit` = {limit} but the data has only {n_features} features");
+            }
+        }
+        if cfg.bias_feature_tower && self.n_bias_features.unwrap_or(0) == 0 {
+            anyhow::bail!("key `train.bias_feature_tower` is set but the stream carries no bias features");
+        }
+        Ok(())
+    }
+}
+
+/// The training and validation spans of a chunk.
+struct Split {
+    train: Vec<usize>,
+    validation: Vec<usize>,
+}
+
+impl Split {
+    fn of(ex: &Examples, cfg: &TrainConfig) -> Split {
+        let (validation, train): (Vec<usize>, Vec<usize>) = (0..ex.sessions.len()).partition(|&s| is_validation(&ex.sessions[s], cfg.validation_fraction));
+        Split { train, validation }
+    }
+
+    fn rows<'a>(ex: &'a Examples, idx: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+        idx.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len)
+    }
+
+    /// Impressions of spans `idx`.
+    fn impressions(&self, ex: &Examples, idx: &[usize]) -> usize {
+        Self::rows(ex, idx).map(|i| ex.rows[i].impressions as usize).sum()
+    }
+
+    /// Σ n·w over the rows of spans `idx`.
+    fn weight(&self, ex: &Examples, idx: &[usize], weights: &[f32]) -> f64 {
+        Self::rows(ex, idx).map(|i| ex.rows[i].impressions as f64 * weights[i] as f64).sum()
+    }
+}
+
+/// Refuses data a model cannot be fitted on, with the reason.
+pub fn check_trainable(ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<()> {
+    let mut survey = Survey::new();
+    survey.add(ex, cfg)?;
+    survey.check(cfg)
+}
+
+/// A chunk of examples with what a fit derives from it.
+struct Chunk<'a> {
+    ex: Cow<'a, Examples>,
+    weights: Vec<f32>,
+    qd_map: Vec<u32>,
+    /// `tower_inputs`, for training chunks of feature towers.
+    inputs: Option<Vec<f32>>,
+    split: Split,
+    /// The training spans in the order the raw path takes them (reshuffled every epoch).
+    order: Vec<usize>,
+    span_impressions: Vec<u64>,
+    /// Cumulative impressions over `split.train` (aggregated rows are drawn ∝ impressions).
+    cumulative: Vec<u64>,
+    train_impressions: usize,
+    steps: u64,
+    /// Aggregated examples hold one row per span (see `AGGREGATED_SPAN_ROWS`).
+    aggregated: bool,
+}
+
+impl<'a> Chunk<'a> {
+    fn new(ex: Cow<'a, Examples>, cfg: &TrainConfig, trained: &Trained, for_training: bool) -> Chunk<'a> {
+        // Missing propensities were checked over all chunks.
+        let (weights, _) = weights_of(&ex.rows, &cfg.ips);
+        let qd_map = trained.qd_map(&ex);
+        let inputs = (for_training && trained.meta.architecture.tower != TowerKind::Embedding).then(|| tower_inputs(&ex, &trained.meta));
+        let split = Split::of(&ex, cfg);
+        let span_impressions: Vec<u64> =
+            ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
+        let cumulative: Vec<u64> = split.train.iter().scan(0u64, |acc, &s| { *acc += span_impressions[s]; Some(*acc) }).collect();
+        let train_impressions = split.impressions(&ex, &split.train);
+        let aggregated = ex.sessions.iter().all(|s| s.held_out.is_some() && s.len == 1);
+        Chunk {
+            weights,
+            qd_map,
+            inputs,
+            order: split.train.clone(),
+            split,
+            span_impressions,
+            cumulative,
+            train_impressions,
+            steps: (train_impressions as u64).div_ceil(cfg.batch_impressions as u64),
+            aggregated,
+            ex,
+        }
+    }
 }
 
 /// Trains on `ex`. `init` warm-starts from a model with the same architecture.
@@ -364,14 +554,75 @@ pub fn fit_cancellable(
     progress: bool,
     cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> anyhow::Result<(Trained, FitReport)> {
-    check_trainable(ex, cfg)?;
+    fit_chunks(ex, cfg, init, progress, cancel)
+}
+
+/// Σ w·ℓ over every validation row, and the model's validation loss (÷ impressions, or ÷ Σw when
+/// self-normalised).
+fn validation_loss(model: &TwoTower, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
+    let mut total = 0f64;
+    match resident {
+        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device),
+        None => {
+            for i in 0..data.validation_chunks() {
+                let c = Chunk::new(Cow::Owned(data.load_validation(i)?), cfg, trained, false);
+                total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device);
+            }
+        }
+    }
+    Ok(total / denominator.max(f64::MIN_POSITIVE))
+}
+
+/// Trains on examples in memory or in chunks on disk (see `chunks`): every epoch visits the
+/// training chunks in a shuffled order, each with its share of the steps (∝ its impressions), and
+/// scores every validation chunk. In memory the examples are one chunk, read once.
+pub fn fit_chunks(
+    data: &dyn ExampleChunks,
+    cfg: &TrainConfig,
+    init: Option<&Trained>,
+    progress: bool,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<(Trained, FitReport)> {
     let started = Instant::now();
+    // One pass over every chunk: checks, the normaliser's sums, the vocabulary, the weights.
+    let mut survey = Survey::new();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut survey_chunk = |ex: &Examples| -> anyhow::Result<()> {
+        survey.add(ex, cfg)?;
+        if cfg.tower == TowerKind::Embedding {
+            pairs.extend(ex.qd_keys.iter().cloned());
+        }
+        Ok(())
+    };
+    match data.in_memory() {
+        Some(ex) => survey_chunk(ex)?,
+        None => {
+            for i in 0..data.train_chunks() {
+                survey_chunk(&data.load_train(i)?)?;
+            }
+            for i in 0..data.validation_chunks() {
+                survey_chunk(&data.load_validation(i)?)?;
+            }
+        }
+    }
+    survey.check(cfg)?;
+    survey.weights.check(&cfg.ips)?;
+    let weight_report = survey.weights.report(&cfg.ips);
+    if survey.train_sessions == 0 || survey.validation_sessions == 0 {
+        anyhow::bail!(
+            "{} sessions cannot be split into training and validation (train.validation_fraction = {})",
+            survey.train_sessions + survey.validation_sessions,
+            cfg.validation_fraction
+        );
+    }
+    let (data_features, n_bias_features) = (survey.n_features.unwrap_or(0), survey.n_bias_features.unwrap_or(0));
+
     let arch = cfg.architecture();
     let device = cfg.backend.autodiff_device()?;
     let infer_device = cfg.backend.device()?;
     device.seed(cfg.seed);
 
-    let n_features = if arch.tower == TowerKind::Embedding { 0 } else { cfg.feature_limit.unwrap_or(ex.n_features) };
+    let n_features = if arch.tower == TowerKind::Embedding { 0 } else { cfg.feature_limit.unwrap_or(data_features) };
     let (mut trained, warm) = match init {
         Some(t) => {
             if t.meta.architecture != arch {
@@ -381,63 +632,43 @@ pub fn fit_cancellable(
                     arch
                 );
             }
-            t.check_compatible(ex)?;
+            t.check_compatible_with(data_features, n_bias_features)?;
             (t.clone(), true)
         }
         None => {
             let meta = ModelMeta {
                 architecture: arch.clone(),
                 n_features,
-                n_bias_features: ex.n_bias_features,
-                normalizer: (arch.tower != TowerKind::Embedding).then(|| Normalizer::fit(ex, n_features)),
+                n_bias_features,
+                normalizer: (arch.tower != TowerKind::Embedding)
+                    .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.impressions)),
             };
             let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
-            (Trained { model: TwoTower::new(&arch, n_features, ex.n_bias_features, 1, &infer_device), meta, vocabulary }, false)
+            (Trained { model: TwoTower::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)
         }
     };
     if arch.tower == TowerKind::Embedding {
-        let known: std::collections::HashSet<(String, String)> = trained.vocabulary.iter().cloned().collect();
-        for key in &ex.qd_keys {
-            if !known.contains(key) {
-                trained.vocabulary.push(key.clone());
+        let mut known: std::collections::HashSet<(String, String)> = trained.vocabulary.iter().cloned().collect();
+        for key in pairs {
+            if known.insert(key.clone()) {
+                trained.vocabulary.push(key);
             }
         }
         let size = trained.vocabulary.len();
         trained.model = trained.model.grow_embedding(size, &infer_device);
     }
-    let qd_map = trained.qd_map(ex);
 
-    let (weights, weight_report) = ips_weights(&ex.rows, &cfg.ips)?;
-    let train_idx: Vec<usize> = (0..ex.sessions.len()).filter(|&s| !is_validation(&ex.sessions[s], cfg.validation_fraction)).collect();
-    let val_idx: Vec<usize> = (0..ex.sessions.len()).filter(|&s| is_validation(&ex.sessions[s], cfg.validation_fraction)).collect();
-    if train_idx.is_empty() || val_idx.is_empty() {
-        anyhow::bail!("{} sessions cannot be split into training and validation (train.validation_fraction = {})", ex.sessions.len(), cfg.validation_fraction);
-    }
-    // Impressions, and Σ w over impressions, of a set of sessions (spans).
-    let rows = |idx: &[usize]| idx.iter().flat_map(|&s| ex.sessions[s].start..ex.sessions[s].start + ex.sessions[s].len).collect::<Vec<_>>();
-    let impressions_of = |idx: &[usize]| rows(idx).iter().map(|&i| ex.rows[i].impressions as usize).sum::<usize>();
-    let weight_of = |idx: &[usize]| rows(idx).iter().map(|&i| ex.rows[i].impressions as f64 * weights[i] as f64).sum::<f64>();
-    let (train_rows, val_rows) = (impressions_of(&train_idx), impressions_of(&val_idx));
-    let val_denominator = if cfg.ips.self_normalize { weight_of(&val_idx) } else { val_rows as f64 };
+    let train_rows = survey.train_impressions;
+    let val_denominator = if cfg.ips.self_normalize { survey.validation_weight } else { survey.validation_impressions as f64 };
+    let mut resident = data.in_memory().map(|ex| Chunk::new(Cow::Borrowed(ex), cfg, &trained, true));
 
     let mut model = trained.model.clone().train();
     let mut optim = AdamWConfig::new().with_weight_decay(cfg.weight_decay as f32).with_epsilon(1e-8).init();
-    let validation_loss = |m: &TwoTower| -> f64 {
-        weighted_loss_sum(m, ex, &val_idx, &weights, &qd_map, &trained.meta, &infer_device) / val_denominator.max(f64::MIN_POSITIVE)
-    };
-
-    let mut best = (validation_loss(&model.valid()), 0usize, model.valid());
+    let mut best = (validation_loss(&model.valid(), resident.as_ref(), data, &trained, cfg, val_denominator, &infer_device)?, 0usize, model.valid());
     let mut epochs = Vec::new();
     let mut stop = StopReason::MaxEpochs;
-    let mut order = train_idx.clone();
-    let span_impressions: Vec<u64> =
-        ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
-    let steps = (train_rows as u64).div_ceil(cfg.batch_impressions as u64);
-    // Aggregated examples hold one row per span (see `AGGREGATED_SPAN_ROWS`).
-    let aggregated = ex.sessions.iter().all(|s| s.held_out.is_some() && s.len == 1);
-    let cumulative: Vec<u64> = train_idx.iter().scan(0u64, |acc, &s| { *acc += span_impressions[s]; Some(*acc) }).collect();
     let bar = progress.then(|| {
-        let bar = indicatif::ProgressBar::new(steps * cfg.max_epochs as u64);
+        let bar = indicatif::ProgressBar::new(survey.steps * cfg.max_epochs as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} steps  {msg}")
                 .expect("valid template")
@@ -445,47 +676,64 @@ pub fn fit_cancellable(
         );
         bar
     });
-    let inputs = (arch.tower != TowerKind::Embedding).then(|| tower_inputs(ex, &trained.meta));
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     'epochs: for epoch in 1..=cfg.max_epochs {
         let t0 = Instant::now();
-        order.shuffle(&mut rng);
         let mut train_total = 0f64;
-        // Raw sessions: shuffled whole sessions until a batch holds `batch_impressions`. Aggregated
-        // rows: `steps` draws of `batch_rows` rows ∝ impressions, each entering with its mean loss —
-        // as many steps and as many distinct keys per step as the raw path, on fewer rows.
-        let drawn: Vec<Vec<usize>> = if aggregated {
-            (0..steps).map(|_| draw_spans(&cumulative, &train_idx, cfg.batch_rows, &mut rng)).collect()
-        } else {
-            batches(&order, &span_impressions, cfg.batch_impressions as u64).into_iter().map(<[usize]>::to_vec).collect()
-        };
-        for chunk in &drawn {
-            if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
-                return Err(Cancelled.into());
-            }
-            let (b, n) = build_batch(ex, chunk, &weights, &qd_map, &trained.meta, inputs.as_deref(), &device, !aggregated);
-            let denominator = match (aggregated, cfg.ips.self_normalize) {
-                (false, true) => weight_of(chunk),
-                (false, false) => n as f64,
-                (true, true) => chunk.iter().map(|&s| weights[ex.sessions[s].start] as f64).sum(),
-                (true, false) => chunk.len() as f64,
+        let mut chunk_order: Vec<usize> = (0..data.train_chunks()).collect();
+        if chunk_order.len() > 1 {
+            chunk_order.shuffle(&mut rng);
+        }
+        for &c in &chunk_order {
+            let mut loaded;
+            let chunk = match resident.as_mut() {
+                Some(r) => r,
+                None => {
+                    loaded = Chunk::new(Cow::Owned(data.load_train(c)?), cfg, &trained, true);
+                    &mut loaded
+                }
             };
-            let loss = weighted_loss(&model, &b, denominator);
-            let value = loss.clone().into_scalar::<f32>() as f64;
-            if !value.is_finite() {
-                stop = StopReason::Diverged;
-                break 'epochs;
+            if chunk.steps == 0 {
+                continue;
             }
-            train_total += value * if aggregated { train_rows as f64 / steps as f64 } else { n as f64 };
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(cfg.learning_rate, model, grads);
-            if let Some(bar) = &bar {
-                bar.inc(1);
+            let ex: &Examples = &chunk.ex;
+            chunk.order.shuffle(&mut rng);
+            // Raw sessions: shuffled whole sessions until a batch holds `batch_impressions`. Aggregated
+            // rows: `steps` draws of `batch_rows` rows ∝ impressions, each entering with its mean loss —
+            // as many steps and as many distinct keys per step as the raw path, on fewer rows.
+            let drawn: Vec<Vec<usize>> = if chunk.aggregated {
+                (0..chunk.steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, cfg.batch_rows, &mut rng)).collect()
+            } else {
+                batches(&chunk.order, &chunk.span_impressions, cfg.batch_impressions as u64).into_iter().map(<[usize]>::to_vec).collect()
+            };
+            for batch in &drawn {
+                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                    return Err(Cancelled.into());
+                }
+                let (b, n) = build_batch(ex, batch, &chunk.weights, &chunk.qd_map, &trained.meta, chunk.inputs.as_deref(), &device, !chunk.aggregated);
+                let denominator = match (chunk.aggregated, cfg.ips.self_normalize) {
+                    (false, true) => chunk.split.weight(ex, batch, &chunk.weights),
+                    (false, false) => n as f64,
+                    (true, true) => batch.iter().map(|&s| chunk.weights[ex.sessions[s].start] as f64).sum(),
+                    (true, false) => batch.len() as f64,
+                };
+                let loss = weighted_loss(&model, &b, denominator);
+                let value = loss.clone().into_scalar::<f32>() as f64;
+                if !value.is_finite() {
+                    stop = StopReason::Diverged;
+                    break 'epochs;
+                }
+                train_total += value * if chunk.aggregated { chunk.train_impressions as f64 / chunk.steps as f64 } else { n as f64 };
+                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                model = optim.step(cfg.learning_rate, model, grads);
+                if let Some(bar) = &bar {
+                    bar.inc(1);
+                }
             }
         }
         let seconds = t0.elapsed().as_secs_f64();
         let current = model.valid();
-        let val = validation_loss(&current);
+        let val = validation_loss(&current, resident.as_ref(), data, &trained, cfg, val_denominator, &infer_device)?;
         epochs.push(EpochStats {
             epoch,
             train_loss: train_total / train_rows as f64,
@@ -516,10 +764,13 @@ pub fn fit_cancellable(
         best_epoch: best.1,
         best_validation_loss: best.0,
         stop,
-        train_sessions: train_idx.len(),
-        validation_sessions: val_idx.len(),
+        train_sessions: survey.train_sessions,
+        validation_sessions: survey.validation_sessions,
         train_impressions: train_rows,
-        validation_impressions: val_rows,
+        validation_impressions: survey.validation_impressions,
+        max_position: survey.positions.last().copied().unwrap_or(0),
+        train_chunks: data.train_chunks(),
+        validation_chunks: data.validation_chunks(),
         weights: weight_report,
         warm_started: warm,
         seconds: started.elapsed().as_secs_f64(),

@@ -3,6 +3,7 @@
 //! [`train_from_state`].
 
 pub mod checkpoint;
+pub mod chunks;
 pub mod config;
 pub mod data;
 pub mod device;
@@ -18,8 +19,9 @@ use serde::Serialize;
 
 use crate::config::PipelineConfig;
 use checkpoint::{decide, CheckpointInfo, Decision, ModelStore};
-use data::{is_validation, load_from_state, Examples, Horizon};
-use fit::{fit_cancellable, FitReport, Trained};
+use chunks::{load_training_data, TrainingData};
+use data::{is_validation, Examples, Horizon};
+use fit::{fit_chunks, FitReport, LossSums, Trained};
 use weights::ips_weights;
 
 /// What `ultr train` was asked to do.
@@ -79,6 +81,43 @@ pub fn validation_slice(ex: &Examples, config: &PipelineConfig) -> anyhow::Resul
     Ok((val, w))
 }
 
+/// The gate's losses: each model's weighted validation loss on the validation rows of `data`, read
+/// once (chunk by chunk when spilled); an incompatible model gets its error.
+pub fn validation_losses(models: &[&Trained], data: &TrainingData, config: &PipelineConfig) -> anyhow::Result<Vec<anyhow::Result<f64>>> {
+    let cfg = &config.train;
+    let device = cfg.backend.device()?;
+    let mut sums: Vec<anyhow::Result<LossSums>> = models.iter().map(|_| Ok(LossSums::default())).collect();
+    let mut score = |val: &Examples, w: &[f32]| {
+        for (m, s) in models.iter().zip(sums.iter_mut()) {
+            if let Ok(total) = s {
+                match m.check_compatible(val) {
+                    Ok(()) => total.add(m.loss_sums(val, w, &device)),
+                    Err(e) => *s = Err(e),
+                }
+            }
+        }
+    };
+    match data {
+        TrainingData::InMemory(ex) => {
+            let (val, w) = validation_slice(ex, config)?;
+            score(&val, &w);
+        }
+        TrainingData::Spilled(spilled) => {
+            use chunks::ExampleChunks;
+            for i in 0..spilled.validation_chunks() {
+                let (val, w) = validation_slice(&spilled.load_validation(i)?, config)?;
+                score(&val, &w);
+            }
+        }
+    }
+    Ok(sums.into_iter().map(|s| s.map(|t| t.loss(cfg.ips.self_normalize))).collect())
+}
+
+/// Where a training run spills examples beyond `[train] memory_budget` (removed after the run).
+pub fn spill_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("training-spill")
+}
+
 /// Trains on the state, writes a checkpoint, and lets the gate decide whether it becomes current.
 pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let cfg = &req.config.train;
@@ -122,20 +161,23 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
             anyhow::bail!("nothing to warm-start on: no closed window ends after the current model {id}'s data (up to {t} ms)");
         }
     }
-    let ex = rt
-        .block_on(load_from_state(req.state_dir, &manifest, lookback, horizon, cfg.max_positions))
+    let budget = cfg.memory_budget_bytes().map_err(|e| anyhow::anyhow!(e))?;
+    let data = rt
+        .block_on(load_training_data(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, budget, &spill_dir(req.state_dir)))
         .with_context(|| format!("loading training data from {}", req.state_dir.display()))?;
     let init = match (&current, &parent) {
         (Some((_, Ok(t))), Some(_)) => Some(t),
         _ => None,
     };
-    let (trained, report) = fit_cancellable(&ex, cfg, init, req.progress, req.cancel)?;
+    let (trained, report) = fit_chunks(data.chunks(), cfg, init, req.progress, req.cancel)?;
 
-    let (val, w) = validation_slice(&ex, req.config)?;
-    let candidate_loss = trained.loss(&val, &w, cfg.ips.self_normalize, &device);
+    let current_model = current.as_ref().and_then(|(_, t)| t.as_ref().ok());
+    let models: Vec<&Trained> = std::iter::once(&trained).chain(current_model).collect();
+    let mut losses = validation_losses(&models, &data, req.config)?.into_iter();
+    let candidate_loss = losses.next().expect("the candidate's loss")?;
     let current_loss = current.as_ref().map(|(id, t)| {
         let loss = match t {
-            Ok(t) => t.check_compatible(&val).map(|_| t.loss(&val, &w, cfg.ips.self_normalize, &device)),
+            Ok(_) => losses.next().expect("the current model's loss"),
             Err(e) => Err(anyhow::anyhow!("{e:#}")),
         };
         (id.as_str(), loss)
@@ -143,10 +185,19 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let decision = decide(&report, candidate_loss, current_loss, cfg.promotion_tolerance, req.force);
 
     let cold_comparison = if req.compare_cold && parent.is_some() {
-        let full = rt.block_on(load_from_state(req.state_dir, &manifest, lookback, Horizon::Lookback(lookback), cfg.max_positions))?;
-        let (cold, cold_report) = fit_cancellable(&full, cfg, None, req.progress, req.cancel)?;
-        let cold_loss = cold.loss(&val, &w, cfg.ips.self_normalize, &device);
-        let k = ex.max_position().min(full.max_position()) as usize;
+        let full = rt.block_on(load_training_data(
+            req.state_dir,
+            &manifest,
+            lookback,
+            Horizon::Lookback(lookback),
+            cfg.max_positions,
+            budget,
+            &spill_dir(req.state_dir),
+        ))?;
+        let (cold, cold_report) = fit_chunks(full.chunks(), cfg, None, req.progress, req.cancel)?;
+        drop(full);
+        let cold_loss = validation_losses(&[&cold], &data, req.config)?.remove(0)?;
+        let k = report.max_position.min(cold_report.max_position) as usize;
         let (tw, tc) = (trained.model.theta_normalised(), cold.model.theta_normalised());
         Some(ColdComparison {
             warm_validation_loss: candidate_loss,
@@ -160,13 +211,13 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         None
     };
 
-    let seen = ex.max_position() as usize;
+    let seen = report.max_position as usize;
     let theta: Vec<f64> = trained.model.theta_normalised().into_iter().take(seen).collect();
     let info = CheckpointInfo {
         id: String::new(),
         created_at: chrono::Utc::now().to_rfc3339(),
         config: cfg.clone(),
-        data_range_ms: ex.data_range_ms,
+        data_range_ms: data.data_range_ms(),
         parent,
         theta: theta.clone(),
         fit: serde_json::to_value(&report)?,
@@ -186,7 +237,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         decision,
         fit: report,
         theta,
-        data_range_ms: ex.data_range_ms,
+        data_range_ms: data.data_range_ms(),
         models_dir: store.dir().to_path_buf(),
         note,
         cold_comparison,

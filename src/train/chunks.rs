@@ -1,0 +1,238 @@
+//! Training data beyond memory: the horizon's examples, streamed from `sql/training_examples.sql`,
+//! stay in memory while they fit `[train] memory_budget` and are otherwise cut into chunks on disk
+//! (Arrow IPC, one split per chunk) that a fit reads back one at a time, every epoch.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use futures::StreamExt;
+
+use super::data::{data_range, horizon_windows, training_example_stream, Examples, ExamplesBuilder, Horizon};
+use crate::state::Manifest;
+
+/// The examples a fit reads, chunk by chunk. Examples in memory are one chunk holding both splits.
+pub trait ExampleChunks {
+    /// The examples when they are all in memory (training and validation rows together).
+    fn in_memory(&self) -> Option<&Examples>;
+    /// Chunks of training rows, and of validation rows (each a separate chunk on disk).
+    fn train_chunks(&self) -> usize;
+    fn validation_chunks(&self) -> usize;
+    fn load_train(&self, i: usize) -> anyhow::Result<Examples>;
+    fn load_validation(&self, i: usize) -> anyhow::Result<Examples>;
+}
+
+impl ExampleChunks for Examples {
+    fn in_memory(&self) -> Option<&Examples> {
+        Some(self)
+    }
+    fn train_chunks(&self) -> usize {
+        1
+    }
+    fn validation_chunks(&self) -> usize {
+        1
+    }
+    fn load_train(&self, _: usize) -> anyhow::Result<Examples> {
+        Ok(self.clone())
+    }
+    fn load_validation(&self, _: usize) -> anyhow::Result<Examples> {
+        Ok(self.clone())
+    }
+}
+
+/// A horizon's examples, in memory or spilled.
+pub enum TrainingData {
+    InMemory(Examples),
+    Spilled(SpilledExamples),
+}
+
+impl TrainingData {
+    pub fn chunks(&self) -> &dyn ExampleChunks {
+        match self {
+            TrainingData::InMemory(ex) => ex,
+            TrainingData::Spilled(s) => s,
+        }
+    }
+
+    pub fn data_range_ms(&self) -> Option<(i64, i64)> {
+        match self {
+            TrainingData::InMemory(ex) => ex.data_range_ms,
+            TrainingData::Spilled(s) => s.data_range_ms,
+        }
+    }
+}
+
+/// Chunks of examples in Arrow IPC files under a temporary folder (removed when this is dropped).
+pub struct SpilledExamples {
+    dir: tempfile::TempDir,
+    train: Vec<PathBuf>,
+    validation: Vec<PathBuf>,
+    max_positions: usize,
+    pub data_range_ms: Option<(i64, i64)>,
+    /// Examples-size estimate of each chunk when it was cut (train chunks, then validation chunks).
+    pub chunk_bytes: Vec<usize>,
+}
+
+impl SpilledExamples {
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn load(&self, path: &Path) -> anyhow::Result<Examples> {
+        let file = File::open(path).with_context(|| format!("opening training chunk {}", path.display()))?;
+        let reader = StreamReader::try_new(BufReader::new(file), None).with_context(|| format!("reading training chunk {}", path.display()))?;
+        let mut b = ExamplesBuilder::new(self.max_positions);
+        for batch in reader {
+            b.add(&batch.with_context(|| format!("reading training chunk {}", path.display()))?)?;
+        }
+        let mut ex = b.finish()?;
+        ex.data_range_ms = self.data_range_ms;
+        Ok(ex)
+    }
+}
+
+impl ExampleChunks for SpilledExamples {
+    fn in_memory(&self) -> Option<&Examples> {
+        None
+    }
+    fn train_chunks(&self) -> usize {
+        self.train.len()
+    }
+    fn validation_chunks(&self) -> usize {
+        self.validation.len()
+    }
+    fn load_train(&self, i: usize) -> anyhow::Result<Examples> {
+        self.load(&self.train[i])
+    }
+    fn load_validation(&self, i: usize) -> anyhow::Result<Examples> {
+        self.load(&self.validation[i])
+    }
+}
+
+/// Loads a horizon's examples within `budget_bytes` (by `Examples::approx_bytes`): in memory when
+/// they fit, otherwise spilled to chunks of about the budget (plus at most `SLICE_ROWS` rows) under
+/// `spill_dir`. One pass over the query's stream either way.
+pub async fn load_training_data(
+    dir: &Path,
+    manifest: &Manifest,
+    lookback_ms: i64,
+    horizon: Horizon,
+    max_positions: usize,
+    budget_bytes: usize,
+    spill_dir: &Path,
+) -> anyhow::Result<TrainingData> {
+    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
+    let mut stream = training_example_stream(dir, &windows, propensity).await?;
+    let mut spill = Spiller::new(spill_dir, max_positions, budget_bytes)?;
+    while let Some(batch) = stream.next().await {
+        spill.push(batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;
+    }
+    let mut data = spill.finish()?;
+    match &mut data {
+        TrainingData::InMemory(ex) => ex.data_range_ms = data_range(&windows),
+        TrainingData::Spilled(s) => s.data_range_ms = data_range(&windows),
+    }
+    Ok(data)
+}
+
+/// Rows added at a time: a chunk's estimate exceeds the budget by at most this many rows.
+const SLICE_ROWS: usize = 1024;
+
+/// Cuts a stream of example batches (sorted by split) into chunks.
+struct Spiller {
+    dir: tempfile::TempDir,
+    max_positions: usize,
+    budget: usize,
+    /// While everything so far fits: all rows (both splits). After: the current chunk's rows, only to
+    /// measure it.
+    builder: ExamplesBuilder,
+    spilled: bool,
+    /// The open chunk file and its split.
+    writer: Option<(StreamWriter<BufWriter<File>>, bool)>,
+    /// Closed and open chunk files: (path, held_out, estimated bytes).
+    chunks: Vec<(PathBuf, bool, usize)>,
+    /// `builder`'s size when the open chunk began.
+    chunk_base: usize,
+}
+
+impl Spiller {
+    fn new(spill_dir: &Path, max_positions: usize, budget: usize) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(spill_dir).with_context(|| format!("creating {}", spill_dir.display()))?;
+        let dir = tempfile::Builder::new().prefix("training-").tempdir_in(spill_dir).with_context(|| format!("a folder in {}", spill_dir.display()))?;
+        Ok(Spiller { dir, max_positions, budget, builder: ExamplesBuilder::new(max_positions), spilled: false, writer: None, chunks: Vec::new(), chunk_base: 0 })
+    }
+
+    fn push(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
+        // The query orders rows by split: a batch is training rows, then validation rows.
+        let held_out = batch.column_by_name("held_out").context("training examples have no `held_out`")?.as_boolean().clone();
+        let first_validation = (0..batch.num_rows()).find(|&i| held_out.value(i)).unwrap_or(batch.num_rows());
+        if (first_validation..batch.num_rows()).any(|i| !held_out.value(i)) {
+            anyhow::bail!("sql/training_examples.sql must order rows by held_out (training rows first)");
+        }
+        for (start, end, split) in [(0, first_validation, false), (first_validation, batch.num_rows(), true)] {
+            // Slices of a few rows, so a chunk ends within `SLICE_ROWS` rows past the budget.
+            for at in (start..end).step_by(SLICE_ROWS) {
+                self.push_part(&batch.slice(at, SLICE_ROWS.min(end - at)), split)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push_part(&mut self, part: &RecordBatch, split: bool) -> anyhow::Result<()> {
+        if self.writer.as_ref().is_some_and(|(_, s)| *s != split) {
+            self.close_chunk()?;
+        }
+        if self.writer.is_none() {
+            let path = self.dir.path().join(format!("chunk-{:05}-{}.arrow", self.chunks.len(), if split { "validation" } else { "train" }));
+            let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+            self.writer = Some((StreamWriter::try_new(BufWriter::new(file), &part.schema())?, split));
+            self.chunks.push((path, split, 0));
+        }
+        let (writer, _) = self.writer.as_mut().expect("an open chunk");
+        writer.write(part)?;
+        self.builder.add(part)?;
+        let bytes = self.builder.approx_bytes();
+        self.chunks.last_mut().expect("an open chunk").2 = bytes - self.chunk_base.min(bytes);
+        if bytes > self.budget {
+            // Beyond the budget: the rows so far are the first chunk(s); from here on every chunk
+            // is measured alone and cut when it reaches the budget.
+            self.spilled = true;
+            self.close_chunk()?;
+        }
+        Ok(())
+    }
+
+    fn close_chunk(&mut self) -> anyhow::Result<()> {
+        if let Some((mut w, _)) = self.writer.take() {
+            w.finish()?;
+        }
+        if self.spilled {
+            self.builder = ExamplesBuilder::new(self.max_positions);
+            self.chunk_base = 0;
+        } else {
+            self.chunk_base = self.builder.approx_bytes();
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> anyhow::Result<TrainingData> {
+        if !self.spilled {
+            let builder = std::mem::replace(&mut self.builder, ExamplesBuilder::new(self.max_positions));
+            self.close_chunk()?;
+            return Ok(TrainingData::InMemory(builder.finish()?));
+        }
+        self.close_chunk()?;
+        let (mut train, mut validation, mut chunk_bytes) = (Vec::new(), Vec::new(), Vec::new());
+        for (split, list) in [(false, &mut train), (true, &mut validation)] {
+            for (path, _, bytes) in self.chunks.iter().filter(|c| c.1 == split) {
+                list.push(path.clone());
+                chunk_bytes.push(*bytes);
+            }
+        }
+        Ok(TrainingData::Spilled(SpilledExamples { dir: self.dir, train, validation, max_positions: self.max_positions, data_range_ms: None, chunk_bytes }))
+    }
+}

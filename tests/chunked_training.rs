@@ -1,0 +1,136 @@
+//! Training past `[train] memory_budget`: a horizon spilled to chunks on disk holds exactly the rows
+//! the in-memory path holds (each once), the gate's loss summed over chunks equals the in-memory
+//! loss, a fit that streams the chunks every epoch recovers the simulator's θ like the in-memory fit
+//! (within seed noise), and `train_from_state` runs end to end on a budget far below the data.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ultr::config::PipelineConfig;
+use ultr::eval::truth_theta;
+use ultr::simulate::Simulator;
+use ultr::train::config::TrainConfig;
+use ultr::train::chunks::{load_training_data, ExampleChunks, TrainingData};
+use ultr::train::data::{load_from_state, Examples, Horizon};
+use ultr::train::fit::{fit, fit_chunks};
+use ultr::train::{spill_dir, train_from_state, validation_losses, TrainRequest};
+
+fn config(extra: &str) -> PipelineConfig {
+    let text = format!(
+        "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 30000\nseed = 5\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
+         [simulator.synthetic]\nqueries = 200\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\nmax_epochs = 30\n{extra}"
+    );
+    PipelineConfig::parse(&text, "test").unwrap()
+}
+
+/// Every row as a comparable key: (query, doc, position, split, features' bits) → (impressions, clicks, π's bits).
+fn rows(ex: &Examples) -> BTreeMap<(String, String, u32, bool, Vec<u32>), (u32, u32, u64)> {
+    let mut out = BTreeMap::new();
+    for s in &ex.sessions {
+        for r in &ex.rows[s.start..s.start + s.len] {
+            let (q, d) = ex.qd_keys[r.qd as usize].clone();
+            let features = ex.doc_features(r.doc).iter().map(|v| v.to_bits()).collect();
+            let previous = out.insert((q, d, r.position, s.held_out.unwrap(), features), (r.impressions, r.clicks, r.propensity.to_bits()));
+            assert!(previous.is_none(), "a key appears twice");
+        }
+    }
+    out
+}
+
+fn load(state: &Path, config: &PipelineConfig, budget: usize) -> TrainingData {
+    let manifest = ultr::state::read_manifest(state).unwrap();
+    let lookback = config.lookback_ms();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(load_training_data(state, &manifest, lookback, Horizon::Lookback(lookback), 50, budget, &spill_dir(state))).unwrap()
+}
+
+#[test]
+fn a_spilled_horizon_trains_like_the_in_memory_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let cfg = config("");
+    ultr::pipeline::run_to_state(&cfg, &state, &mut ultr::pipeline::NoObserver).unwrap();
+    let manifest = ultr::state::read_manifest(&state).unwrap();
+    assert!(manifest.windows.len() >= 8, "a horizon of several windows: {}", manifest.windows.len());
+
+    // Within budget: one pass, in memory, the same examples `load_from_state` builds.
+    let TrainingData::InMemory(all) = load(&state, &cfg, usize::MAX) else { panic!("a generous budget keeps the examples in memory") };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lookback = cfg.lookback_ms();
+    let direct = rt.block_on(load_from_state(&state, &manifest, lookback, Horizon::Lookback(lookback), 50)).unwrap();
+    assert_eq!(all.rows, direct.rows);
+    assert_eq!(all.docs, direct.docs);
+
+    // A fifth of the examples' size: chunks on disk, every row in exactly one of them.
+    let budget = all.approx_bytes() / 5;
+    let data = load(&state, &cfg, budget);
+    let TrainingData::Spilled(spilled) = &data else { panic!("a budget of {budget} bytes must spill {} bytes", all.approx_bytes()) };
+    assert!(spilled.train_chunks() >= 4, "{} training chunks", spilled.train_chunks());
+    assert!(spilled.validation_chunks() >= 1);
+    let mut union = BTreeMap::new();
+    let mut pieces: Vec<(Examples, bool)> = Vec::new();
+    for i in 0..spilled.train_chunks() {
+        pieces.push((spilled.load_train(i).unwrap(), false));
+    }
+    for i in 0..spilled.validation_chunks() {
+        pieces.push((spilled.load_validation(i).unwrap(), true));
+    }
+    for (chunk, validation) in &pieces {
+        assert!(chunk.sessions.iter().all(|s| s.held_out == Some(*validation)), "a chunk holds one split");
+        // The budget, plus at most one slice of rows past it.
+        let slack = 1024 * (all.approx_bytes() / all.rows.len()) * 4;
+        assert!(chunk.approx_bytes() <= budget + slack, "chunk of {} bytes for a budget of {budget}", chunk.approx_bytes());
+        for (key, value) in rows(chunk) {
+            assert!(union.insert(key, value).is_none(), "a row in two chunks");
+        }
+    }
+    assert_eq!(union, rows(&all), "the chunks hold exactly the in-memory rows");
+
+    // The gate's loss of a model, summed over validation chunks, is the in-memory loss.
+    let pipeline = config("");
+    let (model, _) = fit(&all, &TrainConfig { max_epochs: 2, ..pipeline.train.clone() }, None, false).unwrap();
+    let in_memory = validation_losses(&[&model], &TrainingData::InMemory(all.clone()), &pipeline).unwrap().remove(0).unwrap();
+    let chunked = validation_losses(&[&model], &data, &pipeline).unwrap().remove(0).unwrap();
+    assert!((in_memory - chunked).abs() <= 1e-6 * in_memory, "validation loss in memory {in_memory} vs over chunks {chunked}");
+
+    // Fits: in memory (two seeds, for the noise) and streaming the chunks every epoch.
+    let sim = Simulator::new(cfg.simulator.clone()).unwrap();
+    let truth = truth_theta(sim.truth());
+    let theta = |t: &ultr::train::fit::Trained| t.model.theta_normalised()[..6].to_vec();
+    let (a, ra) = fit(&all, &pipeline.train, None, false).unwrap();
+    let (b, _) = fit(&all, &TrainConfig { seed: 2, ..pipeline.train.clone() }, None, false).unwrap();
+    let (c, rc) = fit_chunks(spilled, &pipeline.train, None, false, None).unwrap();
+    assert_eq!((rc.train_chunks, rc.validation_chunks), (spilled.train_chunks(), spilled.validation_chunks()));
+    assert_eq!((ra.train_impressions, ra.validation_impressions), (rc.train_impressions, rc.validation_impressions));
+    assert_eq!((ra.train_sessions, ra.validation_sessions), (rc.train_sessions, rc.validation_sessions));
+    let diff = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0f64, f64::max);
+    let noise = diff(&theta(&a), &theta(&b));
+    eprintln!("θ truth {:.3?}\nθ in memory {:.3?} / seed 2 {:.3?}\nθ chunked {:.3?}", &truth[..6], theta(&a), theta(&b), theta(&c));
+    eprintln!("best validation loss in memory {:.5}, chunked {:.5}; seed noise in θ {noise:.4}", ra.best_validation_loss, rc.best_validation_loss);
+    assert!(diff(&theta(&a), &theta(&c)) <= (2.0 * noise).max(0.05), "θ chunked vs in memory beyond seed noise {noise:.4}");
+    // As close to the simulator's truth as the in-memory fit, up to seed noise.
+    let (error_a, error_c) = (diff(&theta(&a), &truth[..6]), diff(&theta(&c), &truth[..6]));
+    assert!(error_c <= error_a + noise.max(0.02), "θ chunked is {error_c:.4} from the truth, in memory {error_a:.4}");
+    assert!((ra.best_validation_loss - rc.best_validation_loss).abs() < 0.005 * ra.best_validation_loss);
+
+    // The spill folder goes with the data.
+    let folder = spilled.dir().to_path_buf();
+    assert!(folder.exists());
+    drop(data);
+    assert!(!folder.exists(), "spilled chunks are removed after training");
+}
+
+#[test]
+fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let cfg = config("memory_budget = \"64KiB\"\n");
+    ultr::pipeline::run_to_state(&cfg, &state, &mut ultr::pipeline::NoObserver).unwrap();
+    let outcome = train_from_state(&TrainRequest { state_dir: &state, config: &cfg, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None })
+        .unwrap();
+    assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);
+    assert!(outcome.decision.promoted, "{}", outcome.decision.reason);
+    assert!((outcome.theta[1] + 2f64.ln()).abs() < 0.15, "θ_2 − θ_1 = {}", outcome.theta[1]);
+    let leftovers: Vec<_> = std::fs::read_dir(spill_dir(&state)).unwrap().collect();
+    assert!(leftovers.is_empty(), "the spill folder is emptied after training: {leftovers:?}");
+}
