@@ -5,7 +5,8 @@
 //! process's peak RSS after each stage.
 //!
 //! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS [aggregated]`;
-//! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling). Both paths run the same
+//! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling; `chunked` compares the
+//! aggregated path in memory with the same streamed in chunks of an eighth of its size). Both paths run the same
 //! number of epochs (the same number of optimizer steps) so θ is compared like for like.
 
 use std::collections::HashMap;
@@ -21,8 +22,9 @@ use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sources::simulator::SimulatorSource;
 use ultr::train::config::TrainConfig;
+use ultr::train::chunks::load_training_data;
 use ultr::train::data::{load_from_state, ExamplesBuilder, Horizon};
-use ultr::train::fit::{fit, FitReport};
+use ultr::train::fit::{fit, fit_chunks, FitReport};
 
 fn peak_rss_mb() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -66,6 +68,32 @@ fn main() {
     );
 
     let cfg = TrainConfig { max_epochs: epochs, patience: epochs + 1, batch_rows, ..TrainConfig::default() };
+    if args.get(3).is_some_and(|a| a == "chunked") {
+        // The aggregated path in memory vs streamed in chunks of an eighth of the examples
+        // (`[train] memory_budget`); peak RSS is reset before each (Linux clear_refs).
+        let reset_peak = || std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak RSS");
+        let budget = agg.approx_bytes() / 8;
+        drop(agg);
+        let mut figures = Vec::new();
+        for limit in [usize::MAX, budget] {
+            reset_peak();
+            let t = Instant::now();
+            let spill = dir.path().join("spill");
+            let data = rt.block_on(load_training_data(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, limit, &spill)).unwrap();
+            let load_s = t.elapsed().as_secs_f64();
+            let (model, r) = fit_chunks(data.chunks(), &cfg, None, false, None).unwrap();
+            figures.push((limit, r.train_chunks, load_s, per_epoch(&r), r.best_validation_loss, peak_rss_mb(), model.model.theta_normalised()));
+        }
+        println!("\n| memory budget | training chunks | load s | s/epoch | best val loss | peak RSS of load + fit, MB |");
+        println!("|---|---|---|---|---|---|");
+        for (limit, chunks, load_s, epoch_s, loss, rss, _) in &figures {
+            let limit = if *limit == usize::MAX { "unlimited".to_string() } else { format!("{:.1} MB", *limit as f64 / 1e6) };
+            println!("| {limit} | {chunks} | {load_s:.1} | {epoch_s:.2} | {loss:.5} | {rss:.0} |");
+        }
+        let (ta, tb) = (&figures[0].6, &figures[1].6);
+        println!("max |Δθ| over k ≤ 10, chunked vs in memory: {:.4}", ta[..10].iter().zip(&tb[..10]).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max));
+        return;
+    }
     if args.get(3).is_some_and(|a| a == "aggregated") {
         let (_, r) = fit(&agg, &cfg, None, false).unwrap();
         println!("aggregated only: {:.2} s/epoch over {} epochs, best val loss {:.5}", per_epoch(&r), r.epochs.len(), r.best_validation_loss);

@@ -1,6 +1,7 @@
 //! Training data beyond memory: the horizon's examples, streamed from `sql/training_examples.sql`,
 //! stay in memory while they fit `[train] memory_budget` and are otherwise cut into chunks on disk
-//! (Arrow IPC, one split per chunk) that a fit reads back one at a time, every epoch.
+//! (Arrow IPC, one split per chunk, each a hash-chosen sample of queries) that a fit reads back one
+//! at a time, every epoch.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -228,11 +229,60 @@ impl Spiller {
         self.close_chunk()?;
         let (mut train, mut validation, mut chunk_bytes) = (Vec::new(), Vec::new(), Vec::new());
         for (split, list) in [(false, &mut train), (true, &mut validation)] {
-            for (path, _, bytes) in self.chunks.iter().filter(|c| c.1 == split) {
-                list.push(path.clone());
-                chunk_bytes.push(*bytes);
+            let pieces: Vec<(PathBuf, usize)> = self.chunks.iter().filter(|c| c.1 == split).map(|c| (c.0.clone(), c.2)).collect();
+            for (path, bytes) in repartition(self.dir.path(), &pieces, split, self.budget)? {
+                list.push(path);
+                chunk_bytes.push(bytes);
             }
         }
         Ok(TrainingData::Spilled(SpilledExamples { dir: self.dir, train, validation, max_positions: self.max_positions, data_range_ms: None, chunk_bytes }))
     }
+}
+
+/// Redistributes one split's sequential pieces (consecutive query ranges, in the query's order)
+/// into chunks that are each a hash-chosen sample of queries: SGD over one chunk after another then
+/// sees, chunk by chunk, the same distribution as over the whole horizon — consecutive query ranges
+/// made the model drift to the last range of each epoch. A quarter of headroom keeps hash chunks
+/// (of uneven queries) within the budget. Returns the chunks with their estimated bytes.
+fn repartition(dir: &Path, pieces: &[(PathBuf, usize)], split: bool, budget: usize) -> anyhow::Result<Vec<(PathBuf, usize)>> {
+    let total: usize = pieces.iter().map(|p| p.1).sum();
+    let n = (total + total / 4).div_ceil(budget.max(1)).max(1);
+    if pieces.len() <= 1 && n == 1 {
+        return Ok(pieces.to_vec());
+    }
+    let name = if split { "validation" } else { "train" };
+    let paths: Vec<PathBuf> = (0..n).map(|j| dir.join(format!("{name}-{j:05}.arrow"))).collect();
+    let mut writers: Vec<Option<StreamWriter<BufWriter<File>>>> = (0..n).map(|_| None).collect();
+    let mut rows = vec![0usize; n];
+    for (piece, _) in pieces {
+        let file = File::open(piece).with_context(|| format!("opening {}", piece.display()))?;
+        for batch in StreamReader::try_new(BufReader::new(file), None)? {
+            let batch = batch?;
+            let queries = datafusion::arrow::compute::cast(batch.column_by_name("query_id").context("training examples have no `query_id`")?, &datafusion::arrow::datatypes::DataType::Utf8)?;
+            let queries = queries.as_string::<i32>();
+            let mut members: Vec<Vec<u32>> = vec![Vec::new(); n];
+            for i in 0..batch.num_rows() {
+                members[(crate::window::session_key(queries.value(i)) % n as u64) as usize].push(i as u32);
+            }
+            for (j, idx) in members.into_iter().enumerate().filter(|(_, idx)| !idx.is_empty()) {
+                let part = datafusion::arrow::compute::take_record_batch(&batch, &datafusion::arrow::array::UInt32Array::from(idx))?;
+                if writers[j].is_none() {
+                    let file = File::create(&paths[j]).with_context(|| format!("creating {}", paths[j].display()))?;
+                    writers[j] = Some(StreamWriter::try_new(BufWriter::new(file), &part.schema())?);
+                }
+                rows[j] += part.num_rows();
+                writers[j].as_mut().expect("opened above").write(&part)?;
+            }
+        }
+        std::fs::remove_file(piece).with_context(|| format!("removing {}", piece.display()))?;
+    }
+    let all_rows: usize = rows.iter().sum::<usize>().max(1);
+    let mut out = Vec::new();
+    for (j, w) in writers.into_iter().enumerate() {
+        if let Some(mut w) = w {
+            w.finish()?;
+            out.push((paths[j].clone(), total * rows[j] / all_rows));
+        }
+    }
+    Ok(out)
 }
