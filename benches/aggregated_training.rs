@@ -5,7 +5,7 @@
 //! process's peak RSS after each stage.
 //!
 //! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS [aggregated]`;
-//! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling; `chunked` compares the
+//! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling; `chunked [VISITS]` compares the
 //! aggregated path in memory with the same streamed in chunks of an eighth of its size). Both paths run the same
 //! number of epochs (the same number of optimizer steps) so θ is compared like for like.
 
@@ -73,6 +73,8 @@ fn main() {
         // (`[train] memory_budget`); peak RSS is reset before each (Linux clear_refs).
         let reset_peak = || std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak RSS");
         let budget = agg.approx_bytes() / 8;
+        let cfg = TrainConfig { chunk_visits: args.get(4).and_then(|a| a.parse().ok()).unwrap_or(cfg.chunk_visits), ..cfg };
+        println!("chunk_visits = {}", cfg.chunk_visits);
         drop(agg);
         let mut figures = Vec::new();
         for limit in [usize::MAX, budget] {

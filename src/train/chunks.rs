@@ -1,6 +1,6 @@
 //! Training data beyond memory: the horizon's examples, streamed from `sql/training_examples.sql`,
 //! stay in memory while they fit `[train] memory_budget` and are otherwise cut into chunks on disk
-//! (Arrow IPC, one split per chunk, each a hash-chosen sample of queries) that a fit reads back one
+//! (Arrow IPC, one split per chunk, each a hash-chosen sample of query-document pairs) that a fit reads back one
 //! at a time, every epoch.
 
 use std::fs::File;
@@ -240,10 +240,12 @@ impl Spiller {
 }
 
 /// Redistributes one split's sequential pieces (consecutive query ranges, in the query's order)
-/// into chunks that are each a hash-chosen sample of queries: SGD over one chunk after another then
-/// sees, chunk by chunk, the same distribution as over the whole horizon — consecutive query ranges
-/// made the model drift to the last range of each epoch. A quarter of headroom keeps hash chunks
-/// (of uneven queries) within the budget. Returns the chunks with their estimated bytes.
+/// into chunks that are each a hash-chosen sample of (query, document) pairs, every position of a
+/// pair together (so its feature vector is stored once): SGD over one chunk after another then sees,
+/// chunk by chunk, nearly the distribution of the whole horizon. Consecutive query ranges, and
+/// samples of whole queries, made the model drift to each epoch's last chunk (measured in the
+/// README). A quarter of headroom keeps hash chunks within the budget. Returns the chunks with
+/// their estimated bytes.
 fn repartition(dir: &Path, pieces: &[(PathBuf, usize)], split: bool, budget: usize) -> anyhow::Result<Vec<(PathBuf, usize)>> {
     let total: usize = pieces.iter().map(|p| p.1).sum();
     let n = (total + total / 4).div_ceil(budget.max(1)).max(1);
@@ -258,11 +260,20 @@ fn repartition(dir: &Path, pieces: &[(PathBuf, usize)], split: bool, budget: usi
         let file = File::open(piece).with_context(|| format!("opening {}", piece.display()))?;
         for batch in StreamReader::try_new(BufReader::new(file), None)? {
             let batch = batch?;
-            let queries = datafusion::arrow::compute::cast(batch.column_by_name("query_id").context("training examples have no `query_id`")?, &datafusion::arrow::datatypes::DataType::Utf8)?;
-            let queries = queries.as_string::<i32>();
+            let column = |name: &str| -> anyhow::Result<_> {
+                let c = batch.column_by_name(name).with_context(|| format!("training examples have no `{name}`"))?;
+                Ok(datafusion::arrow::compute::cast(c, &datafusion::arrow::datatypes::DataType::Utf8)?)
+            };
+            let (queries, docs) = (column("query_id")?, column("doc_id")?);
+            let (queries, docs) = (queries.as_string::<i32>(), docs.as_string::<i32>());
             let mut members: Vec<Vec<u32>> = vec![Vec::new(); n];
+            let mut key = String::new();
             for i in 0..batch.num_rows() {
-                members[(crate::window::session_key(queries.value(i)) % n as u64) as usize].push(i as u32);
+                key.clear();
+                key.push_str(queries.value(i));
+                key.push('\u{1f}');
+                key.push_str(docs.value(i));
+                members[(crate::window::session_key(&key) % n as u64) as usize].push(i as u32);
             }
             for (j, idx) in members.into_iter().enumerate().filter(|(_, idx)| !idx.is_empty()) {
                 let part = datafusion::arrow::compute::take_record_batch(&batch, &datafusion::arrow::array::UInt32Array::from(idx))?;

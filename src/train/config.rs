@@ -80,6 +80,10 @@ pub struct TrainConfig {
     /// A horizon beyond it is spilled to disk in chunks of at most this size and streamed chunk by
     /// chunk every epoch. `512MiB`, `2GiB`, or bytes.
     pub memory_budget: String,
+    /// With examples spilled to chunks: every epoch visits each training chunk this many times (in
+    /// a fresh shuffled order each round, each visit with its share of the chunk's steps). More
+    /// visits keep SGD from drifting towards the chunk it trained on last, at one chunk read each.
+    pub chunk_visits: usize,
     /// A candidate is promoted when its validation loss ≤ current's × (1 + tolerance).
     pub promotion_tolerance: f64,
     /// After each training keep at most this many checkpoints besides the current one, deleting the
@@ -112,6 +116,7 @@ impl Default for TrainConfig {
             backend: BackendKind::default(),
             models_dir: None,
             memory_budget: "2GiB".into(),
+            chunk_visits: 16,
             promotion_tolerance: 0.002,
             keep_checkpoints: None,
             schedule: None,
@@ -127,6 +132,7 @@ impl TrainConfig {
         positive(self.batch_impressions, "batch_impressions")?;
         positive(self.batch_rows, "batch_rows")?;
         positive(self.max_epochs, "max_epochs")?;
+        positive(self.chunk_visits, "chunk_visits")?;
         positive(self.max_positions, "max_positions")?;
         if self.tower == TowerKind::Mlp {
             positive(self.hidden_layers, "hidden_layers")?;

@@ -680,11 +680,19 @@ pub fn fit_chunks(
     'epochs: for epoch in 1..=cfg.max_epochs {
         let t0 = Instant::now();
         let mut train_total = 0f64;
-        let mut chunk_order: Vec<usize> = (0..data.train_chunks()).collect();
-        if chunk_order.len() > 1 {
-            chunk_order.shuffle(&mut rng);
+        // Chunks on disk: `chunk_visits` rounds over every chunk, each in a shuffled order and with
+        // its share of the chunk's steps, so the model never trains long on one chunk.
+        let chunks = data.train_chunks();
+        let visits = if chunks > 1 { cfg.chunk_visits.max(1) as u64 } else { 1 };
+        let mut chunk_order: Vec<(usize, u64)> = Vec::new();
+        for round in 0..visits {
+            let mut order: Vec<usize> = (0..chunks).collect();
+            if chunks > 1 {
+                order.shuffle(&mut rng);
+            }
+            chunk_order.extend(order.into_iter().map(|c| (c, round)));
         }
-        for &c in &chunk_order {
+        for &(c, round) in &chunk_order {
             let mut loaded;
             let chunk = match resident.as_mut() {
                 Some(r) => r,
@@ -693,16 +701,21 @@ pub fn fit_chunks(
                     &mut loaded
                 }
             };
-            if chunk.steps == 0 {
+            let steps = chunk.steps * (round + 1) / visits - chunk.steps * round / visits;
+            if steps == 0 {
                 continue;
             }
             let ex: &Examples = &chunk.ex;
-            chunk.order.shuffle(&mut rng);
+            if round == 0 {
+                chunk.order.shuffle(&mut rng);
+            }
             // Raw sessions: shuffled whole sessions until a batch holds `batch_impressions`. Aggregated
             // rows: `steps` draws of `batch_rows` rows ∝ impressions, each entering with its mean loss —
             // as many steps and as many distinct keys per step as the raw path, on fewer rows.
             let drawn: Vec<Vec<usize>> = if chunk.aggregated {
-                (0..chunk.steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, cfg.batch_rows, &mut rng)).collect()
+                (0..steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, cfg.batch_rows, &mut rng)).collect()
+            } else if round > 0 {
+                Vec::new() // raw sessions are never spilled; their one round takes every batch
             } else {
                 batches(&chunk.order, &chunk.span_impressions, cfg.batch_impressions as u64).into_iter().map(<[usize]>::to_vec).collect()
             };
