@@ -153,33 +153,28 @@ impl Default for StateConfig {
     }
 }
 
-/// Identifiability thresholds (`[identifiability]`).
+/// Identifiability thresholds (`[identifiability]`). Which graph identifies the model and which
+/// positions count follow `[train]` (`tower`, `max_positions`), so the verdict is for the model trained.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdentifiabilityConfig {
-    /// Positions beyond this are left out of the graphs.
-    pub max_position: u32,
-    /// η: a sample overlaps when its predicted probability of either node lies in [η, 1 − η].
-    pub eta: f64,
-    /// Overlap-graph edge when the positivity score reaches this fraction.
+    /// Adjacent positions are linked in the overlap graph when their cross-fitted overlap score
+    /// (1 − |2·AUC − 1|) reaches this.
     pub min_overlap_score: f64,
-    /// Nodes with fewer sampled impressions are left out of the overlap graph.
+    /// Positions with fewer sampled impressions are left out of the overlap graph.
     pub min_samples: usize,
-    /// `features`: identified when either graph is connected (feature-based towers); `swaps`: only
-    /// the swap graph counts (per-document embedding towers).
-    pub identified_by: IdentifiedBy,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IdentifiedBy {
-    Features,
-    Swaps,
+    /// Keys of earlier releases, refused with what replaced them.
+    #[serde(skip_serializing)]
+    pub max_position: Option<toml::Value>,
+    #[serde(skip_serializing)]
+    pub eta: Option<toml::Value>,
+    #[serde(skip_serializing)]
+    pub identified_by: Option<toml::Value>,
 }
 
 impl Default for IdentifiabilityConfig {
     fn default() -> Self {
-        IdentifiabilityConfig { max_position: 25, eta: 0.1, min_overlap_score: 0.1, min_samples: 30, identified_by: IdentifiedBy::Features }
+        IdentifiabilityConfig { min_overlap_score: 0.1, min_samples: 30, max_position: None, eta: None, identified_by: None }
     }
 }
 
@@ -271,8 +266,14 @@ impl PipelineConfig {
             parse_duration_ms(r).map_err(|e| invalid(format!("key `state.retention`: {e}")))?;
         }
         let id = &config.identifiability;
-        if !(0.0..0.5).contains(&id.eta) {
-            return Err(invalid(format!("key `identifiability.eta` = {} must lie in [0, 0.5)", id.eta)));
+        for (key, set, now) in [
+            ("max_position", id.max_position.is_some(), "the graphs cover `[train] max_positions`, the positions the model has"),
+            ("eta", id.eta.is_some(), "the overlap score is a cross-fitted AUC and has no η"),
+            ("identified_by", id.identified_by.is_some(), "identification follows `[train] tower` (swaps for `embedding`, swaps or feature overlap otherwise)"),
+        ] {
+            if set {
+                return Err(invalid(format!("key `identifiability.{key}` was removed: {now}")));
+            }
         }
         if !(0.0..=1.0).contains(&id.min_overlap_score) {
             return Err(invalid(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", id.min_overlap_score)));

@@ -85,7 +85,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let manifest = crate::state::read_manifest(&state)?;
     let cumulative = runtime.block_on(crate::state::cumulative::compute(&state, &manifest, pipeline.lookback_ms()))?;
     crate::state::cumulative::write(&state, &cumulative)?;
-    let analysis = crate::identify::analyse(&cumulative, &pipeline.identifiability)?;
+    let analysis = crate::train::identifiability(&cumulative, &pipeline)?;
     print!("\n{}", analysis.render());
     println!("\ndead letters: {}", dead_path.display());
     Ok(())

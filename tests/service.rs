@@ -156,6 +156,45 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
 
     sigterm(&service.0);
     assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
+
+    // Restart with the current model made 2 h old and no in-process schedule (an external CronJob
+    // trains): the TrainingStale series comes from the models directory at start, so the alert stays
+    // silent; the same series 27 h old fires it.
+    let current = store.current_id().unwrap().unwrap();
+    let info_path = state.join("models").join(&current).join("checkpoint.json");
+    let mut info: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&info_path).unwrap()).unwrap();
+    let two_hours_ago = chrono::Utc::now() - chrono::Duration::hours(2);
+    info["created_at"] = serde_json::json!(two_hours_ago.to_rfc3339());
+    std::fs::write(&info_path, serde_json::to_string_pretty(&info).unwrap()).unwrap();
+    let cron = dir.path().join("cron.toml");
+    std::fs::write(&cron, std::fs::read_to_string(&config).unwrap().replace("schedule = \"*/10 * * * * *\"\n", "")).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut again = start_run(&[], &cron, &state, &listen);
+    let (_, body) = http_get(&listen, "/metrics").unwrap();
+    let now = chrono::Utc::now().timestamp() as f64;
+    let created = metric_sum(&body, "ultr_current_model_created_timestamp_seconds").expect("exported at start");
+    assert!((now - created - 7200.0).abs() < 120.0, "current model {} s old", now - created);
+    assert!(metric_sum(&body, "ultr_last_training_success_timestamp_seconds").is_none_or(|v| v == 0.0), "this process trained nothing");
+    sigterm(&again.0);
+    assert_eq!(wait_exit(&mut again.0, Duration::from_secs(60)), 0);
+    // promtool's clock starts at 0: the exported value enters relative to the scrape time.
+    let age = (now - created).round() as i64;
+    let test = format!(
+        "rule_files:\n  - {rules:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: 'ultr_current_model_created_timestamp_seconds{{instance=\"fresh\"}}'\n        values: '{fresh}x60'\n      - series: 'ultr_current_model_created_timestamp_seconds{{instance=\"old\"}}'\n        values: '{old}x60'\n    alert_rule_test:\n      - eval_time: 30m\n        alertname: TrainingStale\n        exp_alerts:\n          - exp_labels: {{ severity: warning, instance: old }}\n",
+        rules = repo().join("pipelines/alerts.yml").display().to_string(),
+        fresh = -age,
+        old = -age - 25 * 3600,
+    );
+    let stale = 30 * 60 + age + 25 * 3600; // seconds at the evaluation
+    let summary = format!("the current model was trained {}d {}h {}m {}s ago", stale / 86400, stale % 86400 / 3600, stale % 3600 / 60, stale % 60);
+    let test = test.replace("exp_labels: { severity: warning, instance: old }\n", &format!("exp_labels: {{ severity: warning, instance: old }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: RUNBOOK\n"));
+    let rules: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap()).unwrap();
+    let runbook = rules["groups"][0]["rules"].as_sequence().unwrap().iter().find(|r| r["alert"] == "TrainingStale").unwrap()["annotations"]["runbook"].as_str().unwrap().trim().to_string();
+    let test = test.replace("RUNBOOK", &format!("{runbook:?}"));
+    let test_file = dir.path().join("stale.test.yml");
+    std::fs::write(&test_file, test).unwrap();
+    let out = Command::new("promtool").arg("test").arg("rules").arg(&test_file).output().expect("promtool on PATH");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
 /// SIGTERM while a scheduled training runs cancels it before its next batch: the service exits 0
@@ -253,8 +292,10 @@ fn sigterm_during_a_window_then_restart_loses_and_double_counts_nothing() {
 }
 
 /// The policy switches from τ = 0.3 to τ = 0 and the 30-minute lookback rolls past the randomized
-/// part: the swap-graph component metric rises above 1; fed to promtool with the real alert rules,
-/// IdentifiabilityLost fires after the switch and not before.
+/// part: the swap graph splits, so `ultr_identified{model="embedding"}` falls to 0 and, fed to promtool
+/// with the real alert rules, IdentifiabilityLost fires after the switch and not before; for a linear
+/// tower on the same stream (Hager Thm 4.1: features identify it) `ultr_identified` stays 1 and the
+/// alert never fires.
 #[test]
 fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     let dir = tempfile::tempdir().unwrap();
@@ -275,51 +316,61 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
         "switch.toml",
     )
     .unwrap();
-    let metrics = std::sync::Arc::new(ultr::monitor::metrics::Metrics::new());
     let state = dir.path().join("state");
-    let mut monitor = ultr::monitor::Monitor::new(metrics.clone(), &config, &state);
-    struct Record<'a> {
-        monitor: &'a mut ultr::monitor::Monitor,
-        series: Vec<(i64, f64)>,
+    let tower = |name: &str| {
+        let mut c = config.clone();
+        c.train.tower = serde_json::from_value(serde_json::json!(name)).unwrap();
+        let monitor = ultr::monitor::Monitor::new(std::sync::Arc::new(ultr::monitor::metrics::Metrics::new()), &c, &state);
+        (name.to_string(), monitor, Vec::new())
+    };
+    struct Record {
+        /// (tower, its monitor, (window end, ultr_identified{model=tower}, swap-graph components))
+        monitors: Vec<(String, ultr::monitor::Monitor, Vec<(i64, f64, f64)>)>,
     }
-    impl ultr::pipeline::Observer for Record<'_> {
+    impl ultr::pipeline::Observer for Record {
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
-            self.monitor.observe(store.dir(), store.manifest(), report).unwrap();
-            let latest = store.manifest().windows.iter().map(|w| w.end_ms).max();
-            if let Some(end) = latest {
-                if self.series.last().is_none_or(|(e, _)| *e != end) {
-                    self.series.push((end, self.monitor.metrics.graph_components.with_label_values(&["swap"]).get() as f64));
+            for (model, monitor, series) in &mut self.monitors {
+                monitor.observe(store.dir(), store.manifest(), report).unwrap();
+                let latest = store.manifest().windows.iter().map(|w| w.end_ms).max();
+                if let Some(end) = latest {
+                    if series.last().is_none_or(|(e, _, _)| *e != end) {
+                        let identified = monitor.metrics.identified.with_label_values(&[model.as_str()]).get() as f64;
+                        series.push((end, identified, monitor.metrics.graph_components.with_label_values(&["swap"]).get() as f64));
+                    }
                 }
             }
         }
     }
-    let mut rec = Record { monitor: &mut monitor, series: Vec::new() };
+    let mut rec = Record { monitors: vec![tower("embedding"), tower("linear")] };
     ultr::pipeline::run_to_state(&config, &state, &mut rec).unwrap();
-    let series = rec.series;
     let switch_end = t0 + 60 * 60_000;
-    let before: Vec<f64> = series.iter().filter(|(e, _)| *e <= switch_end).map(|(_, v)| *v).collect();
-    let after: Vec<f64> = series.iter().filter(|(e, _)| *e > switch_end + 30 * 60_000).map(|(_, v)| *v).collect();
-    assert!(before.iter().all(|v| *v == 1.0), "randomized part: {series:?}");
-    assert!(!after.is_empty() && after.iter().all(|v| *v > 1.0), "after the horizon rolled past the switch: {series:?}");
+    let linear = rec.monitors.pop().unwrap().2;
+    let embedding = rec.monitors.pop().unwrap().2;
+    let before = |s: &[(i64, f64, f64)]| s.iter().filter(|(e, _, _)| *e <= switch_end).map(|(_, i, c)| (*i, *c)).collect::<Vec<_>>();
+    let after = |s: &[(i64, f64, f64)]| s.iter().filter(|(e, _, _)| *e > switch_end + 30 * 60_000).map(|(_, i, c)| (*i, *c)).collect::<Vec<_>>();
+    assert!(before(&embedding).iter().all(|(i, c)| *i == 1.0 && *c == 1.0), "randomized part: {embedding:?}");
+    assert!(!after(&embedding).is_empty() && after(&embedding).iter().all(|(i, c)| *i == 0.0 && *c > 1.0), "after the horizon rolled past the switch: {embedding:?}");
+    assert!(linear.iter().all(|(_, i, _)| *i == 1.0), "features identify a linear tower throughout: {linear:?}");
+    assert!(after(&linear).iter().all(|(_, c)| *c > 1.0), "although its swap graph split too: {linear:?}");
 
-    // One window = 5 samples at 1m: IdentifiabilityLost needs 15m above 1.
-    let values: Vec<String> = series.iter().flat_map(|(_, v)| std::iter::repeat_n(format!("{v}"), 5)).collect();
+    // One window = 5 samples at 1m: IdentifiabilityLost needs 15m at 0.
+    let values = |s: &[(i64, f64, f64)]| s.iter().flat_map(|(_, v, _)| std::iter::repeat_n(format!("{v}"), 5)).collect::<Vec<String>>().join(" ");
     let minutes = |windows: usize| windows * 5;
-    let n_before = series.iter().filter(|(e, _)| *e <= switch_end).count();
+    let n_before = embedding.iter().filter(|(e, _, _)| *e <= switch_end).count();
     let rules: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap()).unwrap();
     let runbook = rules["groups"][0]["rules"].as_sequence().unwrap().iter().find(|r| r["alert"] == "IdentifiabilityLost").unwrap()["annotations"]["runbook"]
         .as_str()
         .unwrap()
         .trim()
         .to_string();
-    let last = series.last().unwrap().1;
     let test = format!(
-        "rule_files:\n  - {rules:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: 'ultr_graph_components{{instance=\"ultr\", graph=\"swap\"}}'\n        values: '{values}'\n    alert_rule_test:\n      - eval_time: {before}m\n        alertname: IdentifiabilityLost\n        exp_alerts: []\n      - eval_time: {end}m\n        alertname: IdentifiabilityLost\n        exp_alerts:\n          - exp_labels: {{ severity: warning, instance: ultr, graph: swap }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: {runbook:?}\n",
+        "rule_files:\n  - {rules:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: 'ultr_identified{{instance=\"ultr\", model=\"embedding\"}}'\n        values: '{values_embedding}'\n      - series: 'ultr_identified{{instance=\"ultr\", model=\"linear\"}}'\n        values: '{values_linear}'\n    alert_rule_test:\n      - eval_time: {before}m\n        alertname: IdentifiabilityLost\n        exp_alerts: []\n      - eval_time: {end}m\n        alertname: IdentifiabilityLost\n        exp_alerts:\n          - exp_labels: {{ severity: warning, instance: ultr, model: embedding }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: {runbook:?}\n",
         rules = repo().join("pipelines/alerts.yml").display().to_string(),
-        values = values.join(" "),
+        values_embedding = values(&embedding),
+        values_linear = values(&linear),
         before = minutes(n_before) - 1,
-        end = minutes(series.len()) - 1,
-        summary = format!("swap graph has {last} components: θ_k is not identified across them"),
+        end = minutes(embedding.len().min(linear.len())) - 1,
+        summary = "the lookback horizon no longer identifies θ_k of the embedding tower",
     );
     let test_file = dir.path().join("switch.test.yml");
     std::fs::write(&test_file, test).unwrap();

@@ -403,19 +403,17 @@ fn run_service(args: &RunArgs) -> anyhow::Result<()> {
 
 /// True when identified.
 fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
-    let (id_config, lookback) = match &args.config {
-        Some(p) => {
-            let c = PipelineConfig::load(p)?;
-            (c.identifiability.clone(), c.lookback_ms())
-        }
-        None => (Default::default(), crate::config::parse_duration_ms("28d").expect("valid")),
+    let config = match &args.config {
+        Some(p) => PipelineConfig::load(p)?,
+        // Only the identifiability and training defaults matter here.
+        None => PipelineConfig::parse("source = \"simulator\"", "(defaults)")?,
     };
     let manifest = crate::state::read_manifest(&args.state)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let cumulative = runtime.block_on(crate::state::cumulative::compute(&args.state, &manifest, lookback))?;
+    let cumulative = runtime.block_on(crate::state::cumulative::compute(&args.state, &manifest, config.lookback_ms()))?;
     anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
     crate::state::cumulative::write(&args.state, &cumulative)?;
-    let report = crate::identify::analyse(&cumulative, &id_config)?;
+    let report = crate::train::identifiability(&cumulative, &config)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

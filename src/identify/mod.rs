@@ -1,32 +1,44 @@
 //! Identifiability analysis (Hager et al. 2025 §4): the swap graph and the feature-overlap graph over
-//! bias configurations, their connected components, and the smallest randomization that connects them.
+//! the model's bias configurations, their union, their connected components, whether they identify the
+//! model actually trained, and the smallest randomization that connects them.
 
 pub mod overlap;
 
 use petgraph::unionfind::UnionFind;
 use std::collections::{BTreeMap, BTreeSet};
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Int64Type, UInt32Type};
 use serde::Serialize;
 
-use crate::config::{IdentifiabilityConfig, IdentifiedBy};
+use crate::config::IdentifiabilityConfig;
 
-/// A graph node: a bias configuration, i.e. a position and the session context (`""` without one).
+/// A graph node: a bias configuration of the model, i.e. a position k with its θ_k. Session context is
+/// not a parameter of the additive model (its optional bias tower b(z) is a smooth function of the bias
+/// features, shared by every position), so a rare context value never becomes a node of its own.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Node {
     pub position: u32,
-    pub context: String,
 }
 
 impl std::fmt::Display for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.context.is_empty() {
-            write!(f, "{}", self.position)
-        } else {
-            write!(f, "{}@{}", self.position, self.context)
-        }
+        write!(f, "{}", self.position)
     }
+}
+
+/// What identifies θ for a model family (Hager §4): the one definition the CLI, the metrics and the
+/// alerts use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Identification {
+    /// A per-document relevance (γ_{q,d}, the embedding tower): only swaps of the same (q, d) between
+    /// positions relate θ_k to θ_k' (Thm 3.1); the swap graph must be connected.
+    Swaps,
+    /// A relevance function of features (linear, MLP towers): positions are related by swaps and by
+    /// overlapping feature distributions (Thm 4.1; a swap is exact overlap); the union graph must be
+    /// connected.
+    SwapsOrFeatureOverlap,
 }
 
 /// Components of an undirected graph, by petgraph's union-find. Components are sorted, the one
@@ -113,84 +125,127 @@ impl GraphReport {
 pub struct IdentifiabilityReport {
     pub windows: usize,
     pub impressions: u64,
+    /// The model the verdict is for (its tower) and what identifies it.
+    pub model: String,
+    pub identification: Identification,
     pub swap_graph: GraphReport,
     pub overlap_graph: Option<GraphReport>,
-    /// Per node pair: positivity score and MMD².
+    /// Swap edges and overlap edges together: what identifies a feature tower.
+    pub union_graph: GraphReport,
+    /// Cross-fitted overlap of each pair of adjacent positions.
     pub overlap_scores: Vec<overlap::PairScore>,
-    pub min_overlap_score: Option<f64>,
-    pub identified_by: IdentifiedBy,
+    /// The weakest link of the best-connected union graph: the largest s such that swap edges (score 1)
+    /// and overlap edges scoring ≥ s connect every position (the bottleneck of the maximum spanning tree);
+    /// `None` when no spanning structure exists at all.
+    pub overlap_bottleneck: Option<f64>,
     pub identified: bool,
 }
 
-/// Swap-graph nodes and edges from the cumulative propensity and swap-edge tables.
+/// Swap-graph nodes (positions up to `max_position`) and edges from the cumulative propensity and
+/// swap-edge tables; the tables' per-context rows are merged into positions.
 pub fn swap_graph(propensity: &[RecordBatch], swap_edges: &[RecordBatch], max_position: u32) -> (BTreeSet<Node>, Vec<(Node, Node)>) {
     let mut nodes = BTreeSet::new();
+    let mut edges = BTreeSet::new();
     for b in propensity {
         let pos = b.column_by_name("position").expect("propensity has position").as_primitive::<UInt32Type>();
-        let ctx = b.column_by_name("context").expect("propensity has context").as_string::<i32>();
         for i in 0..b.num_rows() {
             if pos.value(i) <= max_position {
-                nodes.insert(Node { position: pos.value(i), context: if ctx.is_null(i) { String::new() } else { ctx.value(i).to_string() } });
+                nodes.insert(Node { position: pos.value(i) });
             }
         }
     }
-    let mut edges = Vec::new();
     for b in swap_edges {
         let pa = b.column(0).as_primitive::<UInt32Type>();
-        let ca = b.column(1).as_string::<i32>();
         let pb = b.column(2).as_primitive::<UInt32Type>();
-        let cb = b.column(3).as_string::<i32>();
         let pairs = b.column(4).as_primitive::<Int64Type>();
         for i in 0..b.num_rows() {
-            if pairs.value(i) > 0 && pa.value(i) <= max_position && pb.value(i) <= max_position {
-                edges.push((
-                    Node { position: pa.value(i), context: ca.value(i).to_string() },
-                    Node { position: pb.value(i), context: cb.value(i).to_string() },
-                ));
+            let (a, z) = (pa.value(i), pb.value(i));
+            if pairs.value(i) > 0 && a != z && a <= max_position && z <= max_position {
+                edges.insert((Node { position: a.min(z) }, Node { position: a.max(z) }));
             }
         }
     }
-    (nodes, edges)
+    (nodes, edges.into_iter().collect())
 }
 
-/// Runs the whole analysis on cumulative tables.
-pub fn analyse(c: &crate::state::cumulative::Cumulative, config: &IdentifiabilityConfig) -> anyhow::Result<IdentifiabilityReport> {
-    let (nodes, edges) = swap_graph(&c.propensity, &c.swap_edges, config.max_position);
+/// Runs the whole analysis on cumulative tables for a model with θ_1..θ_`max_position`, named `model`
+/// and identified as `identification` says.
+pub fn analyse(
+    c: &crate::state::cumulative::Cumulative,
+    config: &IdentifiabilityConfig,
+    model: &str,
+    identification: Identification,
+    max_position: u32,
+) -> anyhow::Result<IdentifiabilityReport> {
+    let (nodes, edges) = swap_graph(&c.propensity, &c.swap_edges, max_position);
     let swap = GraphReport::build(&nodes, &edges);
-    let samples = overlap::samples_by_node(&c.overlap_sample, config.max_position);
-    let (overlap_graph, scores) = if samples.is_empty() {
-        (None, Vec::new())
-    } else {
-        let scores = overlap::pair_scores(&samples, config)?;
+    let samples = overlap::samples_by_node(&c.overlap_sample, max_position);
+    let scores = if samples.is_empty() { Vec::new() } else { overlap::pair_scores(&samples, config)? };
+    let overlap_graph = (!samples.is_empty()).then(|| {
         let onodes: BTreeSet<Node> = samples.keys().cloned().collect();
         let oedges: Vec<(Node, Node)> =
-            scores.iter().filter(|s| s.positivity >= config.min_overlap_score).map(|s| (s.a.clone(), s.b.clone())).collect();
-        (Some(GraphReport::build(&onodes, &oedges)), scores)
-    };
-    let min_overlap_score = scores.iter().map(|s| s.positivity).reduce(f64::min);
-    let identified = match config.identified_by {
-        IdentifiedBy::Swaps => swap.connected,
-        IdentifiedBy::Features => swap.connected || overlap_graph.as_ref().is_some_and(|g| g.connected),
+            scores.iter().filter(|s| s.overlap >= config.min_overlap_score).map(|s| (s.a.clone(), s.b.clone())).collect();
+        GraphReport::build(&onodes, &oedges)
+    });
+    let mut union_edges = edges.clone();
+    union_edges.extend(scores.iter().filter(|s| s.overlap >= config.min_overlap_score).map(|s| (s.a.clone(), s.b.clone())));
+    let union = GraphReport::build(&nodes, &union_edges);
+    let mut weighted: Vec<(f64, &Node, &Node)> = edges.iter().map(|(a, b)| (1.0, a, b)).collect();
+    weighted.extend(scores.iter().map(|s| (s.overlap, &s.a, &s.b)));
+    let overlap_bottleneck = spanning_bottleneck(&nodes, &weighted);
+    let identified = match identification {
+        Identification::Swaps => swap.connected,
+        Identification::SwapsOrFeatureOverlap => union.connected,
     };
     Ok(IdentifiabilityReport {
         windows: c.windows.len(),
         impressions: c.windows.iter().map(|w| w.impressions).sum(),
+        model: model.to_string(),
+        identification,
         swap_graph: swap,
         overlap_graph,
+        union_graph: union,
         overlap_scores: scores,
-        min_overlap_score,
-        identified_by: config.identified_by,
+        overlap_bottleneck,
         identified,
     })
 }
 
+/// The smallest edge weight of a maximum spanning tree (Kruskal, heaviest edges first): the largest
+/// threshold at which the edges still connect every node. `None` when even all edges leave the nodes
+/// apart (or there are fewer than two nodes).
+pub fn spanning_bottleneck(nodes: &BTreeSet<Node>, edges: &[(f64, &Node, &Node)]) -> Option<f64> {
+    if nodes.len() < 2 {
+        return None;
+    }
+    let index: BTreeMap<&Node, usize> = nodes.iter().enumerate().map(|(i, n)| (n, i)).collect();
+    let mut sorted: Vec<&(f64, &Node, &Node)> = edges.iter().collect();
+    sorted.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let mut sets = UnionFind::<usize>::new(nodes.len());
+    let (mut joined, mut weakest) = (0, f64::INFINITY);
+    for (w, a, b) in sorted {
+        if let (Some(&i), Some(&j)) = (index.get(a), index.get(b)) {
+            if sets.union(i, j) {
+                joined += 1;
+                weakest = weakest.min(*w);
+            }
+        }
+    }
+    (joined + 1 == nodes.len()).then_some(weakest)
+}
+
 impl IdentifiabilityReport {
     pub fn render(&self) -> String {
+        let needs = match self.identification {
+            Identification::Swaps => "a connected swap graph (per-document relevance)",
+            Identification::SwapsOrFeatureOverlap => "a connected union of swap and feature-overlap edges (feature tower)",
+        };
         let mut s = format!(
-            "identifiability over {} window(s), {} impressions: {}\n",
+            "identifiability over {} window(s), {} impressions: {} for the {} tower, which needs {needs}\n",
             self.windows,
             self.impressions,
-            if self.identified { "IDENTIFIED" } else { "NOT IDENTIFIED" }
+            if self.identified { "IDENTIFIED" } else { "NOT IDENTIFIED" },
+            self.model,
         );
         let graph = |name: &str, g: &GraphReport, s: &mut String| {
             s.push_str(&format!("\n{name}: {} nodes, {} edges, {} component(s)\n", g.nodes, g.edges, g.components.len()));
@@ -210,13 +265,44 @@ impl IdentifiabilityReport {
         graph("swap graph", &self.swap_graph, &mut s);
         match &self.overlap_graph {
             Some(g) => {
-                graph("feature-overlap graph", g, &mut s);
-                if let Some(m) = self.min_overlap_score {
-                    s.push_str(&format!("  minimum pairwise positivity score: {m:.3}\n"));
+                graph("feature-overlap graph (adjacent positions)", g, &mut s);
+                for p in &self.overlap_scores {
+                    s.push_str(&format!("  overlap {}-{}: {:.3} (± {:.3} by chance)\n", p.a, p.b, p.overlap, p.noise));
                 }
             }
             None => s.push_str("\nfeature-overlap graph: no features in the stream\n"),
         }
+        graph("union graph (swaps and overlap)", &self.union_graph, &mut s);
+        if let Some(b) = self.overlap_bottleneck {
+            s.push_str(&format!("  weakest link of the best spanning tree: {b:.3}\n"));
+        }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bottleneck equals a brute-force answer: the largest edge weight w such that the edges of
+    /// weight ≥ w connect every node.
+    #[test]
+    fn spanning_bottleneck_is_the_largest_threshold_that_still_connects() {
+        let nodes: BTreeSet<Node> = (1..=6).map(|position| Node { position }).collect();
+        let n = |position| Node { position };
+        let (n1, n2, n3, n4, n5, n6) = (n(1), n(2), n(3), n(4), n(5), n(6));
+        let edges = vec![(1.0, &n1, &n2), (0.3, &n2, &n3), (0.7, &n3, &n4), (0.2, &n1, &n3), (0.9, &n4, &n5), (0.4, &n5, &n6), (0.35, &n2, &n6)];
+        let brute = edges
+            .iter()
+            .map(|e| e.0)
+            .filter(|w| {
+                let kept: Vec<(Node, Node)> = edges.iter().filter(|e| e.0 >= *w).map(|e| (e.1.clone(), e.2.clone())).collect();
+                components(&nodes, &kept).len() == 1
+            })
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(spanning_bottleneck(&nodes, &edges), Some(brute));
+        assert_eq!(brute, 0.35);
+        // Without the 5–6 and 2–6 edges node 6 is cut off: no spanning structure at all.
+        assert_eq!(spanning_bottleneck(&nodes, &edges[..5]), None);
     }
 }

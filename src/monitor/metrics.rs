@@ -31,8 +31,8 @@ pub struct Metrics {
     // identifiability
     pub graph_components: IntGaugeVec,
     pub positions_disconnected: IntGaugeVec,
-    pub min_overlap_score: Gauge,
-    pub identified: IntGauge,
+    pub overlap_bottleneck: Gauge,
+    pub identified: IntGaugeVec,
     // propensities / IPS
     pub propensity_min: Gauge,
     pub ips_weight_max: Gauge,
@@ -44,6 +44,7 @@ pub struct Metrics {
     pub training_in_progress: IntGauge,
     pub training_loss: GaugeVec,
     pub last_training_success: Gauge,
+    pub current_model_created: Gauge,
     pub last_promotion: Gauge,
     pub trainings: IntCounterVec,
     // residuals
@@ -97,13 +98,22 @@ impl Metrics {
             dead_letter_failures: counter("dead_letter_failures_total", "Dead letters the dead-letter sink could not deliver."),
             monitor_last_success: gauge("monitor_last_success_timestamp_seconds", "When the monitor (identifiability, residuals) last finished without error."),
             monitor_errors: counter("monitor_errors_total", "Monitor passes that failed."),
-            graph_components: reg(&r, IntGaugeVec::new(Opts::new("graph_components", "Connected components of the position graph."), &["graph"]).expect("valid")),
+            graph_components: reg(
+                &r,
+                IntGaugeVec::new(Opts::new("graph_components", "Connected components of the position graph (swap, overlap, or their union); a diagnostic, alerts use `identified`."), &["graph"]).expect("valid"),
+            ),
             positions_disconnected: reg(
                 &r,
                 IntGaugeVec::new(Opts::new("positions_disconnected", "Positions (nodes) with no path to position 1."), &["graph"]).expect("valid"),
             ),
-            min_overlap_score: gauge("min_overlap_score", "Smallest positivity score between adjacent positions' feature samples."),
-            identified: reg(&r, IntGauge::with_opts(Opts::new("identified", "1 when the data identifies the configured tower.")).expect("valid")),
+            overlap_bottleneck: gauge(
+                "overlap_bottleneck",
+                "Weakest link of the best spanning tree of positions, swaps scoring 1 and adjacent positions their cross-fitted feature overlap 1 − |2·AUC − 1|.",
+            ),
+            identified: reg(
+                &r,
+                IntGaugeVec::new(Opts::new("identified", "1 when the lookback horizon identifies θ of the configured model (its tower), 0 when not."), &["model"]).expect("valid"),
+            ),
             propensity_min: gauge("propensity_min", "Smallest π(d,k|q) over the lookback horizon."),
             ips_weight_max: gauge("ips_weight_max", "Largest IPS weight used by the last training (after clipping)."),
             ips_clipped_fraction: gauge("ips_clipped_fraction", "Share of training rows whose IPS weight was clipped."),
@@ -112,7 +122,11 @@ impl Metrics {
             training_seconds: gauge("training_duration_seconds", "Wall time of the last training."),
             training_in_progress: reg(&r, IntGauge::with_opts(Opts::new("training_in_progress", "1 while a scheduled training runs.")).expect("valid")),
             training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
-            last_training_success: gauge("last_training_success_timestamp_seconds", "When a training last finished without error."),
+            last_training_success: gauge("last_training_success_timestamp_seconds", "When a training run by this process's scheduler last finished without error."),
+            current_model_created: gauge(
+                "current_model_created_timestamp_seconds",
+                "When the current (promoted) model was trained, from the models directory: right after restarts and whoever trains.",
+            ),
             last_promotion: gauge("last_promotion_timestamp_seconds", "When a checkpoint was last promoted."),
             trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Scheduled or triggered trainings by result: promoted, rejected, failed, skipped (nothing new to learn from), cancelled (by shutdown)."), &["result"]).expect("valid")),
             residual_mean: gauge_vec("residual_mean", "Policy-weighted mean residual c − σ(θ_k + r(x)) of the last window, per position.", &["position"]),
@@ -146,10 +160,10 @@ impl Metrics {
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
             &self.kafka_errors, &self.source_up, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
             &self.monitor_errors,
-            &self.graph_components, &self.positions_disconnected, &self.min_overlap_score, &self.identified, &self.propensity_min,
+            &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck, &self.identified, &self.propensity_min,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
             &self.training_in_progress,
-            &self.training_loss, &self.last_training_success, &self.last_promotion, &self.trainings, &self.residual_mean,
+            &self.training_loss, &self.last_training_success, &self.current_model_created, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
         ];
         // The registry adds the `ultr_` prefix when it gathers.

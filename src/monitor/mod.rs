@@ -46,10 +46,20 @@ pub struct Monitor {
 impl Monitor {
     pub fn new(metrics: Arc<Metrics>, config: &PipelineConfig, state_dir: &Path) -> Monitor {
         metrics.up_since.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+        let models_dir = crate::train::models_dir(config, state_dir);
+        // TrainingStale reads this: restored from the models directory at start, not from this process.
+        // (Only when the folder exists: opening the store would create it inside a state not made yet.)
+        if models_dir.is_dir() {
+            match ModelStore::open(&models_dir).and_then(|s| s.current_created_at()) {
+                Ok(Some(at)) => metrics.current_model_created.set(at),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("monitor: reading the current model's time: {e:#}"),
+            }
+        }
         Monitor {
             metrics,
             config: config.clone(),
-            models_dir: crate::train::models_dir(config, state_dir),
+            models_dir,
             seen: RunReport::default(),
             scored_until: i64::MIN,
             windows_seen: usize::MAX,
@@ -100,6 +110,9 @@ impl Monitor {
         }
         let trained = store.load(&id, &self.config.train.backend.device()?)?;
         self.metrics.set_theta(&trained.model.theta_normalised());
+        if let Some(at) = store.current_created_at()? {
+            self.metrics.current_model_created.set(at);
+        }
         self.model = Some((id, trained));
         self.reference = None; // a new model gets a new reference window
         self.page_hinkley.reset();
@@ -142,18 +155,19 @@ impl Monitor {
         }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let cumulative = rt.block_on(crate::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
-        let id = crate::identify::analyse(&cumulative, &self.config.identifiability)?;
+        let id = crate::train::identifiability(&cumulative, &self.config)?;
         let m = &self.metrics;
-        m.graph_components.with_label_values(&["swap"]).set(id.swap_graph.components.len() as i64);
-        m.positions_disconnected.with_label_values(&["swap"]).set(id.swap_graph.cut_off_from_position_1.len() as i64);
-        if let Some(g) = &id.overlap_graph {
-            m.graph_components.with_label_values(&["overlap"]).set(g.components.len() as i64);
-            m.positions_disconnected.with_label_values(&["overlap"]).set(g.cut_off_from_position_1.len() as i64);
+        let graphs = [("swap", Some(&id.swap_graph)), ("overlap", id.overlap_graph.as_ref()), ("union", Some(&id.union_graph))];
+        for (name, graph) in graphs {
+            if let Some(g) = graph {
+                m.graph_components.with_label_values(&[name]).set(g.components.len() as i64);
+                m.positions_disconnected.with_label_values(&[name]).set(g.cut_off_from_position_1.len() as i64);
+            }
         }
-        if let Some(s) = id.min_overlap_score {
-            m.min_overlap_score.set(s);
+        if let Some(s) = id.overlap_bottleneck {
+            m.overlap_bottleneck.set(s);
         }
-        m.identified.set(id.identified as i64);
+        m.identified.with_label_values(&[&id.model]).set(id.identified as i64);
         self.last_identified = Some(id.identified);
         let min_pi = propensity_min(&cumulative.propensity);
         if let Some(p) = min_pi {

@@ -137,6 +137,14 @@ impl ModelStore {
         Ok(Some(id))
     }
 
+    /// When the promoted checkpoint was trained (Unix seconds), if there is one.
+    pub fn current_created_at(&self) -> anyhow::Result<Option<f64>> {
+        let Some(id) = self.current_id()? else { return Ok(None) };
+        let info = self.info(&id)?;
+        let at = chrono::DateTime::parse_from_rfc3339(&info.created_at).with_context(|| format!("checkpoint {id}: created_at {:?}", info.created_at))?;
+        Ok(Some(at.timestamp_millis() as f64 / 1000.0))
+    }
+
     pub fn info(&self, id: &str) -> anyhow::Result<CheckpointInfo> {
         let path = self.dir.join(id).join(INFO);
         let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;

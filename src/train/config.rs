@@ -17,6 +17,25 @@ pub enum TowerKind {
     Mlp,
 }
 
+impl TowerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TowerKind::Embedding => "embedding",
+            TowerKind::Linear => "linear",
+            TowerKind::Mlp => "mlp",
+        }
+    }
+
+    /// What identifies θ for this tower (Hager §4): swaps for per-document relevance, swaps or
+    /// feature overlap for a function of features.
+    pub fn identification(self) -> crate::identify::Identification {
+        match self {
+            TowerKind::Embedding => crate::identify::Identification::Swaps,
+            TowerKind::Linear | TowerKind::Mlp => crate::identify::Identification::SwapsOrFeatureOverlap,
+        }
+    }
+}
+
 /// What to do with a training row whose (q,d,k) has no cumulative propensity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -66,6 +66,13 @@ pub struct TrainOutcome {
     pub pruned: Vec<String>,
 }
 
+/// Identifiability of the model this config trains (its tower, its positions): the one verdict the
+/// CLI, the monitor's metrics and the alerts share.
+pub fn identifiability(cumulative: &crate::state::cumulative::Cumulative, config: &PipelineConfig) -> anyhow::Result<crate::identify::IdentifiabilityReport> {
+    let tower = config.train.tower;
+    crate::identify::analyse(cumulative, &config.identifiability, tower.name(), tower.identification(), config.train.max_positions as u32)
+}
+
 pub fn models_dir(config: &PipelineConfig, state_dir: &Path) -> PathBuf {
     config.train.models_dir.clone().unwrap_or_else(|| state_dir.join("models"))
 }
