@@ -169,14 +169,16 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
+    // The monitors restore series from the state (the current model's time) before the first scrape
+    // can see them: a scrape between serving and restoring read 0 and TrainingStale saw a 56-year-old model.
+    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir), opts.state_dir.clone())?;
+    let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
     eprintln!("ultr run: metrics at http://{}/metrics, health at http://{}/healthz; state in {}", server.addr, server.addr, opts.state_dir.display());
     let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
     if let Some(s) = &config.train.schedule {
         eprintln!("ultr run: retraining on schedule {s:?} (models in {})", crate::train::models_dir(config, &opts.state_dir).display());
     }
-    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir), opts.state_dir.clone())?;
-    let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
     let report = run_to_state(
         config,
         &opts.state_dir,
