@@ -3,10 +3,10 @@ SELECT
     query_id,
     doc_id,
     position,
-    held_out,
+    split,
     feature_key,
     CAST(SUM(impressions) AS BIGINT) AS impressions,
     CAST(SUM(clicks) AS BIGINT) AS clicks
 FROM training_rows
-GROUP BY query_id, doc_id, position, held_out, feature_key
-ORDER BY query_id, doc_id, position, held_out, feature_key
+GROUP BY query_id, doc_id, position, split, feature_key
+ORDER BY query_id, doc_id, position, split, feature_key

@@ -10,9 +10,9 @@ WITH pi AS (
     GROUP BY query_id, doc_id, position
 ),
 counts AS (
-    SELECT query_id, doc_id, position, held_out, feature_key, SUM(impressions) AS impressions, SUM(clicks) AS clicks
+    SELECT query_id, doc_id, position, split, feature_key, SUM(impressions) AS impressions, SUM(clicks) AS clicks
     FROM training_rows
-    GROUP BY query_id, doc_id, position, held_out, feature_key
+    GROUP BY query_id, doc_id, position, split, feature_key
 ),
 vectors AS (
     SELECT query_id, doc_id, feature_key, features, bias_features
@@ -27,7 +27,7 @@ SELECT
     c.query_id,
     c.doc_id,
     c.position,
-    c.held_out,
+    c.split,
     v.features,
     v.bias_features,
     CAST(c.impressions AS BIGINT) AS impressions,
@@ -36,4 +36,4 @@ SELECT
 FROM counts c
 JOIN vectors v ON c.query_id = v.query_id AND c.doc_id = v.doc_id AND c.feature_key = v.feature_key
 LEFT JOIN pi ON c.query_id = pi.query_id AND c.doc_id = pi.doc_id AND c.position = pi.position
-ORDER BY c.held_out, c.query_id, c.doc_id, c.position, c.feature_key
+ORDER BY c.split, c.query_id, c.doc_id, c.position, c.feature_key

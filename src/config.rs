@@ -163,6 +163,9 @@ pub struct IdentifiabilityConfig {
     pub min_overlap_score: f64,
     /// Positions with fewer sampled impressions are left out of the overlap graph.
     pub min_samples: usize,
+    /// Below this impression-weighted within-position sd of π(d,k|q), residuals cannot be tested
+    /// against the policy: misspecification is reported as not assessable instead of healthy.
+    pub min_policy_variation: f64,
     /// Keys of earlier releases, refused with what replaced them.
     #[serde(skip_serializing)]
     pub max_position: Option<toml::Value>,
@@ -174,7 +177,7 @@ pub struct IdentifiabilityConfig {
 
 impl Default for IdentifiabilityConfig {
     fn default() -> Self {
-        IdentifiabilityConfig { min_overlap_score: 0.1, min_samples: 30, max_position: None, eta: None, identified_by: None }
+        IdentifiabilityConfig { min_overlap_score: 0.1, min_samples: 30, min_policy_variation: 0.01, max_position: None, eta: None, identified_by: None }
     }
 }
 
@@ -277,6 +280,9 @@ impl PipelineConfig {
         }
         if !(0.0..=1.0).contains(&id.min_overlap_score) {
             return Err(invalid(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", id.min_overlap_score)));
+        }
+        if !(0.0..=1.0).contains(&id.min_policy_variation) {
+            return Err(invalid(format!("key `identifiability.min_policy_variation` = {} must lie in [0, 1]", id.min_policy_variation)));
         }
         config.train.validate().map_err(|e| invalid(e))?;
         if matches!(config.source, SourceConfig::Simulator) {

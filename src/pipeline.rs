@@ -111,11 +111,11 @@ impl Observer for NoObserver {}
 pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
     let spec = config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
     crate::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
-    let mut store = StateStore::open(state_dir, &source_identity(config), spec, config.train.validation_fraction)?;
+    let mut store = StateStore::open(state_dir, &source_identity(config), spec, config.train.holdout())?;
     let manifest = store.manifest().clone();
     let mut operator =
         WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
-    let mut open = OpenWindows::new(config.window.reduce_rows, config.train.validation_fraction).restore(store.open_partials()?);
+    let mut open = OpenWindows::new(config.window.reduce_rows, config.train.holdout()).restore(store.open_partials()?);
     let source = open_source(config, &manifest.resume)?;
     let source_health = source.health();
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);

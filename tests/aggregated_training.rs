@@ -21,7 +21,7 @@ use ultr::train::fit::{fit, make_batch};
 use ultr::train::model::weighted_loss;
 use ultr::train::weights::ips_weights;
 
-const HOLDOUT: f64 = 0.1;
+const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
 
 fn raw_examples(sessions: u64, seed: u64) -> (Examples, Arc<Simulator>) {
     let mut c = SimConfig { sessions, seed, log_propensity: true, ..SimConfig::default() };
@@ -33,7 +33,7 @@ fn raw_examples(sessions: u64, seed: u64) -> (Examples, Arc<Simulator>) {
 }
 
 fn config(seed: u64) -> TrainConfig {
-    TrainConfig { tower: TowerKind::Linear, max_epochs: 40, patience: 3, seed, validation_fraction: HOLDOUT, ..TrainConfig::default() }
+    TrainConfig { tower: TowerKind::Linear, max_epochs: 40, patience: 3, seed, validation_fraction: HOLDOUT.validation, evaluation_fraction: HOLDOUT.evaluation, ..TrainConfig::default() }
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
     let device = TrainConfig::default().backend.device().unwrap();
     let labels = labels_from_truth(sim.truth());
     let truth = truth_theta(sim.truth());
-    let heldout = raw.filter_sessions(|s| ultr::train::data::is_validation(s, HOLDOUT));
+    let heldout = raw.filter_sessions(|s| ultr::train::data::split_of(s, HOLDOUT) == ultr::window::Split::Evaluation);
     let run = |ex: &Examples, seed: u64| {
         let (t, _) = fit(ex, &config(seed), None, false).unwrap();
         let r = evaluate(&t, &heldout, Some(&labels), Some(&truth), 10, &device);

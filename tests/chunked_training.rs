@@ -11,9 +11,9 @@ use ultr::eval::truth_theta;
 use ultr::simulate::Simulator;
 use ultr::train::config::TrainConfig;
 use ultr::train::chunks::{load_training_data, ExampleChunks, TrainingData};
-use ultr::train::data::{load_from_state, Examples, Horizon};
+use ultr::train::data::{load_from_state, Examples, Horizon, Split};
 use ultr::train::fit::{fit, fit_chunks};
-use ultr::train::{spill_dir, train_from_state, validation_losses, TrainRequest};
+use ultr::train::{spill_dir, train_from_state, evaluation_losses, TrainRequest};
 
 fn config(extra: &str) -> PipelineConfig {
     let text = format!(
@@ -24,13 +24,13 @@ fn config(extra: &str) -> PipelineConfig {
 }
 
 /// Every row as a comparable key: (query, doc, position, split, features' bits) → (impressions, clicks, π's bits).
-fn rows(ex: &Examples) -> BTreeMap<(String, String, u32, bool, Vec<u32>), (u32, u32, u64)> {
+fn rows(ex: &Examples) -> BTreeMap<(String, String, u32, Split, Vec<u32>), (u32, u32, u64)> {
     let mut out = BTreeMap::new();
     for s in &ex.sessions {
         for r in &ex.rows[s.start..s.start + s.len] {
             let (q, d) = ex.qd_keys[r.qd as usize].clone();
             let features = ex.doc_features(r.doc).iter().map(|v| v.to_bits()).collect();
-            let previous = out.insert((q, d, r.position, s.held_out.unwrap(), features), (r.impressions, r.clicks, r.propensity.to_bits()));
+            let previous = out.insert((q, d, r.position, s.split.unwrap(), features), (r.impressions, r.clicks, r.propensity.to_bits()));
             assert!(previous.is_none(), "a key appears twice");
         }
     }
@@ -65,18 +65,17 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     let budget = all.approx_bytes() / 5;
     let data = load(&state, &cfg, budget);
     let TrainingData::Spilled(spilled) = &data else { panic!("a budget of {budget} bytes must spill {} bytes", all.approx_bytes()) };
-    assert!(spilled.train_chunks() >= 4, "{} training chunks", spilled.train_chunks());
-    assert!(spilled.validation_chunks() >= 1);
+    assert!(spilled.chunk_count(Split::Training) >= 4, "{} training chunks", spilled.chunk_count(Split::Training));
+    assert!(spilled.chunk_count(Split::Validation) >= 1 && spilled.chunk_count(Split::Evaluation) >= 1);
     let mut union = BTreeMap::new();
-    let mut pieces: Vec<(Examples, bool)> = Vec::new();
-    for i in 0..spilled.train_chunks() {
-        pieces.push((spilled.load_train(i).unwrap(), false));
+    let mut pieces: Vec<(Examples, Split)> = Vec::new();
+    for split in Split::ALL {
+        for i in 0..spilled.chunk_count(split) {
+            pieces.push((spilled.load_chunk(split, i).unwrap(), split));
+        }
     }
-    for i in 0..spilled.validation_chunks() {
-        pieces.push((spilled.load_validation(i).unwrap(), true));
-    }
-    for (chunk, validation) in &pieces {
-        assert!(chunk.sessions.iter().all(|s| s.held_out == Some(*validation)), "a chunk holds one split");
+    for (chunk, split) in &pieces {
+        assert!(chunk.sessions.iter().all(|s| s.split == Some(*split)), "a chunk holds one split");
         // The budget, plus at most one slice of rows past it.
         let slack = 1024 * (all.approx_bytes() / all.rows.len()) * 4;
         assert!(chunk.approx_bytes() <= budget + slack, "chunk of {} bytes for a budget of {budget}", chunk.approx_bytes());
@@ -86,12 +85,12 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     }
     assert_eq!(union, rows(&all), "the chunks hold exactly the in-memory rows");
 
-    // The gate's loss of a model, summed over validation chunks, is the in-memory loss.
+    // The gate's loss of a model, summed over evaluation chunks, is the in-memory loss.
     let pipeline = config("");
     let (model, _) = fit(&all, &TrainConfig { max_epochs: 2, ..pipeline.train.clone() }, None, false).unwrap();
-    let in_memory = validation_losses(&[&model], &TrainingData::InMemory(all.clone()), &pipeline).unwrap().remove(0).unwrap();
-    let chunked = validation_losses(&[&model], &data, &pipeline).unwrap().remove(0).unwrap();
-    assert!((in_memory - chunked).abs() <= 1e-6 * in_memory, "validation loss in memory {in_memory} vs over chunks {chunked}");
+    let in_memory = evaluation_losses(&[&model], &TrainingData::InMemory(all.clone()), &pipeline).unwrap().remove(0).unwrap();
+    let chunked = evaluation_losses(&[&model], &data, &pipeline).unwrap().remove(0).unwrap();
+    assert!((in_memory - chunked).abs() <= 1e-6 * in_memory, "evaluation loss in memory {in_memory} vs over chunks {chunked}");
 
     // Fits: in memory (two seeds, for the noise) and streaming the chunks every epoch.
     let sim = Simulator::new(cfg.simulator.clone()).unwrap();
@@ -100,7 +99,7 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     let (a, ra) = fit(&all, &pipeline.train, None, false).unwrap();
     let (b, _) = fit(&all, &TrainConfig { seed: 2, ..pipeline.train.clone() }, None, false).unwrap();
     let (c, rc) = fit_chunks(spilled, &pipeline.train, None, false, None).unwrap();
-    assert_eq!((rc.train_chunks, rc.validation_chunks), (spilled.train_chunks(), spilled.validation_chunks()));
+    assert_eq!((rc.train_chunks, rc.validation_chunks), (spilled.chunk_count(Split::Training), spilled.chunk_count(Split::Validation)));
     assert_eq!((ra.train_impressions, ra.validation_impressions), (rc.train_impressions, rc.validation_impressions));
     assert_eq!((ra.train_sessions, ra.validation_sessions), (rc.train_sessions, rc.validation_sessions));
     let diff = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0f64, f64::max);

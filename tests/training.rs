@@ -132,7 +132,7 @@ fn train_cli_checkpoints_gate_and_warm_start() {
     let cold = &warm["cold_comparison"];
     assert!(cold["cold_train_impressions"].as_u64().unwrap() > warm["fit"]["train_impressions"].as_u64().unwrap());
     // Same stream, same model class: warm and cold land on nearly the same loss.
-    let (wl, cl) = (cold["warm_validation_loss"].as_f64().unwrap(), cold["cold_validation_loss"].as_f64().unwrap());
+    let (wl, cl) = (cold["warm_evaluation_loss"].as_f64().unwrap(), cold["cold_evaluation_loss"].as_f64().unwrap());
     assert!((wl - cl).abs() / cl < 0.02, "warm {wl} vs cold {cl}");
     let after_warm = std::fs::read_to_string(models.join("CURRENT")).unwrap().trim().to_string();
 
@@ -185,7 +185,7 @@ fn export_and_score_match_the_burn_model() {
             clicks += 1;
             ex.rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: 1, clicks: (d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0) as u32, propensity: 1.0 });
         }
-        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&q.query_id, 0), held_out: None });
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&q.query_id, 0), split: None });
     }
     let cfg = TrainConfig { tower: TowerKind::Mlp, max_epochs: 3, validation_fraction: 0.3, ..TrainConfig::default() };
     let (trained, report) = fit(&ex, &cfg, None, false).unwrap();
@@ -233,7 +233,7 @@ fn tiny(positions: &[u32], clicked: impl Fn(usize) -> bool, propensity: f64) -> 
             }
             ex.rows.push(Row { doc: qd, qd, position: k, impressions: 1, clicks: clicked(ex.rows.len()) as u32, propensity });
         }
-        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&format!("s{s}"), 0), held_out: None });
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&format!("s{s}"), 0), split: None });
     }
     ex
 }

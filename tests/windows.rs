@@ -20,6 +20,8 @@ use ultr::window::operator::{WindowOperator, WindowSpec};
 use ultr::window::aggregates::OpenWindows;
 use ultr::window::{sample_key, Tables};
 
+const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
+
 #[derive(Clone, Debug)]
 struct Session {
     id: String,
@@ -166,7 +168,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
     let mut op = WindowOperator::new(spec);
     // A small reduce bound: many partials per window, merged several times.
     let reduce_rows = 23 + seed as usize * 7;
-    let mut open = OpenWindows::new(reduce_rows, 0.1);
+    let mut open = OpenWindows::new(reduce_rows, HOLDOUT);
     let mut persisted: BTreeMap<i64, Tables> = BTreeMap::new();
     let mut closed = Vec::new();
     let mut finished: BTreeMap<i64, Tables> = BTreeMap::new();
@@ -189,7 +191,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
                 if batches % 3 == 0 {
                     // Checkpoint, then continue from the persisted partials alone (as a restart does).
                     persisted.extend(rt.block_on(open.checkpoint()).unwrap());
-                    open = OpenWindows::new(reduce_rows, 0.1).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect());
+                    open = OpenWindows::new(reduce_rows, HOLDOUT).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect());
                 }
             }
             Next::Idle => {}

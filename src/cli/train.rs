@@ -10,7 +10,7 @@ use crate::config::{PipelineConfig, SourceConfig};
 use crate::eval::{evaluate, labels_from_truth, truth_theta, Labels};
 use crate::simulate::{dataset, GroundTruth, Simulator};
 use crate::train::checkpoint::ModelStore;
-use crate::train::data::{is_validation, load_from_state, Examples, Horizon};
+use crate::train::data::{load_from_state, split_of, Examples, Horizon, Split};
 use crate::train::device::BackendKind;
 use crate::train::{models_dir, train_from_state, TrainRequest};
 
@@ -167,7 +167,8 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     let lookback = config.lookback_ms();
     let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions))?;
     trained.check_compatible(&all)?;
-    let heldout = all.filter_sessions(|s| is_validation(s, config.train.validation_fraction));
+    // The evaluation slice: sessions the model's optimizer, early stopping and promotion gate never chose by.
+    let heldout = all.filter_sessions(|s| split_of(s, config.train.holdout()) == Split::Evaluation);
     let truth = ground_truth(&config, &args.truth)?;
     let labels = if !args.labels.is_empty() { Some(labels_from_svmlight(&args.labels)?) } else { truth.as_ref().map(labels_from_truth) };
     let theta = truth.as_ref().map(truth_theta);
@@ -197,7 +198,7 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
             let d = if n_features == 0 { qd } else { (ex.docs.len() / n_features - 1) as u32 };
             ex.rows.push(Row { doc: d, qd, position: 1, impressions: 1, clicks: 0, propensity: 1.0 });
         }
-        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: 0, held_out: None });
+        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: 0, split: None });
         Ok(())
     };
     let is_jsonl = input.extension().is_some_and(|e| e == "jsonl" || e == "gz");

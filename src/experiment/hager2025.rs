@@ -16,7 +16,7 @@ use crate::eval::{bias_rmse, labels_from_truth, mean_ndcg, truth_theta, Labels};
 use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::{SimConfig, Simulator};
 use crate::train::config::{TowerKind, TrainConfig};
-use crate::train::data::{is_validation, load_from_state, Examples, Horizon};
+use crate::train::data::{load_from_state, split_of, Examples, Horizon, Split};
 use crate::train::device::BackendKind;
 use crate::train::fit::fit;
 
@@ -117,11 +117,11 @@ pub struct Summary {
 }
 
 /// Simulator config for one stream.
-fn sim_config(opts: &Options, relevance: RelevanceKind, tau: f64, seed: u64, validation_fraction: f64) -> SimConfig {
+fn sim_config(opts: &Options, relevance: RelevanceKind, tau: f64, seed: u64, held_out_fraction: f64) -> SimConfig {
     let mut c = SimConfig { data: opts.data.clone(), relevance, seed, ..SimConfig::default() };
     c.policy.tau = tau;
     c.policy.alpha = 1.0;
-    c.sessions = (opts.train_sessions as f64 / (1.0 - validation_fraction)).ceil() as u64;
+    c.sessions = (opts.train_sessions as f64 / (1.0 - held_out_fraction)).ceil() as u64;
     c
 }
 
@@ -156,7 +156,7 @@ fn one_run(opts: &Options, s: &Setting, seed: u64, data: &(Examples, Labels, Vec
     let (trained, report) = fit(ex, &cfg, None, false)?;
     let theta = trained.model.theta_normalised();
     let device = cfg.backend.device()?;
-    let val = ex.filter_sessions(|span| is_validation(span, cfg.validation_fraction));
+    let val = ex.filter_sessions(|span| split_of(span, cfg.holdout()) == Split::Evaluation);
     let rel = trained.relevance_of_rows(&val, &device);
     let mut scores = std::collections::HashMap::new();
     for (r, v) in val.rows.iter().zip(rel) {
@@ -263,7 +263,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         return Ok(summary);
     }
     let grid = settings();
-    let validation_fraction = TrainConfig::default().validation_fraction;
+    let defaults = TrainConfig::default();
+    let held_out_fraction = defaults.validation_fraction + defaults.evaluation_fraction;
     let mut streams: BTreeMap<String, (Examples, Labels, Vec<f64>)> = BTreeMap::new();
     for seed in &opts.seeds {
         for s in &grid {
@@ -272,7 +273,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
                 if opts.progress {
                     eprintln!("simulating {k} ...");
                 }
-                let sim = sim_config(opts, s.relevance, s.tau, *seed, validation_fraction);
+                let sim = sim_config(opts, s.relevance, s.tau, *seed, held_out_fraction);
                 let data = stream(opts, sim, &opts.out.join("scratch").join(&k))?;
                 streams.insert(k, data);
             }

@@ -3,6 +3,7 @@
 //! model actually trained, and the smallest randomization that connects them.
 
 pub mod overlap;
+pub mod policy;
 
 use petgraph::unionfind::UnionFind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,6 +140,11 @@ pub struct IdentifiabilityReport {
     /// `None` when no spanning structure exists at all.
     pub overlap_bottleneck: Option<f64>,
     pub identified: bool,
+    /// Impression-weighted within-position sd of π(d,k|q) over the horizon: 0 under a deterministic
+    /// policy, whose data cannot show misspecification through the policy.
+    pub policy_variation: f64,
+    /// Why misspecification cannot be assessed from this data, when it cannot.
+    pub misspecification_blind: Option<String>,
 }
 
 /// Swap-graph nodes (positions up to `max_position`) and edges from the cumulative propensity and
@@ -197,6 +203,7 @@ pub fn analyse(
         Identification::Swaps => swap.connected,
         Identification::SwapsOrFeatureOverlap => union.connected,
     };
+    let policy_variation = policy::policy_variation_of(&c.propensity, max_position);
     Ok(IdentifiabilityReport {
         windows: c.windows.len(),
         impressions: c.windows.iter().map(|w| w.impressions).sum(),
@@ -208,6 +215,8 @@ pub fn analyse(
         overlap_scores: scores,
         overlap_bottleneck,
         identified,
+        policy_variation,
+        misspecification_blind: policy::blind_reason(policy_variation, config.min_policy_variation),
     })
 }
 
@@ -275,6 +284,13 @@ impl IdentifiabilityReport {
         graph("union graph (swaps and overlap)", &self.union_graph, &mut s);
         if let Some(b) = self.overlap_bottleneck {
             s.push_str(&format!("  weakest link of the best spanning tree: {b:.3}\n"));
+        }
+        match &self.misspecification_blind {
+            Some(reason) => s.push_str(&format!("\nmisspecification: CANNOT BE ASSESSED — {reason}\n")),
+            None => s.push_str(&format!(
+                "\nmisspecification: assessable (π varies within positions, sd {:.3}); `ultr run` tests each window's held-out residuals against π (ultr_misspecification_z)\n",
+                self.policy_variation
+            )),
         }
         s
     }

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub residual_psi: Gauge,
     pub residual_page_hinkley: Gauge,
     pub residual_windows: IntCounter,
+    pub misspecification_z: GaugeVec,
+    pub misspecification_assessable: IntGaugeVec,
+    pub policy_variation: Gauge,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -137,6 +140,20 @@ impl Metrics {
             residual_psi: gauge("residual_psi", "Population stability index of the residual distribution against the reference window."),
             residual_page_hinkley: gauge("residual_page_hinkley", "Page-Hinkley statistic of the per-window mean absolute residual."),
             residual_windows: counter("residual_windows_total", "Windows scored against the current model."),
+            misspecification_z: gauge_vec(
+                "misspecification_z",
+                "Score test of the last window's held-out residuals against π(d,k|q), per position beyond the model's own logit, cluster-robust by (query, document): the χ²_K statistic as a standard normal deviate (N(0,1) for a well-specified model at any traffic; NaN when not assessable).",
+                &["model"],
+            ),
+            misspecification_assessable: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new("misspecification_assessable", "1 when the data can show misspecification through the policy (π varies within positions), 0 when it cannot (deterministic policy, no randomised traffic)."),
+                    &["model"],
+                )
+                .expect("valid"),
+            ),
+            policy_variation: gauge("policy_variation", "Impression-weighted within-position standard deviation of π(d,k|q) over the lookback horizon (0 for a deterministic policy)."),
             registry: r,
         }
     }
@@ -165,6 +182,7 @@ impl Metrics {
             &self.training_in_progress,
             &self.training_loss, &self.last_training_success, &self.current_model_created, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
+            &self.misspecification_z, &self.misspecification_assessable, &self.policy_variation,
         ];
         // The registry adds the `ultr_` prefix when it gathers.
         collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| format!("ultr_{}", d.fq_name))).collect()

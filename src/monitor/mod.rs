@@ -4,6 +4,7 @@
 
 pub mod drift;
 pub mod metrics;
+pub mod misspecification;
 pub mod residuals;
 
 use std::path::{Path, PathBuf};
@@ -17,13 +18,26 @@ use crate::train::data::examples_for_windows;
 use crate::train::fit::Trained;
 use drift::{psi, PageHinkley};
 use metrics::Metrics;
+use misspecification::{score_test, MisspecificationTest};
 use residuals::{summarize, ResidualSummary, BINS};
+use crate::train::data::{Split, split_of};
 
 /// At most this many windows are scored in one checkpoint (the newest).
 const MAX_WINDOWS_SCORED_AT_ONCE: usize = 8;
 
-/// Residual summaries kept for inspection.
+/// Scored windows kept for inspection.
 const HISTORY: usize = 64;
+
+/// One window scored under the current model.
+#[derive(Debug, Clone)]
+pub struct ScoredWindow {
+    pub end_ms: i64,
+    pub residuals: ResidualSummary,
+    pub misspecification: MisspecificationTest,
+    /// Whether the whole window was held out (it ended after the model's training data), or only its
+    /// evaluation slice was tested.
+    pub whole_window: bool,
+}
 
 /// What the monitor remembers between checkpoints.
 pub struct Monitor {
@@ -35,11 +49,13 @@ pub struct Monitor {
     scored_until: i64,
     windows_seen: usize,
     model: Option<(String, Trained)>,
+    /// End of the current model's training data (event time): later windows are held out whole.
+    model_data_end_ms: i64,
     /// The residual histogram of the first window scored under the current model.
     reference: Option<[f64; BINS]>,
     page_hinkley: PageHinkley,
-    /// Residual summaries of the most recently scored windows (end_ms, summary), newest last.
-    pub history: std::collections::VecDeque<(i64, ResidualSummary)>,
+    /// The most recently scored windows, newest last.
+    pub history: std::collections::VecDeque<ScoredWindow>,
     pub last_identified: Option<bool>,
 }
 
@@ -64,6 +80,7 @@ impl Monitor {
             scored_until: i64::MIN,
             windows_seen: usize::MAX,
             model: None,
+            model_data_end_ms: i64::MAX,
             reference: None,
             page_hinkley: PageHinkley::new(0.005),
             history: Default::default(),
@@ -113,6 +130,8 @@ impl Monitor {
         if let Some(at) = store.current_created_at()? {
             self.metrics.current_model_created.set(at);
         }
+        // Unknown range (a foreign checkpoint): treat every window as trained on.
+        self.model_data_end_ms = store.info(&id)?.data_range_ms.map_or(i64::MAX, |r| r.1);
         self.model = Some((id, trained));
         self.reference = None; // a new model gets a new reference window
         self.page_hinkley.reset();
@@ -169,6 +188,12 @@ impl Monitor {
         }
         m.identified.with_label_values(&[&id.model]).set(id.identified as i64);
         self.last_identified = Some(id.identified);
+        m.policy_variation.set(id.policy_variation);
+        if id.misspecification_blind.is_some() {
+            // Blind is not healthy: no z to compare with a threshold, and a series that says why.
+            m.misspecification_assessable.with_label_values(&[&id.model]).set(0);
+            m.misspecification_z.with_label_values(&[&id.model]).set(f64::NAN);
+        }
         let min_pi = propensity_min(&cumulative.propensity);
         if let Some(p) = min_pi {
             m.propensity_min.set(p);
@@ -190,6 +215,21 @@ impl Monitor {
             }
             let logits = model.logits(&ex, &self.config.train.backend.device()?);
             let summary = summarize(&ex.rows, &logits, self.config.train.ips.max_weight);
+            // Held-out rows only: the whole window when it ended after the model's training data,
+            // else its evaluation slice (sessions no fit or early stopping saw).
+            let whole_window = w.start_ms >= self.model_data_end_ms;
+            let mut held_out = vec![whole_window; ex.rows.len()];
+            if !whole_window {
+                for span in &ex.sessions {
+                    if split_of(span, self.config.train.holdout()) == Split::Evaluation {
+                        held_out[span.start..span.start + span.len].fill(true);
+                    }
+                }
+            }
+            let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation);
+            let tower = self.config.train.tower.name();
+            m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
+            m.misspecification_z.with_label_values(&[tower]).set(test.z);
             for (k, mean, _) in summary.per_position.iter().filter(|(k, _, _)| (*k as usize) <= metrics::MAX_POSITION_LABELS) {
                 m.residual_mean.with_label_values(&[&k.to_string()]).set(*mean);
             }
@@ -201,7 +241,7 @@ impl Monitor {
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
-            self.history.push_back((w.end_ms, summary));
+            self.history.push_back(ScoredWindow { end_ms: w.end_ms, residuals: summary, misspecification: test, whole_window });
         }
         Ok(())
     }

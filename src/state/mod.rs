@@ -28,7 +28,7 @@ use crate::window::Tables;
 pub const MANIFEST: &str = "manifest.json";
 const FORMAT: &str = "ultr-state";
 /// 2: open windows are partial aggregates and a session-key filter (1 kept their raw rows).
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// One closed window in the state.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -92,8 +92,9 @@ pub struct Manifest {
     pub open_windows: Vec<OpenWindowEntry>,
     /// The open windows' duplicate filter, appended per checkpoint.
     pub filter_segments: Vec<Segment>,
-    /// `train.validation_fraction` the training rows' hold-out split was made with.
-    pub holdout_fraction: f64,
+    /// The session split the training rows were stored with (`train.validation_fraction`,
+    /// `train.evaluation_fraction`).
+    pub holdout: crate::window::Holdout,
     /// Late segments written by earlier versions (no size or time recorded).
     #[serde(default)]
     pub late_segments: Vec<String>,
@@ -148,7 +149,7 @@ pub struct StateStore {
 impl StateStore {
     /// Opens (or creates) the state for `source`. Refuses a foreign directory, a manifest from another
     /// source, or one written with other window settings — naming the file and the key.
-    pub fn open(dir: &Path, source: &str, window: WindowSpec, holdout_fraction: f64) -> anyhow::Result<Self> {
+    pub fn open(dir: &Path, source: &str, window: WindowSpec, holdout: crate::window::Holdout) -> anyhow::Result<Self> {
         let manifest_path = dir.join(MANIFEST);
         if manifest_path.exists() {
             let lock = lock::DirLock::acquire(dir, "state directory")?;
@@ -169,11 +170,11 @@ impl StateStore {
                     window
                 );
             }
-            if manifest.holdout_fraction != holdout_fraction {
+            if manifest.holdout != holdout {
                 bail!(
-                    "{}: key `holdout_fraction` is {} but the config's `train.validation_fraction` is {holdout_fraction}; the stored training rows are split with the former — use another --state directory or the same fraction",
+                    "{}: key `holdout` is {:?} but the config's `train.validation_fraction` / `train.evaluation_fraction` give {holdout:?}; the stored training rows are split with the former — use another --state directory or the same fractions",
                     manifest_path.display(),
-                    manifest.holdout_fraction
+                    manifest.holdout
                 );
             }
             let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
@@ -209,7 +210,7 @@ impl StateStore {
             windows: Vec::new(),
             open_windows: Vec::new(),
             filter_segments: Vec::new(),
-            holdout_fraction,
+            holdout,
             late_segments: Vec::new(),
             late: Vec::new(),
             decoder: Default::default(),
@@ -498,17 +499,25 @@ pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
 pub fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let manifest: Manifest = serde_json::from_str(&text).with_context(|| format!("{} is not an ultr manifest", path.display()))?;
-    if manifest.format != FORMAT {
-        bail!("{}: key `format` is {:?}, expected {FORMAT:?}", path.display(), manifest.format);
+    // Format and version first: an older manifest lacks newer keys and should say so, not "missing field".
+    #[derive(Deserialize)]
+    struct Header {
+        format: String,
+        version: u32,
     }
-    if manifest.version != VERSION {
+    let header: Header = serde_json::from_str(&text).with_context(|| format!("{} is not an ultr manifest", path.display()))?;
+    if header.format != FORMAT {
+        bail!("{}: key `format` is {:?}, expected {FORMAT:?}", path.display(), header.format);
+    }
+    if header.version != VERSION {
         bail!(
-            "{}: key `version` is {}, this build reads {VERSION} (version 1 kept open windows as raw rows; re-ingest into a new state directory)",
+            "{}: key `version` is {}, this build reads {VERSION} (version 1 kept open windows as raw rows, version 2 split sessions \
+             two ways without an evaluation slice; re-ingest into a new state directory)",
             path.display(),
-            manifest.version
+            header.version
         );
     }
+    let manifest: Manifest = serde_json::from_str(&text).with_context(|| format!("{} is not an ultr manifest", path.display()))?;
     Ok(manifest)
 }
 

@@ -26,9 +26,13 @@ const VOCABULARY: &str = "vocabulary.json";
 pub struct Decision {
     pub promoted: bool,
     pub reason: String,
-    pub candidate_validation_loss: f64,
-    /// The current model's loss on the same validation rows and weights.
-    pub current_validation_loss: Option<f64>,
+    /// The candidate's loss on the evaluation slice (sessions neither its optimizer nor its early
+    /// stopping saw). Checkpoints from before the three-way split call it validation loss.
+    #[serde(alias = "candidate_validation_loss")]
+    pub candidate_evaluation_loss: f64,
+    /// The current model's loss on the same evaluation rows and weights.
+    #[serde(alias = "current_validation_loss")]
+    pub current_evaluation_loss: Option<f64>,
     pub current: Option<String>,
 }
 
@@ -48,14 +52,14 @@ pub struct CheckpointInfo {
     pub decision: Decision,
 }
 
-/// The gate: finite training, and a validation loss not worse than the current model's on the same
+/// The gate: finite training, and an evaluation-slice loss not worse than the current model's on the same
 /// rows beyond `tolerance` (relative).
 pub fn decide(report: &FitReport, candidate_loss: f64, current: Option<(&str, anyhow::Result<f64>)>, tolerance: f64, force: bool) -> Decision {
     let mut d = Decision {
         promoted: false,
         reason: String::new(),
-        candidate_validation_loss: candidate_loss,
-        current_validation_loss: None,
+        candidate_evaluation_loss: candidate_loss,
+        current_evaluation_loss: None,
         current: current.as_ref().map(|(id, _)| id.to_string()),
     };
     if report.stop == StopReason::Diverged || !candidate_loss.is_finite() {
@@ -76,13 +80,13 @@ pub fn decide(report: &FitReport, candidate_loss: f64, current: Option<(&str, an
             };
         }
         Some((id, Ok(loss))) => {
-            d.current_validation_loss = Some(loss);
+            d.current_evaluation_loss = Some(loss);
             let bound = loss * (1.0 + tolerance);
             if candidate_loss <= bound || force || !loss.is_finite() {
                 d.promoted = true;
-                d.reason = format!("validation loss {candidate_loss:.6} ≤ {bound:.6} (current {id}: {loss:.6}, tolerance {tolerance})");
+                d.reason = format!("evaluation loss {candidate_loss:.6} ≤ {bound:.6} (current {id}: {loss:.6}, tolerance {tolerance})");
             } else {
-                d.reason = format!("validation loss {candidate_loss:.6} is worse than the current model {id}'s {loss:.6} beyond tolerance {tolerance}");
+                d.reason = format!("evaluation loss {candidate_loss:.6} is worse than the current model {id}'s {loss:.6} beyond tolerance {tolerance}");
             }
         }
     }
@@ -298,7 +302,7 @@ mod tests {
             parent: None,
             theta: vec![0.0],
             fit: serde_json::Value::Null,
-            decision: Decision { promoted: false, reason: String::new(), candidate_validation_loss: 1.0, current_validation_loss: None, current: None },
+            decision: Decision { promoted: false, reason: String::new(), candidate_evaluation_loss: 1.0, current_evaluation_loss: None, current: None },
         };
         write_json(&dir.join(INFO), &info).unwrap();
     }

@@ -9,38 +9,31 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt8Type;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use futures::StreamExt;
 
-use super::data::{data_range, horizon_windows, training_example_stream, Examples, ExamplesBuilder, Horizon};
+use super::data::{data_range, horizon_windows, training_example_stream, Examples, ExamplesBuilder, Horizon, Split};
 use crate::state::Manifest;
 
-/// The examples a fit reads, chunk by chunk. Examples in memory are one chunk holding both splits.
+/// The examples a fit reads, chunk by chunk. Examples in memory are one chunk holding every split.
 pub trait ExampleChunks {
-    /// The examples when they are all in memory (training and validation rows together).
+    /// The examples when they are all in memory (every split together).
     fn in_memory(&self) -> Option<&Examples>;
-    /// Chunks of training rows, and of validation rows (each a separate chunk on disk).
-    fn train_chunks(&self) -> usize;
-    fn validation_chunks(&self) -> usize;
-    fn load_train(&self, i: usize) -> anyhow::Result<Examples>;
-    fn load_validation(&self, i: usize) -> anyhow::Result<Examples>;
+    /// Chunks holding `split`'s rows (on disk each chunk holds one split).
+    fn chunk_count(&self, split: Split) -> usize;
+    fn load_chunk(&self, split: Split, i: usize) -> anyhow::Result<Examples>;
 }
 
 impl ExampleChunks for Examples {
     fn in_memory(&self) -> Option<&Examples> {
         Some(self)
     }
-    fn train_chunks(&self) -> usize {
+    fn chunk_count(&self, _: Split) -> usize {
         1
     }
-    fn validation_chunks(&self) -> usize {
-        1
-    }
-    fn load_train(&self, _: usize) -> anyhow::Result<Examples> {
-        Ok(self.clone())
-    }
-    fn load_validation(&self, _: usize) -> anyhow::Result<Examples> {
+    fn load_chunk(&self, _: Split, _: usize) -> anyhow::Result<Examples> {
         Ok(self.clone())
     }
 }
@@ -70,11 +63,11 @@ impl TrainingData {
 /// Chunks of examples in Arrow IPC files under a temporary folder (removed when this is dropped).
 pub struct SpilledExamples {
     dir: tempfile::TempDir,
-    train: Vec<PathBuf>,
-    validation: Vec<PathBuf>,
+    /// Chunk files per split (`Split as usize`).
+    files: [Vec<PathBuf>; 3],
     max_positions: usize,
     pub data_range_ms: Option<(i64, i64)>,
-    /// Examples-size estimate of each chunk when it was cut (train chunks, then validation chunks).
+    /// Examples-size estimate of each chunk when it was cut (training, validation, evaluation chunks).
     pub chunk_bytes: Vec<usize>,
 }
 
@@ -100,17 +93,11 @@ impl ExampleChunks for SpilledExamples {
     fn in_memory(&self) -> Option<&Examples> {
         None
     }
-    fn train_chunks(&self) -> usize {
-        self.train.len()
+    fn chunk_count(&self, split: Split) -> usize {
+        self.files[split as usize].len()
     }
-    fn validation_chunks(&self) -> usize {
-        self.validation.len()
-    }
-    fn load_train(&self, i: usize) -> anyhow::Result<Examples> {
-        self.load(&self.train[i])
-    }
-    fn load_validation(&self, i: usize) -> anyhow::Result<Examples> {
-        self.load(&self.validation[i])
+    fn load_chunk(&self, split: Split, i: usize) -> anyhow::Result<Examples> {
+        self.load(&self.files[split as usize][i])
     }
 }
 
@@ -148,14 +135,14 @@ struct Spiller {
     dir: tempfile::TempDir,
     max_positions: usize,
     budget: usize,
-    /// While everything so far fits: all rows (both splits). After: the current chunk's rows, only to
+    /// While everything so far fits: all rows (every split). After: the current chunk's rows, only to
     /// measure it.
     builder: ExamplesBuilder,
     spilled: bool,
     /// The open chunk file and its split.
-    writer: Option<(StreamWriter<BufWriter<File>>, bool)>,
-    /// Closed and open chunk files: (path, held_out, estimated bytes).
-    chunks: Vec<(PathBuf, bool, usize)>,
+    writer: Option<(StreamWriter<BufWriter<File>>, Split)>,
+    /// Closed and open chunk files: (path, split, estimated bytes).
+    chunks: Vec<(PathBuf, Split, usize)>,
     /// `builder`'s size when the open chunk began.
     chunk_base: usize,
 }
@@ -168,27 +155,32 @@ impl Spiller {
     }
 
     fn push(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
-        // The query orders rows by split: a batch is training rows, then validation rows.
-        let held_out = batch.column_by_name("held_out").context("training examples have no `held_out`")?.as_boolean().clone();
-        let first_validation = (0..batch.num_rows()).find(|&i| held_out.value(i)).unwrap_or(batch.num_rows());
-        if (first_validation..batch.num_rows()).any(|i| !held_out.value(i)) {
-            anyhow::bail!("sql/training_examples.sql must order rows by held_out (training rows first)");
-        }
-        for (start, end, split) in [(0, first_validation, false), (first_validation, batch.num_rows(), true)] {
+        // The query orders rows by split: a batch is a run of training, then validation, then
+        // evaluation rows.
+        let splits = batch.column_by_name("split").context("training examples have no `split`")?.as_primitive::<UInt8Type>().clone();
+        let mut start = 0;
+        while start < batch.num_rows() {
+            let v = splits.value(start);
+            let split = Split::from_u8(v).with_context(|| format!("training examples: split {v} is not 0, 1 or 2"))?;
+            if self.chunks.last().is_some_and(|c| c.1 > split) {
+                anyhow::bail!("sql/training_examples.sql must order rows by split (training rows first)");
+            }
+            let end = (start..batch.num_rows()).find(|&i| splits.value(i) != v).unwrap_or(batch.num_rows());
             // Slices of a few rows, so a chunk ends within `SLICE_ROWS` rows past the budget.
             for at in (start..end).step_by(SLICE_ROWS) {
                 self.push_part(&batch.slice(at, SLICE_ROWS.min(end - at)), split)?;
             }
+            start = end;
         }
         Ok(())
     }
 
-    fn push_part(&mut self, part: &RecordBatch, split: bool) -> anyhow::Result<()> {
+    fn push_part(&mut self, part: &RecordBatch, split: Split) -> anyhow::Result<()> {
         if self.writer.as_ref().is_some_and(|(_, s)| *s != split) {
             self.close_chunk()?;
         }
         if self.writer.is_none() {
-            let path = self.dir.path().join(format!("chunk-{:05}-{}.arrow", self.chunks.len(), if split { "validation" } else { "train" }));
+            let path = self.dir.path().join(format!("chunk-{:05}-{}.arrow", self.chunks.len(), split.name()));
             let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
             self.writer = Some((StreamWriter::try_new(BufWriter::new(file), &part.schema())?, split));
             self.chunks.push((path, split, 0));
@@ -227,15 +219,15 @@ impl Spiller {
             return Ok(TrainingData::InMemory(builder.finish()?));
         }
         self.close_chunk()?;
-        let (mut train, mut validation, mut chunk_bytes) = (Vec::new(), Vec::new(), Vec::new());
-        for (split, list) in [(false, &mut train), (true, &mut validation)] {
+        let (mut files, mut chunk_bytes): ([Vec<PathBuf>; 3], _) = (Default::default(), Vec::new());
+        for split in Split::ALL {
             let pieces: Vec<(PathBuf, usize)> = self.chunks.iter().filter(|c| c.1 == split).map(|c| (c.0.clone(), c.2)).collect();
             for (path, bytes) in repartition(self.dir.path(), &pieces, split, self.budget)? {
-                list.push(path);
+                files[split as usize].push(path);
                 chunk_bytes.push(bytes);
             }
         }
-        Ok(TrainingData::Spilled(SpilledExamples { dir: self.dir, train, validation, max_positions: self.max_positions, data_range_ms: None, chunk_bytes }))
+        Ok(TrainingData::Spilled(SpilledExamples { dir: self.dir, files, max_positions: self.max_positions, data_range_ms: None, chunk_bytes }))
     }
 }
 
@@ -246,13 +238,13 @@ impl Spiller {
 /// samples of whole queries, made the model drift to each epoch's last chunk (measured in the
 /// README). A quarter of headroom keeps hash chunks within the budget. Returns the chunks with
 /// their estimated bytes.
-fn repartition(dir: &Path, pieces: &[(PathBuf, usize)], split: bool, budget: usize) -> anyhow::Result<Vec<(PathBuf, usize)>> {
+fn repartition(dir: &Path, pieces: &[(PathBuf, usize)], split: Split, budget: usize) -> anyhow::Result<Vec<(PathBuf, usize)>> {
     let total: usize = pieces.iter().map(|p| p.1).sum();
     let n = (total + total / 4).div_ceil(budget.max(1)).max(1);
     if pieces.len() <= 1 && n == 1 {
         return Ok(pieces.to_vec());
     }
-    let name = if split { "validation" } else { "train" };
+    let name = split.name();
     let paths: Vec<PathBuf> = (0..n).map(|j| dir.join(format!("{name}-{j:05}.arrow"))).collect();
     let mut writers: Vec<Option<StreamWriter<BufWriter<File>>>> = (0..n).map(|_| None).collect();
     let mut rows = vec![0usize; n];

@@ -89,8 +89,11 @@ pub struct TrainConfig {
     pub max_epochs: usize,
     /// Stop after this many epochs without a better validation loss.
     pub patience: usize,
-    /// Share of sessions held out for validation, chosen by session-id hash (stable across runs).
+    /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
+    /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
+    /// and the monitor's residual tests score them (the same hash, next slice).
+    pub evaluation_fraction: f64,
     pub seed: u64,
     pub backend: BackendKind,
     /// Where checkpoints live (default `<state>/models`).
@@ -131,6 +134,7 @@ impl Default for TrainConfig {
             max_epochs: 50,
             patience: 3,
             validation_fraction: 0.1,
+            evaluation_fraction: 0.1,
             seed: 1,
             backend: BackendKind::default(),
             models_dir: None,
@@ -145,6 +149,11 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// The three-way session split the window rows are stored with.
+    pub fn holdout(&self) -> crate::window::Holdout {
+        crate::window::Holdout { validation: self.validation_fraction, evaluation: self.evaluation_fraction }
+    }
+
     /// Checks ranges; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         let positive = |v: usize, key: &str| if v == 0 { Err(format!("key `train.{key}` must be >= 1")) } else { Ok(()) };
@@ -171,6 +180,12 @@ impl TrainConfig {
         }
         if !(0.0 < self.validation_fraction && self.validation_fraction < 1.0) {
             return Err(format!("key `train.validation_fraction` = {} must lie in (0, 1)", self.validation_fraction));
+        }
+        if !(0.0 < self.evaluation_fraction && self.validation_fraction + self.evaluation_fraction < 1.0) {
+            return Err(format!(
+                "key `train.evaluation_fraction` = {} must be > 0 and leave training rows (validation_fraction + evaluation_fraction < 1)",
+                self.evaluation_fraction
+            ));
         }
         if !(self.ips.max_weight >= 1.0) {
             return Err(format!("key `train.ips.max_weight` = {} must be >= 1", self.ips.max_weight));

@@ -8,11 +8,12 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Schema, UInt32Type};
+use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Schema, UInt32Type, UInt8Type};
 use std::sync::Arc;
 
 use crate::state::cumulative;
 use crate::state::{window_table_path, Manifest, WindowEntry};
+pub use crate::window::{Holdout, Split};
 use crate::window::{register, TRAINING_EXAMPLES};
 
 /// Impressions that share (query, document, feature row, position, bias features, split): their
@@ -36,10 +37,10 @@ pub struct Row {
 pub struct SessionSpan {
     pub start: usize,
     pub len: usize,
-    /// Stable hash of the session id: decides the validation split.
+    /// Stable hash of the session id: decides its split.
     pub hash: u64,
     /// The split, when it was decided before aggregation (then `hash` is not used).
-    pub held_out: Option<bool>,
+    pub split: Option<Split>,
 }
 
 /// Aggregated rows form spans of this many rows. One: the trainer draws aggregated rows one by one,
@@ -115,17 +116,17 @@ impl Examples {
     /// The exact compression of raw examples: rows that share (document row, query-document pair,
     /// position, bias features, split) become one row with summed counts (π is a function of the key).
     /// What the state stores, computed in memory (tests and benchmarks compare both paths with it).
-    pub fn aggregate(&self, holdout_fraction: f64) -> Examples {
+    pub fn aggregate(&self, holdout: Holdout) -> Examples {
         let z = self.n_bias_features;
-        let mut index: HashMap<(u32, u32, u32, bool, Vec<u32>), usize> = HashMap::new();
-        let mut groups: [Vec<(Row, Vec<f32>)>; 2] = [Vec::new(), Vec::new()];
+        let mut index: HashMap<(u32, u32, u32, Split, Vec<u32>), usize> = HashMap::new();
+        let mut groups: [Vec<(Row, Vec<f32>)>; 3] = Default::default();
         for s in &self.sessions {
-            let held_out = is_validation(s, holdout_fraction);
+            let split = split_of(s, holdout);
             for i in s.start..s.start + s.len {
                 let r = self.rows[i];
                 let bias = &self.bias[i * z..(i + 1) * z];
-                let key = (r.doc, r.qd, r.position, held_out, bias.iter().map(|b| b.to_bits()).collect::<Vec<_>>());
-                let g = &mut groups[held_out as usize];
+                let key = (r.doc, r.qd, r.position, split, bias.iter().map(|b| b.to_bits()).collect::<Vec<_>>());
+                let g = &mut groups[split as usize];
                 match index.get(&key) {
                     Some(&j) => {
                         g[j].0.impressions += r.impressions;
@@ -139,9 +140,9 @@ impl Examples {
             }
         }
         let mut out = Examples { rows: Vec::new(), bias: Vec::new(), sessions: Vec::new(), ..self.clone() };
-        for (split, rows) in groups.into_iter().enumerate() {
+        for (split, rows) in Split::ALL.into_iter().zip(groups) {
             for chunk in rows.chunks(AGGREGATED_SPAN_ROWS) {
-                out.sessions.push(SessionSpan { start: out.rows.len(), len: chunk.len(), hash: 0, held_out: Some(split == 1) });
+                out.sessions.push(SessionSpan { start: out.rows.len(), len: chunk.len(), hash: 0, split: Some(split) });
                 for (r, b) in chunk {
                     out.rows.push(*r);
                     out.bias.extend_from_slice(b);
@@ -186,10 +187,10 @@ impl Examples {
     }
 }
 
-/// Whether a session belongs to the validation slice: the split made before aggregation, or the
-/// session's hash (stable across runs and restarts; the same rule as `window::is_held_out`).
-pub fn is_validation(span: &SessionSpan, fraction: f64) -> bool {
-    span.held_out.unwrap_or_else(|| crate::window::is_held_out(span.hash, fraction))
+/// The slice a session belongs to: the split made before aggregation, or the session's hash
+/// (stable across runs and restarts; the same rule as the window rows').
+pub fn split_of(span: &SessionSpan, holdout: Holdout) -> Split {
+    span.split.unwrap_or_else(|| holdout.split(span.hash))
 }
 
 /// Packs training rows batch by batch (so a caller can stream them): raw sessions (the
@@ -237,7 +238,7 @@ impl ExamplesBuilder {
     }
 
     pub fn add(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
-        if batch.column_by_name("held_out").is_some() {
+        if batch.column_by_name("split").is_some() {
             return self.add_aggregated(batch);
         }
         let sessions = strings(batch, "session_id")?;
@@ -280,7 +281,7 @@ impl ExamplesBuilder {
         let docs = strings(batch, "doc_id")?;
         let docs = docs.as_string::<i32>();
         let positions = batch.column_by_name("position").context("training rows have no `position`")?.as_primitive::<UInt32Type>();
-        let held_out = batch.column_by_name("held_out").context("training rows have no `held_out`")?.as_boolean();
+        let splits = batch.column_by_name("split").context("training rows have no `split`")?.as_primitive::<UInt8Type>();
         let impressions = cast(batch.column_by_name("impressions").context("training rows have no `impressions`")?, &DataType::UInt32)?;
         let impressions = impressions.as_primitive::<UInt32Type>();
         let clicks = cast(batch.column_by_name("clicks").context("training rows have no `clicks`")?, &DataType::UInt32)?;
@@ -294,15 +295,15 @@ impl ExamplesBuilder {
                 self.out.deeper_than_max += impressions.value(i) as u64;
                 continue;
             }
-            let split = held_out.value(i);
+            let split = Split::from_u8(splits.value(i)).with_context(|| format!("training rows: split {} is not 0, 1 or 2", splits.value(i)))?;
             let p = if propensity.is_null(i) { f64::NAN } else { propensity.value(i) };
             let what = format!("query {} doc {}", queries.value(i), docs.value(i));
             self.push_row(&what, queries.value(i), docs.value(i), position, features, bias, i, (impressions.value(i), clicks.value(i)), p)?;
             match self.out.sessions.last_mut() {
-                Some(span) if span.held_out == Some(split) && span.len < AGGREGATED_SPAN_ROWS && span.start + span.len + 1 == self.out.rows.len() => {
+                Some(span) if span.split == Some(split) && span.len < AGGREGATED_SPAN_ROWS && span.start + span.len + 1 == self.out.rows.len() => {
                     span.len += 1
                 }
-                _ => self.out.sessions.push(SessionSpan { start: self.out.rows.len() - 1, len: 1, hash: 0, held_out: Some(split) }),
+                _ => self.out.sessions.push(SessionSpan { start: self.out.rows.len() - 1, len: 1, hash: 0, split: Some(split) }),
             }
         }
         Ok(())
@@ -380,7 +381,7 @@ impl ExamplesBuilder {
             let start = self.out.sessions.last().map(|s| s.start + s.len).unwrap_or(0);
             let len = self.out.rows.len() - start;
             if len > 0 {
-                self.out.sessions.push(SessionSpan { start, len, hash: crate::window::session_key(&id), held_out: None });
+                self.out.sessions.push(SessionSpan { start, len, hash: crate::window::session_key(&id), split: None });
             }
         }
         self.current_positions.clear();
@@ -504,7 +505,7 @@ fn training_rows_schema() -> Arc<Schema> {
         Field::new("query_id", DataType::Utf8, false),
         Field::new("doc_id", DataType::Utf8, false),
         Field::new("position", DataType::UInt32, false),
-        Field::new("held_out", DataType::Boolean, false),
+        Field::new("split", DataType::UInt8, false),
         Field::new("feature_key", DataType::UInt64, false),
         Field::new("impressions", DataType::Int64, true),
         Field::new("clicks", DataType::Int64, true),

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::config::{Architecture, TowerKind, TrainConfig};
-use super::data::{is_validation, Examples};
+use super::data::{split_of, Examples, Split};
 use super::model::{bce_with_logits, weighted_loss, BatchTensors, TwoTower};
 use super::chunks::ExampleChunks;
 use super::weights::{weights_of, WeightReport, WeightTotals};
@@ -398,7 +398,9 @@ impl Survey {
         if self.feature_sum.is_empty() {
             (self.feature_sum, self.feature_sq) = (vec![0.0; ex.n_features], vec![0.0; ex.n_features]);
         }
-        for r in &ex.rows {
+        let split = Slices::of(ex, cfg);
+        // The normaliser is part of the model: fitted on training rows only.
+        for r in Slices::rows(ex, &split.train).map(|i| &ex.rows[i]) {
             let n = r.impressions as f64;
             for (j, v) in ex.doc_features(r.doc).iter().enumerate() {
                 self.feature_sum[j] += n * *v as f64;
@@ -407,7 +409,6 @@ impl Survey {
         }
         let (w, totals) = weights_of(&ex.rows, &cfg.ips);
         self.weights.merge(&totals);
-        let split = Split::of(ex, cfg);
         self.train_sessions += split.train.len();
         self.validation_sessions += split.validation.len();
         let train = split.impressions(ex, &split.train);
@@ -448,16 +449,23 @@ impl Survey {
     }
 }
 
-/// The training and validation spans of a chunk.
-struct Split {
+/// The training and validation spans of a chunk (evaluation spans are in neither: a fit never sees them).
+struct Slices {
     train: Vec<usize>,
     validation: Vec<usize>,
 }
 
-impl Split {
-    fn of(ex: &Examples, cfg: &TrainConfig) -> Split {
-        let (validation, train): (Vec<usize>, Vec<usize>) = (0..ex.sessions.len()).partition(|&s| is_validation(&ex.sessions[s], cfg.validation_fraction));
-        Split { train, validation }
+impl Slices {
+    fn of(ex: &Examples, cfg: &TrainConfig) -> Slices {
+        let (mut train, mut validation) = (Vec::new(), Vec::new());
+        for (s, span) in ex.sessions.iter().enumerate() {
+            match split_of(span, cfg.holdout()) {
+                Split::Training => train.push(s),
+                Split::Validation => validation.push(s),
+                Split::Evaluation => {}
+            }
+        }
+        Slices { train, validation }
     }
 
     fn rows<'a>(ex: &'a Examples, idx: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
@@ -489,7 +497,7 @@ struct Chunk<'a> {
     qd_map: Vec<u32>,
     /// `tower_inputs`, for training chunks of feature towers.
     inputs: Option<Vec<f32>>,
-    split: Split,
+    split: Slices,
     /// The training spans in the order the raw path takes them (reshuffled every epoch).
     order: Vec<usize>,
     span_impressions: Vec<u64>,
@@ -507,12 +515,12 @@ impl<'a> Chunk<'a> {
         let (weights, _) = weights_of(&ex.rows, &cfg.ips);
         let qd_map = trained.qd_map(&ex);
         let inputs = (for_training && trained.meta.architecture.tower != TowerKind::Embedding).then(|| tower_inputs(&ex, &trained.meta));
-        let split = Split::of(&ex, cfg);
+        let split = Slices::of(&ex, cfg);
         let span_impressions: Vec<u64> =
             ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
         let cumulative: Vec<u64> = split.train.iter().scan(0u64, |acc, &s| { *acc += span_impressions[s]; Some(*acc) }).collect();
         let train_impressions = split.impressions(&ex, &split.train);
-        let aggregated = ex.sessions.iter().all(|s| s.held_out.is_some() && s.len == 1);
+        let aggregated = ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
         Chunk {
             weights,
             qd_map,
@@ -564,8 +572,8 @@ fn validation_loss(model: &TwoTower, resident: Option<&Chunk>, data: &dyn Exampl
     match resident {
         Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device),
         None => {
-            for i in 0..data.validation_chunks() {
-                let c = Chunk::new(Cow::Owned(data.load_validation(i)?), cfg, trained, false);
+            for i in 0..data.chunk_count(Split::Validation) {
+                let c = Chunk::new(Cow::Owned(data.load_chunk(Split::Validation, i)?), cfg, trained, false);
                 total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device);
             }
         }
@@ -597,11 +605,10 @@ pub fn fit_chunks(
     match data.in_memory() {
         Some(ex) => survey_chunk(ex)?,
         None => {
-            for i in 0..data.train_chunks() {
-                survey_chunk(&data.load_train(i)?)?;
-            }
-            for i in 0..data.validation_chunks() {
-                survey_chunk(&data.load_validation(i)?)?;
+            for split in [Split::Training, Split::Validation] {
+                for i in 0..data.chunk_count(split) {
+                    survey_chunk(&data.load_chunk(split, i)?)?;
+                }
             }
         }
     }
@@ -641,7 +648,7 @@ pub fn fit_chunks(
                 n_features,
                 n_bias_features,
                 normalizer: (arch.tower != TowerKind::Embedding)
-                    .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.impressions)),
+                    .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.train_impressions as u64)),
             };
             let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
             (Trained { model: TwoTower::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)
@@ -682,7 +689,7 @@ pub fn fit_chunks(
         let mut train_total = 0f64;
         // Chunks on disk: `chunk_visits` rounds over every chunk, each in a shuffled order and with
         // its share of the chunk's steps, so the model never trains long on one chunk.
-        let chunks = data.train_chunks();
+        let chunks = data.chunk_count(Split::Training);
         let visits = if chunks > 1 { cfg.chunk_visits.max(1) as u64 } else { 1 };
         let mut chunk_order: Vec<(usize, u64)> = Vec::new();
         for round in 0..visits {
@@ -697,7 +704,7 @@ pub fn fit_chunks(
             let chunk = match resident.as_mut() {
                 Some(r) => r,
                 None => {
-                    loaded = Chunk::new(Cow::Owned(data.load_train(c)?), cfg, &trained, true);
+                    loaded = Chunk::new(Cow::Owned(data.load_chunk(Split::Training, c)?), cfg, &trained, true);
                     &mut loaded
                 }
             };
@@ -782,8 +789,8 @@ pub fn fit_chunks(
         train_impressions: train_rows,
         validation_impressions: survey.validation_impressions,
         max_position: survey.positions.last().copied().unwrap_or(0),
-        train_chunks: data.train_chunks(),
-        validation_chunks: data.validation_chunks(),
+        train_chunks: data.chunk_count(Split::Training),
+        validation_chunks: data.chunk_count(Split::Validation),
         weights: weight_report,
         warm_started: warm,
         seconds: started.elapsed().as_secs_f64(),

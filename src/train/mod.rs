@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::config::PipelineConfig;
 use checkpoint::{decide, CheckpointInfo, Decision, ModelStore};
 use chunks::{load_training_data, TrainingData};
-use data::{is_validation, Examples, Horizon};
+use data::{split_of, Examples, Horizon, Split};
 use fit::{fit_chunks, FitReport, LossSums, Trained};
 use weights::ips_weights;
 
@@ -39,11 +39,11 @@ pub struct TrainRequest<'a> {
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
-/// A warm start next to a cold retrain of the whole horizon, scored on the same validation rows.
+/// A warm start next to a cold retrain of the whole horizon, scored on the same evaluation rows.
 #[derive(Debug, Clone, Serialize)]
 pub struct ColdComparison {
-    pub warm_validation_loss: f64,
-    pub cold_validation_loss: f64,
+    pub warm_evaluation_loss: f64,
+    pub cold_evaluation_loss: f64,
     pub warm_seconds: f64,
     pub cold_seconds: f64,
     /// max_k |θ_k(warm) − θ_k(cold)| over positions present in the data.
@@ -81,16 +81,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
-/// The validation slice of `ex` with its weights (what the gate compares models on).
-pub fn validation_slice(ex: &Examples, config: &PipelineConfig) -> anyhow::Result<(Examples, Vec<f32>)> {
-    let val = ex.filter_sessions(|s| is_validation(s, config.train.validation_fraction));
+/// The evaluation slice of `ex` with its weights (what the gate compares models on: sessions neither
+/// the optimizer nor early stopping saw, so the candidate is not favoured).
+pub fn evaluation_slice(ex: &Examples, config: &PipelineConfig) -> anyhow::Result<(Examples, Vec<f32>)> {
+    let val = ex.filter_sessions(|s| split_of(s, config.train.holdout()) == Split::Evaluation);
     let (w, _) = ips_weights(&val.rows, &config.train.ips)?;
     Ok((val, w))
 }
 
-/// The gate's losses: each model's weighted validation loss on the validation rows of `data`, read
-/// once (chunk by chunk when spilled); an incompatible model gets its error.
-pub fn validation_losses(models: &[&Trained], data: &TrainingData, config: &PipelineConfig) -> anyhow::Result<Vec<anyhow::Result<f64>>> {
+/// The gate's losses: each model's weighted loss on the evaluation rows of `data`, read once (chunk
+/// by chunk when spilled); an incompatible model gets its error.
+pub fn evaluation_losses(models: &[&Trained], data: &TrainingData, config: &PipelineConfig) -> anyhow::Result<Vec<anyhow::Result<f64>>> {
     let cfg = &config.train;
     let device = cfg.backend.device()?;
     let mut sums: Vec<anyhow::Result<LossSums>> = models.iter().map(|_| Ok(LossSums::default())).collect();
@@ -106,16 +107,22 @@ pub fn validation_losses(models: &[&Trained], data: &TrainingData, config: &Pipe
     };
     match data {
         TrainingData::InMemory(ex) => {
-            let (val, w) = validation_slice(ex, config)?;
+            let (val, w) = evaluation_slice(ex, config)?;
             score(&val, &w);
         }
         TrainingData::Spilled(spilled) => {
             use chunks::ExampleChunks;
-            for i in 0..spilled.validation_chunks() {
-                let (val, w) = validation_slice(&spilled.load_validation(i)?, config)?;
+            for i in 0..spilled.chunk_count(Split::Evaluation) {
+                let (val, w) = evaluation_slice(&spilled.load_chunk(Split::Evaluation, i)?, config)?;
                 score(&val, &w);
             }
         }
+    }
+    if sums.iter().flatten().any(|t| t.impressions == 0.0) {
+        anyhow::bail!(
+            "no impressions in the evaluation slice (key `train.evaluation_fraction` = {}): the promotion gate has nothing to compare models on",
+            cfg.evaluation_fraction
+        );
     }
     Ok(sums.into_iter().map(|s| s.map(|t| t.loss(cfg.ips.self_normalize))).collect())
 }
@@ -180,7 +187,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
 
     let current_model = current.as_ref().and_then(|(_, t)| t.as_ref().ok());
     let models: Vec<&Trained> = std::iter::once(&trained).chain(current_model).collect();
-    let mut losses = validation_losses(&models, &data, req.config)?.into_iter();
+    let mut losses = evaluation_losses(&models, &data, req.config)?.into_iter();
     let candidate_loss = losses.next().expect("the candidate's loss")?;
     let current_loss = current.as_ref().map(|(id, t)| {
         let loss = match t {
@@ -203,12 +210,12 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         ))?;
         let (cold, cold_report) = fit_chunks(full.chunks(), cfg, None, req.progress, req.cancel)?;
         drop(full);
-        let cold_loss = validation_losses(&[&cold], &data, req.config)?.remove(0)?;
+        let cold_loss = evaluation_losses(&[&cold], &data, req.config)?.remove(0)?;
         let k = report.max_position.min(cold_report.max_position) as usize;
         let (tw, tc) = (trained.model.theta_normalised(), cold.model.theta_normalised());
         Some(ColdComparison {
-            warm_validation_loss: candidate_loss,
-            cold_validation_loss: cold_loss,
+            warm_evaluation_loss: candidate_loss,
+            cold_evaluation_loss: cold_loss,
             warm_seconds: report.seconds,
             cold_seconds: cold_report.seconds,
             max_theta_difference: (0..k).map(|i| (tw[i] - tc[i]).abs()).fold(0.0, f64::max),
@@ -288,8 +295,8 @@ impl TrainOutcome {
         s.push_str(&format!("  {}: {}\n", if self.decision.promoted { "PROMOTED" } else { "REJECTED" }, self.decision.reason));
         if let Some(c) = &self.cold_comparison {
             s.push_str(&format!(
-                "  warm vs cold retrain on the whole horizon ({} impressions): validation loss {:.6} vs {:.6}, {:.1}s vs {:.1}s, max |Δθ| {:.4}\n",
-                c.cold_train_impressions, c.warm_validation_loss, c.cold_validation_loss, c.warm_seconds, c.cold_seconds, c.max_theta_difference
+                "  warm vs cold retrain on the whole horizon ({} impressions): evaluation loss {:.6} vs {:.6}, {:.1}s vs {:.1}s, max |Δθ| {:.4}\n",
+                c.cold_train_impressions, c.warm_evaluation_loss, c.cold_evaluation_loss, c.warm_seconds, c.cold_seconds, c.max_theta_difference
             ));
         }
         if let Some(n) = &self.note {

@@ -28,12 +28,12 @@ pub struct OpenWindows {
     windows: BTreeMap<i64, OpenWindow>,
     /// Buffered rows per window that trigger a reduction.
     reduce_rows: usize,
-    holdout_fraction: f64,
+    holdout: super::Holdout,
 }
 
 impl OpenWindows {
-    pub fn new(reduce_rows: usize, holdout_fraction: f64) -> Self {
-        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout_fraction }
+    pub fn new(reduce_rows: usize, holdout: super::Holdout) -> Self {
+        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout }
     }
 
     /// Continues from checkpointed partials (one merged partial per window).
@@ -49,7 +49,7 @@ impl OpenWindows {
         if rows.num_rows() == 0 {
             return Ok(());
         }
-        let keyed = with_window_keys(rows, self.holdout_fraction)?;
+        let keyed = with_window_keys(rows, self.holdout)?;
         let w = self.windows.entry(start).or_default();
         w.buffered_rows += keyed.num_rows();
         w.buffer.push(keyed);

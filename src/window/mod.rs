@@ -7,7 +7,7 @@ pub mod operator;
 
 use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::datasource::MemTable;
 use datafusion::execution::memory_pool::FairSpillPool;
@@ -154,7 +154,7 @@ pub fn register(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Ve
 }
 
 /// The impressions schema plus the per-impression keys the window statistics use: `sample_key`
-/// (orders the overlap sample), `session_key`, `held_out` (the session's hold-out split),
+/// (orders the overlap sample), `session_key`, `split` (the session's `Split`, as u8),
 /// `pattern_key` (the session's content, for the session store) and `feature_key` (the feature and
 /// bias-feature bits, so training rows group on a scalar). All 64-bit hashes: two different inputs
 /// share a key with probability 2⁻⁶⁴.
@@ -165,7 +165,7 @@ pub fn window_schema() -> SchemaRef {
             let mut fields: Vec<Field> = impressions_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
             fields.push(Field::new("sample_key", DataType::UInt64, false));
             fields.push(Field::new("session_key", DataType::UInt64, false));
-            fields.push(Field::new("held_out", DataType::Boolean, false));
+            fields.push(Field::new("split", DataType::UInt8, false));
             fields.push(Field::new("pattern_key", DataType::UInt64, false));
             fields.push(Field::new("feature_key", DataType::UInt64, false));
             Arc::new(Schema::new(fields))
@@ -201,9 +201,59 @@ pub fn session_key(session_id: &str) -> u64 {
     sample_key(session_id, 0)
 }
 
-/// Whether a session with this key is held out for validation (the same rule as the trainer's).
-pub fn is_held_out(key: u64, fraction: f64) -> bool {
-    (key % 1_000_000) < (fraction * 1_000_000.0) as u64
+/// The slice a session belongs to, decided once from its key before anything is aggregated, so
+/// every stage (window rows, training, gate, eval, monitor) agrees on it across runs and restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[repr(u8)]
+pub enum Split {
+    /// Rows the optimizer steps on (and the input normaliser is fitted on).
+    Training = 0,
+    /// Early stopping: chooses the epoch, so it is part of model selection.
+    Validation = 1,
+    /// Never used to fit or select within a run: the promotion gate, `ultr eval` and the monitor's
+    /// residual tests on windows a model was trained on.
+    Evaluation = 2,
+}
+
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Training, Split::Validation, Split::Evaluation];
+
+    pub fn from_u8(v: u8) -> Option<Split> {
+        Split::ALL.get(v as usize).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Training => "training",
+            Split::Validation => "validation",
+            Split::Evaluation => "evaluation",
+        }
+    }
+}
+
+/// The shares of sessions held out of training: `validation` for early stopping, `evaluation` for
+/// the gate, `ultr eval` and the monitor. Recorded in the state's manifest (the stored rows are split
+/// with it).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Holdout {
+    pub validation: f64,
+    pub evaluation: f64,
+}
+
+impl Holdout {
+    /// The session's slice: its key modulo 10⁶ against the cumulative shares (validation first, so a
+    /// session's validation membership does not depend on `evaluation`).
+    pub fn split(&self, key: u64) -> Split {
+        let u = key % 1_000_000;
+        if u < (self.validation * 1_000_000.0) as u64 {
+            Split::Validation
+        } else if u < ((self.validation + self.evaluation) * 1_000_000.0) as u64 {
+            Split::Evaluation
+        } else {
+            Split::Training
+        }
+    }
 }
 
 /// Folds row `i` of a list of f32 (its length and bits; a null differs from an empty list) into `h`.
@@ -222,7 +272,7 @@ fn vector_hash(mut h: u64, list: &datafusion::arrow::array::ListArray, i: usize)
 }
 
 /// Adds the window keys to a batch of impressions (whole sessions, rows of a session contiguous).
-pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::Result<RecordBatch> {
+pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result<RecordBatch> {
     let ids = batch.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
     let queries = batch.column_by_name(col::QUERY_ID).expect("impressions schema").as_string::<i32>();
     let contexts = batch.column_by_name(col::CONTEXT).expect("impressions schema").as_string::<i32>();
@@ -235,7 +285,7 @@ pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::R
     let sample: UInt64Array = (0..n).map(|i| sample_key(ids.value(i), pos.value(i))).collect();
     let feature: UInt64Array = (0..n).map(|i| mix(vector_hash(vector_hash(FNV_OFFSET, features, i), bias, i))).collect();
     let mut session = Vec::with_capacity(n);
-    let mut held_out = Vec::with_capacity(n);
+    let mut splits = Vec::with_capacity(n);
     let mut pattern = Vec::with_capacity(n);
     let mut i = 0;
     while i < n {
@@ -244,7 +294,7 @@ pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::R
             j += 1;
         }
         let key = session_key(ids.value(i));
-        let split = is_held_out(key, holdout_fraction);
+        let split = holdout.split(key) as u8;
         // Separators keep ("ab","c") and ("a","bc") apart.
         let mut h = fnv(FNV_OFFSET, queries.value(i).bytes().chain([0xff]));
         if contexts.is_valid(i) {
@@ -255,14 +305,14 @@ pub fn with_window_keys(batch: &RecordBatch, holdout_fraction: f64) -> anyhow::R
         }
         let h = mix(h);
         session.extend(std::iter::repeat_n(key, j - i));
-        held_out.extend(std::iter::repeat_n(split, j - i));
+        splits.extend(std::iter::repeat_n(split, j - i));
         pattern.extend(std::iter::repeat_n(h, j - i));
         i = j;
     }
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     columns.push(Arc::new(sample));
     columns.push(Arc::new(UInt64Array::from(session)));
-    columns.push(Arc::new(BooleanArray::from(held_out)));
+    columns.push(Arc::new(datafusion::arrow::array::UInt8Array::from(splits)));
     columns.push(Arc::new(UInt64Array::from(pattern)));
     columns.push(Arc::new(feature));
     Ok(RecordBatch::try_new(window_schema(), columns)?)
@@ -333,7 +383,7 @@ pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<R
 
 /// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
 /// the incremental path must equal.
-pub async fn window_statistics(impressions: &[RecordBatch], holdout_fraction: f64) -> anyhow::Result<Tables> {
-    let keyed = impressions.iter().map(|b| with_window_keys(b, holdout_fraction)).collect::<anyhow::Result<Vec<_>>>()?;
+pub async fn window_statistics(impressions: &[RecordBatch], holdout: Holdout) -> anyhow::Result<Tables> {
+    let keyed = impressions.iter().map(|b| with_window_keys(b, holdout)).collect::<anyhow::Result<Vec<_>>>()?;
     finish(merge(vec![reduce(keyed).await?]).await?).await
 }
