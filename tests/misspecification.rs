@@ -164,10 +164,11 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
             let severity = rule["labels"]["severity"].as_str().unwrap();
             // The annotations as Prometheus renders them: the model label, and z of the window in effect.
             let z = exported_value(&exported[minute / 10], series[0]).unwrap();
-            let summary = rule["annotations"]["summary"].as_str().unwrap().replace("{{ $labels.model }}", "linear").replace("{{ $value | printf \"%.1f\" }}", &format!("{z:.1}"));
+            let model = series[0].split("model=\"").nth(1).unwrap().split('"').next().unwrap();
+            let summary = rule["annotations"]["summary"].as_str().unwrap().replace("{{ $labels.model }}", model).replace("{{ $value | printf \"%.1f\" }}", &format!("{z:.1}"));
             let runbook = rule["annotations"]["runbook"].as_str().unwrap().trim();
             tests.push_str(&format!(
-                "        exp_alerts:\n          - exp_labels: {{ severity: {severity}, instance: ultr, model: linear }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: {runbook:?}\n"
+                "        exp_alerts:\n          - exp_labels: {{ severity: {severity}, instance: ultr, model: {model} }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: {runbook:?}\n"
             ));
         }
     }
@@ -253,7 +254,15 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
         assert!(stdout.contains("IDENTIFIED") && !stdout.contains("NOT IDENTIFIED"), "{stdout}");
         assert!(stdout.contains("misspecification: CANNOT BE ASSESSED"), "{stdout}");
     }
-    // An embedding tower on the same data: not identified (no swaps at τ = 0).
+    // An embedding tower on the same data: not identified (no swaps at τ = 0); the monitor of such a
+    // service exports ultr_identified{model="embedding"} = 0 and IdentifiabilityLost fires.
+    let embedding_config = PipelineConfig::parse(&std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\""), "embedding.toml").unwrap();
+    let mut monitor = Monitor::new(std::sync::Arc::new(Metrics::new()), &embedding_config, &o.state);
+    monitor.observe_recorded(&o.state, &ultr::state::read_manifest(&o.state).unwrap()).unwrap();
+    let text = monitor.metrics.render();
+    assert_eq!(exported_value(&text, "ultr_identified{model=\"embedding\"}"), Some(0.0));
+    let exported = vec![text; 8];
+    promtool(dir.path(), &exported, &["ultr_identified{model=\"embedding\"}"], &[(14, "IdentifiabilityLost", false), (79, "IdentifiabilityLost", true)]);
     let embedding = dir.path().join("embedding.toml");
     std::fs::write(&embedding, std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\"")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(&embedding).output().unwrap();
