@@ -84,7 +84,7 @@ fn main() {
             let data = rt.block_on(load_training_data(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, limit, &spill)).unwrap();
             let load_s = t.elapsed().as_secs_f64();
             let (model, r) = fit_chunks(data.chunks(), &cfg, None, false, None).unwrap();
-            figures.push((limit, r.train_chunks, load_s, per_epoch(&r), r.best_validation_loss, peak_rss_mb(), model.model.theta_normalised()));
+            figures.push((limit, r.train_chunks, load_s, per_epoch(&r), r.best_validation_loss, peak_rss_mb(), model.position_bias()));
         }
         println!("\n| memory budget | training chunks | load s | s/epoch | best val loss | peak RSS of load + fit, MB |");
         println!("|---|---|---|---|---|---|");
@@ -128,7 +128,7 @@ fn main() {
 
     let (raw_model, raw_report) = fit(&raw, &cfg, None, false).unwrap();
     let (agg_model, agg_report) = fit(&agg, &cfg, None, false).unwrap();
-    let (tr, ta) = (raw_model.model.theta_normalised(), agg_model.model.theta_normalised());
+    let (tr, ta) = (raw_model.position_bias(), agg_model.position_bias());
     println!("\n| path | rows | s/epoch | epochs | total s | best val loss |");
     println!("|---|---|---|---|---|---|");
     for (name, ex, r) in [("raw", &raw, &raw_report), ("aggregated", &agg, &agg_report)] {

@@ -105,7 +105,7 @@ pub fn evaluate(trained: &Trained, heldout: &Examples, labels: Option<&Labels>, 
         }
         None => (BTreeMap::new(), 0),
     };
-    let theta_estimated = trained.model.theta_normalised();
+    let theta_estimated = trained.position_bias();
     let (bias_rmse, bias_positions, theta_true) = match truth_theta {
         Some(t) => {
             let k = k_bias.min(t.len()).min(heldout.max_position() as usize);

@@ -18,7 +18,7 @@ use ultr::sources::simulator::SimulatorSource;
 use ultr::train::config::{TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::{fit, make_batch};
-use ultr::train::model::weighted_loss;
+use ultr::train::models::ClickModel;
 use ultr::train::weights::ips_weights;
 
 const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
@@ -62,8 +62,9 @@ fn loss_and_gradients_on_aggregated_rows_equal_the_raw_impressions() {
         let model = trained.model.clone().train();
         let all: Vec<usize> = (0..ex.sessions.len()).collect();
         let (b, n) = make_batch(ex, &all, &w, &trained.qd_map(ex), &trained.meta, &ad);
-        let loss = weighted_loss(&model, &b, n as f64);
+        let loss = model.objective(&b, n as f64, &cfg.objective());
         let g = loss.backward();
+        let ClickModel::Additive(model) = model else { panic!("the default model is additive") };
         let theta = model.theta.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
         let tower = model.relevance.as_ref().unwrap();
         let weights = tower.layers[0].weight.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
@@ -89,7 +90,7 @@ fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
     let run = |ex: &Examples, seed: u64| {
         let (t, _) = fit(ex, &config(seed), None, false).unwrap();
         let r = evaluate(&t, &heldout, Some(&labels), Some(&truth), 10, &device);
-        (t.model.theta_normalised()[..10].to_vec(), r.ndcg[&10])
+        (t.position_bias()[..10].to_vec(), r.ndcg[&10])
     };
     let (theta_a, ndcg_a) = run(&raw, 1);
     let (theta_b, ndcg_b) = run(&raw, 2);
@@ -99,7 +100,7 @@ fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
     let (resample, _) = raw_examples(20_000, 13);
     let (theta_c, _) = {
         let (t, _) = fit(&resample, &config(1), None, false).unwrap();
-        (t.model.theta_normalised()[..10].to_vec(), ())
+        (t.position_bias()[..10].to_vec(), ())
     };
     let diff = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
     let noise = diff(&theta_a, &theta_b).max(diff(&theta_a, &theta_c));

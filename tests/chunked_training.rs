@@ -95,7 +95,7 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     // Fits: in memory (two seeds, for the noise) and streaming the chunks every epoch.
     let sim = Simulator::new(cfg.simulator.clone()).unwrap();
     let truth = truth_theta(sim.truth());
-    let theta = |t: &ultr::train::fit::Trained| t.model.theta_normalised()[..6].to_vec();
+    let theta = |t: &ultr::train::fit::Trained| t.position_bias()[..6].to_vec();
     let (a, ra) = fit(&all, &pipeline.train, None, false).unwrap();
     let (b, _) = fit(&all, &TrainConfig { seed: 2, ..pipeline.train.clone() }, None, false).unwrap();
     let (c, rc) = fit_chunks(spilled, &pipeline.train, None, false, None).unwrap();

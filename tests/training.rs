@@ -198,7 +198,7 @@ fn export_and_score_match_the_burn_model() {
         config: cfg.clone(),
         data_range_ms: None,
         parent: None,
-        theta: trained.model.theta_normalised(),
+        theta: trained.position_bias(),
         fit: serde_json::Value::Null,
         decision,
     };

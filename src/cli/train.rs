@@ -83,6 +83,46 @@ pub struct ModelsArgs {
 pub enum ExperimentCommand {
     /// Hager et al. 2025 §8 on MQ2008: bias recovery per setting over seeds.
     Hager2025(Hager2025Args),
+    /// Zhang et al. 2023 Table 1 (Biased, PAL, DLA, GradRev, Drop under five logging policies) and
+    /// the η / dropout sweeps, on MQ2008 fold 1 and LightGBM's rank data.
+    Zhang2023(Zhang2023Args),
+}
+
+#[derive(Args)]
+pub struct Zhang2023Args {
+    #[arg(long, default_value = "results/zhang2023")]
+    out: PathBuf,
+    /// Directory holding MQ2008's S1.txt … S5.txt.
+    #[arg(long)]
+    mq2008: Option<PathBuf>,
+    /// Directory holding LightGBM's rank.train, rank.test and their .query files; `none` skips it.
+    #[arg(long)]
+    lightgbm_rank: Option<PathBuf>,
+    /// Training sessions per cell.
+    #[arg(long, default_value_t = 200_000)]
+    train_sessions: u64,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    #[arg(long, default_value_t = 20)]
+    max_epochs: usize,
+    /// Runs in parallel.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    #[arg(long, value_enum, default_value = "flex")]
+    backend: BackendKind,
+    #[arg(long, value_enum, default_value = "mlp")]
+    tower: crate::train::config::TowerKind,
+    #[arg(long, default_value_t = 50)]
+    max_positions: usize,
+    /// Logging policies: w of the label in s = w·y + (1−w)·n.
+    #[arg(long, value_delimiter = ',', default_value = "1,0.8,0.6,0.2,0")]
+    policies: Vec<f64>,
+    /// η values swept at w = 1 (empty string: none).
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.4,0.6,0.8,1.0")]
+    eta_sweep: Vec<f64>,
+    /// Dropout rates swept at w = 1 (empty string: none).
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,0.5,0.7")]
+    dropout_sweep: Vec<f64>,
 }
 
 #[derive(Args)]
@@ -272,13 +312,16 @@ pub fn models(args: &ModelsArgs) -> anyhow::Result<()> {
     }
     for c in list {
         let mark = if current.as_deref() == Some(c.id.as_str()) { "*" } else { " " };
-        println!("{mark} {}  {}  {}", c.id, if c.decision.promoted { "promoted" } else { "rejected" }, c.decision.reason);
+        println!("{mark} {}  {}  {}  {}", c.id, c.config.model_label(), if c.decision.promoted { "promoted" } else { "rejected" }, c.decision.reason);
     }
     Ok(())
 }
 
 pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
-    let ExperimentCommand::Hager2025(a) = cmd;
+    let a = match cmd {
+        ExperimentCommand::Hager2025(a) => a,
+        ExperimentCommand::Zhang2023(z) => return zhang2023(z),
+    };
     let data_dir = match &a.data {
         Some(d) => d.clone(),
         None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
@@ -303,4 +346,40 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
     let files = if a.population_only { "summary.md,summary.json,population.csv" } else { "results.csv,summary.md,summary.json,theta.svg,population.csv" };
     println!("\nwrote {}/{{{files}}} in {:.0}s", a.out.display(), summary.seconds);
     Ok(summary.checks.iter().all(|c| c.holds))
+}
+
+fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
+    use crate::experiment::zhang2023 as z;
+    let mq = match &a.mq2008 {
+        Some(d) => d.clone(),
+        None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
+    };
+    let mut datasets = vec![z::mq2008(&mq)?];
+    let rank = match &a.lightgbm_rank {
+        Some(d) if d.as_os_str() == "none" => None,
+        Some(d) => Some(d.clone()),
+        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| d.join("rank.train").exists()),
+    };
+    if let Some(dir) = rank {
+        datasets.push(z::lightgbm_rank(&dir)?);
+    }
+    let opts = z::Options {
+        out: a.out.clone(),
+        train_sessions: a.train_sessions,
+        seeds: a.seeds.clone(),
+        max_epochs: a.max_epochs,
+        jobs: a.jobs,
+        backend: a.backend,
+        tower: a.tower,
+        max_positions: a.max_positions,
+        policies: a.policies.clone(),
+        methods: z::Method::table(),
+        eta_sweep: a.eta_sweep.clone(),
+        dropout_sweep: a.dropout_sweep.clone(),
+        progress: true,
+    };
+    let summary = z::run(&opts, &datasets)?;
+    print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
+    println!("\nwrote {}/{{results.csv,summary.md,summary.json,ndcg.svg}} in {:.0}s", a.out.display(), summary.seconds);
+    Ok(true)
 }

@@ -154,7 +154,7 @@ fn one_run(opts: &Options, s: &Setting, seed: u64, data: &(Examples, Labels, Vec
     let (ex, labels, truth) = data;
     let cfg = train_config(opts, s, seed);
     let (trained, report) = fit(ex, &cfg, None, false)?;
-    let theta = trained.model.theta_normalised();
+    let theta = trained.position_bias();
     let device = cfg.backend.device()?;
     let val = ex.filter_sessions(|span| split_of(span, cfg.holdout()) == Split::Evaluation);
     let rel = trained.relevance_of_rows(&val, &device);

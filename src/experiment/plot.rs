@@ -58,3 +58,54 @@ pub fn theta_panels_svg(panels: &[Panel], columns: usize) -> String {
 fn escape(t: &str) -> String {
     t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
+
+/// One panel of lines over a shared x: (name, y per x) each.
+pub struct Series {
+    pub title: String,
+    pub x: Vec<f64>,
+    pub lines: Vec<(String, Vec<f64>)>,
+}
+
+/// Panels side by side, each with its own y range, a legend under the first.
+pub fn lines_svg(panels: &[Series]) -> String {
+    let (w, h, pad) = (360.0, 260.0, 44.0);
+    let legend = panels.iter().map(|p| p.lines.len()).max().unwrap_or(0) as f64 * 14.0 + 10.0;
+    let mut s = String::new();
+    let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#, w * panels.len().max(1) as f64, h + legend);
+    let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    for (i, p) in panels.iter().enumerate() {
+        let ox = i as f64 * w;
+        let values = p.lines.iter().flat_map(|l| l.1.iter()).copied().filter(|v| v.is_finite());
+        let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let (lo, hi) = if lo.is_finite() { (lo - 0.01, hi + 0.01) } else { (0.0, 1.0) };
+        let (xlo, xhi) = p.x.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+        let span = if xhi > xlo { xhi - xlo } else { 1.0 };
+        let x = |v: f64| ox + pad + (v - xlo) / span * (w - pad - 16.0);
+        let y = |v: f64| 24.0 + (hi - v) / (hi - lo) * (h - pad - 24.0);
+        let _ = write!(s, r#"<text x="{}" y="14">{}</text>"#, ox + pad, escape(&p.title));
+        let _ = write!(s, r##"<rect x="{}" y="24" width="{}" height="{}" fill="none" stroke="#bbb"/>"##, ox + pad, w - pad - 16.0, h - pad - 24.0);
+        for t in 0..=4 {
+            let v = lo + (hi - lo) * t as f64 / 4.0;
+            let _ = write!(s, r##"<text x="{}" y="{}" text-anchor="end" fill="#666">{v:.3}</text>"##, ox + pad - 3.0, y(v) + 4.0);
+        }
+        for v in &p.x {
+            let _ = write!(s, r##"<text x="{}" y="{}" text-anchor="middle" fill="#666">{v}</text>"##, x(*v), h - pad + 14.0);
+        }
+        let _ = write!(s, r##"<text x="{}" y="{}" fill="#666">w (weight of the label in the logging score)</text>"##, ox + pad, h - pad + 28.0);
+        for (j, (name, ys)) in p.lines.iter().enumerate() {
+            let c = COLOURS[j % COLOURS.len()];
+            let points: Vec<String> = p.x.iter().zip(ys).filter(|(_, v)| v.is_finite()).map(|(a, b)| format!("{:.1},{:.1}", x(*a), y(*b))).collect();
+            let _ = write!(s, r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="1.5"/>"#, points.join(" "));
+            for pt in &points {
+                let (px, py) = pt.split_once(',').expect("x,y");
+                let _ = write!(s, r#"<circle cx="{px}" cy="{py}" r="2.5" fill="{c}"/>"#);
+            }
+            if i == 0 {
+                let ly = h + 4.0 + j as f64 * 14.0;
+                let _ = write!(s, r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#, pad, pad + 20.0, pad + 26.0, ly + 4.0, escape(name));
+            }
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -40,6 +40,8 @@ pub enum Identification {
     /// overlapping feature distributions (Thm 4.1; a swap is exact overlap); the union graph must be
     /// connected.
     SwapsOrFeatureOverlap,
+    /// A model without position parameters (the biased single tower): nothing to identify.
+    Nothing,
 }
 
 /// Components of an undirected graph, by petgraph's union-find. Components are sorted, the one
@@ -202,6 +204,7 @@ pub fn analyse(
     let identified = match identification {
         Identification::Swaps => swap.connected,
         Identification::SwapsOrFeatureOverlap => union.connected,
+        Identification::Nothing => true,
     };
     let policy_variation = policy::policy_variation_of(&c.propensity, max_position);
     Ok(IdentifiabilityReport {
@@ -248,9 +251,10 @@ impl IdentifiabilityReport {
         let needs = match self.identification {
             Identification::Swaps => "a connected swap graph (per-document relevance)",
             Identification::SwapsOrFeatureOverlap => "a connected union of swap and feature-overlap edges (feature tower)",
+            Identification::Nothing => "nothing (the model has no position parameters)",
         };
         let mut s = format!(
-            "identifiability over {} window(s), {} impressions: {} for the {} tower, which needs {needs}\n",
+            "identifiability over {} window(s), {} impressions: {} for the {} model, which needs {needs}\n",
             self.windows,
             self.impressions,
             if self.identified { "IDENTIFIED" } else { "NOT IDENTIFIED" },

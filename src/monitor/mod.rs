@@ -126,7 +126,7 @@ impl Monitor {
             return Ok(false);
         }
         let trained = store.load(&id, &self.config.train.backend.device()?)?;
-        self.metrics.set_theta(&trained.model.theta_normalised());
+        self.metrics.set_theta(&trained.position_bias());
         if let Some(at) = store.current_created_at()? {
             self.metrics.current_model_created.set(at);
         }
@@ -227,7 +227,8 @@ impl Monitor {
                 }
             }
             let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation);
-            let tower = self.config.train.tower.name();
+            let label = self.config.train.model_label();
+            let tower = label.as_str();
             m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
             m.misspecification_z.with_label_values(&[tower]).set(test.z);
             for (k, mean, _) in summary.per_position.iter().filter(|(k, _, _)| (*k as usize) <= metrics::MAX_POSITION_LABELS) {

@@ -6,14 +6,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use burn::module::Module;
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use super::config::{TowerKind, TrainConfig};
 use super::export;
 use super::fit::{FitReport, ModelMeta, StopReason, Trained};
-use super::model::TwoTower;
+use super::models::ClickModel;
 
 pub const CURRENT: &str = "CURRENT";
 const RECORD: &str = "model.bpk";
@@ -178,10 +177,7 @@ impl ModelStore {
         } else {
             vec![(String::new(), String::new())]
         };
-        let skeleton = TwoTower::new(&meta.architecture, meta.n_features, meta.n_bias_features, vocabulary.len(), device);
-        let model = skeleton
-            .try_load_file(dir.join(RECORD))
-            .map_err(|e| anyhow::anyhow!("{}: cannot load the model record ({e}); was it written for another architecture?", dir.join(RECORD).display()))?;
+        let model = ClickModel::load(&meta.architecture, meta.n_features, meta.n_bias_features, vocabulary.len(), &dir.join(RECORD), device)?;
         Ok(Trained { model, meta, vocabulary })
     }
 
@@ -191,7 +187,7 @@ impl ModelStore {
         info.id = id.clone();
         let tmp = self.dir.join(format!(".tmp-{id}"));
         fs::create_dir_all(&tmp)?;
-        trained.model.clone().save_file(tmp.join(RECORD)).map_err(|e| anyhow::anyhow!("writing the model record: {e}"))?;
+        trained.model.save(&tmp.join(RECORD))?;
         write_json(&tmp.join(META), &trained.meta)?;
         if trained.meta.architecture.tower == TowerKind::Embedding {
             write_json(&tmp.join(VOCABULARY), &trained.vocabulary)?;

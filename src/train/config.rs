@@ -4,6 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::device::BackendKind;
+use super::models::dla::DlaConfig;
+use super::models::zhang2023::{GradientReversalConfig, ObservationDropoutConfig, ObservationTowerConfig, Objective};
+pub use super::models::ModelKind;
+use super::models::ObjectiveSettings;
 
 /// The relevance tower r(x).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -67,6 +71,10 @@ impl Default for IpsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
+    /// The click model (`src/train/models/`): additive (PAL, the default), biased,
+    /// gradient_reversal, observation_dropout, dla.
+    pub model: ModelKind,
+    /// The relevance tower r(x) every model has.
     pub tower: TowerKind,
     pub hidden_layers: usize,
     pub hidden_units: usize,
@@ -115,11 +123,17 @@ pub struct TrainConfig {
     pub schedule: Option<String>,
     /// Scheduled runs after the first warm-start from the current model on the windows it has not seen.
     pub warm_start: bool,
+    /// The observation tower of `gradient_reversal` and `observation_dropout`.
+    pub observation_tower: ObservationTowerConfig,
+    pub gradient_reversal: GradientReversalConfig,
+    pub observation_dropout: ObservationDropoutConfig,
+    pub dla: DlaConfig,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
+            model: ModelKind::Additive,
             tower: TowerKind::Mlp,
             hidden_layers: 2,
             hidden_units: 32,
@@ -144,6 +158,10 @@ impl Default for TrainConfig {
             keep_checkpoints: None,
             schedule: None,
             warm_start: true,
+            observation_tower: ObservationTowerConfig::default(),
+            gradient_reversal: GradientReversalConfig::default(),
+            observation_dropout: ObservationDropoutConfig::default(),
+            dla: DlaConfig::default(),
         }
     }
 }
@@ -193,6 +211,22 @@ impl TrainConfig {
         if !(self.promotion_tolerance >= 0.0) {
             return Err(format!("key `train.promotion_tolerance` = {} must be >= 0", self.promotion_tolerance));
         }
+        if self.model.observation_tower() {
+            positive(self.observation_tower.position_embedding, "observation_tower.position_embedding")?;
+            positive(self.observation_tower.hidden_units, "observation_tower.hidden_units")?;
+        }
+        let eta = self.gradient_reversal.eta;
+        if !(eta >= 0.0 && eta.is_finite()) {
+            return Err(format!("key `train.gradient_reversal.eta` = {eta} must be >= 0"));
+        }
+        for (key, rate) in [("gradient_reversal.dropout", self.gradient_reversal.dropout), ("observation_dropout.rate", self.observation_dropout.rate)] {
+            if !(0.0..1.0).contains(&rate) {
+                return Err(format!("key `train.{key}` = {rate} must lie in [0, 1)"));
+            }
+        }
+        if !(self.dla.max_weight >= 1.0 && self.dla.max_weight.is_finite()) {
+            return Err(format!("key `train.dla.max_weight` = {} must be >= 1", self.dla.max_weight));
+        }
         self.memory_budget_bytes()?;
         if let Some(expr) = &self.schedule {
             expr.parse::<cron::Schedule>().map_err(|e| format!("key `train.schedule` = {expr:?} is not a cron expression: {e}"))?;
@@ -208,6 +242,8 @@ impl TrainConfig {
     /// The settings a checkpoint must share with this config to warm-start from it.
     pub fn architecture(&self) -> Architecture {
         Architecture {
+            model: self.model,
+            observation_tower: self.model.observation_tower().then(|| self.observation_tower.clone()),
             tower: self.tower,
             hidden_layers: if self.tower == TowerKind::Mlp { self.hidden_layers } else { 0 },
             hidden_units: if self.tower == TowerKind::Mlp { self.hidden_units } else { 0 },
@@ -222,10 +258,41 @@ impl TrainConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Architecture {
+    /// Checkpoints from before the model family are additive.
+    #[serde(default)]
+    pub model: ModelKind,
+    /// The observation tower's shape (gradient_reversal, observation_dropout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation_tower: Option<ObservationTowerConfig>,
     pub tower: TowerKind,
     pub hidden_layers: usize,
     pub hidden_units: usize,
     pub feature_limit: Option<usize>,
     pub bias_feature_tower: bool,
     pub max_positions: usize,
+}
+
+impl TrainConfig {
+    /// What the model's training objective takes from this config.
+    pub fn objective(&self) -> ObjectiveSettings {
+        let observation = match self.model {
+            ModelKind::GradientReversal => Objective {
+                eta: self.gradient_reversal.eta,
+                label: self.gradient_reversal.adversarial_label,
+                dropout: self.gradient_reversal.dropout,
+            },
+            ModelKind::ObservationDropout => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: self.observation_dropout.rate },
+            _ => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: 0.0 },
+        };
+        ObjectiveSettings { observation, dla_max_weight: self.dla.max_weight }
+    }
+
+    /// The name metrics and reports give the configured model: the tower's name for the additive
+    /// model (as before the model family), `<model>/<tower>` otherwise.
+    pub fn model_label(&self) -> String {
+        match self.model {
+            ModelKind::Additive => self.tower.name().to_string(),
+            m => format!("{}/{}", m.name(), self.tower.name()),
+        }
+    }
 }

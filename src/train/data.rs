@@ -64,6 +64,9 @@ pub struct Examples {
     pub deeper_than_max: u64,
     /// Event-time range of the windows the rows come from.
     pub data_range_ms: Option<(i64, i64)>,
+    /// A relevance label ÷ its maximum per feature row, where a simulation knows it (empty
+    /// otherwise): the `true_label` adversary of gradient reversal (Zhang Table 4).
+    pub doc_labels: Vec<f32>,
 }
 
 /// Bytes a fit holds per example row besides features: the row, its span, its IPS weight, and the
@@ -175,6 +178,7 @@ impl Examples {
             sessions: Vec::new(),
             deeper_than_max: self.deeper_than_max,
             data_range_ms: self.data_range_ms,
+            doc_labels: self.doc_labels.clone(),
         };
         for s in self.sessions.iter().filter(|s| keep(s)) {
             let start = out.rows.len();

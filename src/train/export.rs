@@ -43,7 +43,8 @@ fn tensor_values<const D: usize>(t: burn::tensor::Tensor<D>) -> Vec<f32> {
 
 pub fn to_export(trained: &Trained) -> RelevanceExport {
     let mut layers = Vec::new();
-    if let Some(mlp) = &trained.model.relevance {
+    let (embedding, mlp) = trained.model.relevance_parts();
+    if let Some(mlp) = mlp {
         for layer in &mlp.layers {
             let w = layer.weight.val();
             let [rows, cols] = w.dims();
@@ -53,7 +54,7 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
             layers.push(DenseLayer { weight, bias });
         }
     }
-    let embedding = match &trained.model.embedding {
+    let embedding = match embedding {
         Some(e) => {
             let values = tensor_values(e.val());
             trained.vocabulary.iter().zip(values).skip(1).map(|((q, d), v)| (q.clone(), d.clone(), v)).collect()
@@ -70,7 +71,7 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
         standardization: trained.meta.normalizer.clone(),
         layers,
         embedding,
-        position_bias: trained.model.theta_normalised(),
+        position_bias: trained.position_bias(),
     }
 }
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{Architecture, TowerKind, TrainConfig};
 use super::data::{split_of, Examples, Split};
-use super::model::{bce_with_logits, weighted_loss, BatchTensors, TwoTower};
+use super::models::{BatchTensors, ClickModel, Lists, ObjectiveSettings};
 use super::chunks::ExampleChunks;
 use super::weights::{weights_of, WeightReport, WeightTotals};
 
@@ -66,7 +66,7 @@ pub struct ModelMeta {
 /// A model with its meta and (for the embedding tower) vocabulary; index 0 is "unseen pair" (γ = 0).
 #[derive(Debug, Clone)]
 pub struct Trained {
-    pub model: TwoTower,
+    pub model: ClickModel,
     pub meta: ModelMeta,
     pub vocabulary: Vec<(String, String)>,
 }
@@ -100,13 +100,13 @@ impl Trained {
     }
 
     /// Applies `output` to every row of `ex` in chunks of sessions (inference device), in row order.
-    fn per_row(&self, ex: &Examples, device: &Device, output: impl Fn(&TwoTower, &BatchTensors) -> Tensor<1>) -> Vec<f32> {
+    fn per_row(&self, ex: &Examples, device: &Device, output: impl Fn(&ClickModel, &BatchTensors) -> Tensor<1>) -> Vec<f32> {
         let qd_map = self.qd_map(ex);
         let ones = vec![1f32; ex.rows.len()];
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
         let mut out = Vec::with_capacity(ex.rows.len());
         for chunk in sessions.chunks(EVAL_SESSIONS) {
-            let (b, _) = make_batch(ex, chunk, &ones, &qd_map, &self.meta, device);
+            let (b, _) = build_batch(ex, chunk, &ones, &qd_map, &self.meta, None, device, true, false);
             out.extend(output(&self.model, &b).into_data().try_to_vec::<f32>().expect("f32 outputs"));
         }
         out
@@ -114,12 +114,17 @@ impl Trained {
 
     /// Click logits of every row of `ex`, in row order.
     pub fn logits(&self, ex: &Examples, device: &Device) -> Vec<f32> {
-        self.per_row(ex, device, |m, b| m.forward(b))
+        self.per_row(ex, device, |m, b| m.click_logits(b))
     }
 
     /// Relevance logits r(x) (or γ for embeddings) of every row of `ex`, in row order.
     pub fn relevance_of_rows(&self, ex: &Examples, device: &Device) -> Vec<f32> {
         self.per_row(ex, device, |m, b| m.relevance(b))
+    }
+
+    /// θ_k − θ₁ (or the model's equivalent, see `ClickModel::position_bias`) for k = 1..=K.
+    pub fn position_bias(&self) -> Vec<f64> {
+        self.model.position_bias(self.meta.architecture.max_positions)
     }
 
     /// Weighted BCE (`sum w·ℓ / N`, or `/ Σw` when self-normalised) of `ex` under this model.
@@ -131,7 +136,7 @@ impl Trained {
     pub fn loss_sums(&self, ex: &Examples, weights: &[f32], device: &Device) -> LossSums {
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
         LossSums {
-            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device),
+            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device, None),
             impressions: ex.impressions() as f64,
             weight: ex.rows.iter().zip(weights).map(|(r, w)| r.impressions as f64 * *w as f64).sum::<f64>(),
         }
@@ -162,13 +167,19 @@ impl LossSums {
 /// Sessions per chunk when scoring without gradients.
 const EVAL_SESSIONS: usize = 4096;
 
-/// Σ w·ℓ over the rows of sessions `chosen` (no gradients).
-fn weighted_loss_sum(model: &TwoTower, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> f64 {
+/// Σ w·ℓ over the rows of sessions `chosen` (no gradients): the click BCE, or with `fit` the loss
+/// the model's early stopping watches (`ClickModel::fit_loss_sum`).
+#[allow(clippy::too_many_arguments)]
+fn weighted_loss_sum(model: &ClickModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit: Option<&ObjectiveSettings>) -> f64 {
     let mut total = 0f64;
+    let listwise = fit.is_some() && meta.architecture.model.listwise();
     for chunk in chosen.chunks(EVAL_SESSIONS) {
-        let (b, _) = make_batch(ex, chunk, weights, qd_map, meta, device);
-        let per_row = bce_with_logits(model.forward(&b), b.clicks.clone()) * b.weights.clone();
-        total += per_row.sum().into_scalar::<f32>() as f64;
+        let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, None, device, true, listwise);
+        let sum = match fit {
+            Some(settings) => model.fit_loss_sum(&b, settings),
+            None => model.click_loss_sum(&b),
+        };
+        total += sum.into_scalar::<f32>() as f64;
     }
     total
 }
@@ -197,7 +208,7 @@ pub fn batches<'a>(order: &'a [usize], span_impressions: &[u64], target: u64) ->
 /// w·n: n·BCE(z, c/n) = −c·log σ(z) − (n−c)·log(1−σ(z)), exactly the raw impressions' summed loss.
 /// Returns the tensors and the impressions they stand for.
 pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> (BatchTensors, usize) {
-    build_batch(ex, chosen, weights, qd_map, meta, None, device, true)
+    build_batch(ex, chosen, weights, qd_map, meta, None, device, true, meta.architecture.model.listwise())
 }
 
 /// Every distinct feature row of `ex` as the tower reads it (first `n_features`, standardised),
@@ -245,7 +256,8 @@ fn draw_spans(cumulative: &[u64], spans: &[usize], rows: usize, rng: &mut ChaCha
 }
 
 /// `count_weighted`: a row's weight is w·n (its impressions' summed loss); otherwise w (its
-/// impressions' mean loss, for rows drawn ∝ n). `inputs`: `tower_inputs`, when computed.
+/// impressions' mean loss, for rows drawn ∝ n). `inputs`: `tower_inputs`, when computed. `listwise`:
+/// every span becomes a list of `width` slots (its rows by position, then padding with weight 0).
 #[allow(clippy::too_many_arguments)]
 fn build_batch(
     ex: &Examples,
@@ -256,21 +268,33 @@ fn build_batch(
     inputs: Option<&[f32]>,
     device: &Device,
     count_weighted: bool,
+    listwise: bool,
 ) -> (BatchTensors, usize) {
-    let n: usize = chosen.iter().map(|&s| ex.sessions[s].len).sum();
+    let width = if listwise { chosen.iter().map(|&s| ex.sessions[s].len).max().unwrap_or(1).max(1) } else { 0 };
+    let n: usize = if listwise { chosen.len() * width } else { chosen.iter().map(|&s| ex.sessions[s].len).sum() };
     let mut impressions = 0usize;
     let mut positions = Vec::with_capacity(n);
     let mut clicks = Vec::with_capacity(n);
     let mut w = Vec::with_capacity(n);
+    let mut mask = Vec::with_capacity(if listwise { n } else { 0 });
     let embedding = meta.architecture.tower == TowerKind::Embedding;
+    let with_labels = !ex.doc_labels.is_empty();
     let f = meta.n_features;
     let z = ex.n_bias_features;
+    let bias_tower = meta.architecture.bias_feature_tower;
     let mut qd = Vec::with_capacity(if embedding { n } else { 0 });
     let mut features = Vec::with_capacity(if embedding { 0 } else { n * f });
-    let mut bias = Vec::with_capacity(if meta.architecture.bias_feature_tower { n * z } else { 0 });
+    let mut bias = Vec::with_capacity(if bias_tower { n * z } else { 0 });
+    let mut labels = Vec::with_capacity(if with_labels { n } else { 0 });
+    let mut order: Vec<usize> = Vec::new();
     for &s in chosen {
         let span = ex.sessions[s];
-        for i in span.start..span.start + span.len {
+        order.clear();
+        order.extend(span.start..span.start + span.len);
+        if listwise {
+            order.sort_by_key(|&i| ex.rows[i].position);
+        }
+        for &i in &order {
             let r = &ex.rows[i];
             positions.push((r.position - 1) as i64);
             let count = r.impressions.max(1);
@@ -284,8 +308,31 @@ fn build_batch(
             } else {
                 push_tower_input(ex, meta, r.doc, &mut features);
             }
-            if meta.architecture.bias_feature_tower {
+            if bias_tower {
                 bias.extend_from_slice(&ex.bias[i * z..(i + 1) * z]);
+            }
+            if with_labels {
+                labels.push(ex.doc_labels[r.doc as usize]);
+            }
+        }
+        if listwise {
+            mask.extend(std::iter::repeat_n(1f32, span.len));
+            for _ in span.len..width {
+                positions.push(0);
+                clicks.push(0.0);
+                w.push(0.0);
+                mask.push(0.0);
+                if embedding {
+                    qd.push(0);
+                } else {
+                    features.extend(std::iter::repeat_n(0f32, f));
+                }
+                if bias_tower {
+                    bias.extend(std::iter::repeat_n(0f32, z));
+                }
+                if with_labels {
+                    labels.push(0.0);
+                }
             }
         }
     }
@@ -293,9 +340,11 @@ fn build_batch(
         positions: Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), device),
         qd: embedding.then(|| Tensor::<1, Int>::from_data(TensorData::new(qd, [n]), device)),
         features: (!embedding).then(|| Tensor::<2>::from_data(TensorData::new(features, [n, f]), device)),
-        bias_features: meta.architecture.bias_feature_tower.then(|| Tensor::<2>::from_data(TensorData::new(bias, [n, z]), device)),
+        bias_features: bias_tower.then(|| Tensor::<2>::from_data(TensorData::new(bias, [n, z]), device)),
         clicks: Tensor::<1>::from_data(TensorData::new(clicks, [n]), device),
         weights: Tensor::<1>::from_data(TensorData::new(w, [n]), device),
+        labels: with_labels.then(|| Tensor::<1>::from_data(TensorData::new(labels, [n]), device)),
+        lists: listwise.then(|| Lists { count: chosen.len(), width, mask: Tensor::<2>::from_data(TensorData::new(mask, [chosen.len(), width]), device) }),
     };
     (batch, impressions)
 }
@@ -358,6 +407,10 @@ struct Survey {
     validation_weight: f64,
     /// Optimizer steps per epoch, summed over training chunks.
     steps: u64,
+    /// Every span is one aggregated row: no session's items are together.
+    rows_only: bool,
+    /// Every chunk carries relevance labels (a simulation).
+    labels: bool,
 }
 
 impl Survey {
@@ -378,6 +431,8 @@ impl Survey {
             validation_impressions: 0,
             validation_weight: 0.0,
             steps: 0,
+            rows_only: true,
+            labels: true,
         }
     }
 
@@ -392,6 +447,8 @@ impl Survey {
             }
         }
         self.rows += ex.rows.len();
+        self.rows_only &= ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        self.labels &= !ex.doc_labels.is_empty();
         self.impressions += ex.impressions();
         self.clicks += ex.clicks();
         self.positions.extend(ex.rows.iter().map(|r| r.position));
@@ -444,6 +501,17 @@ impl Survey {
         }
         if cfg.bias_feature_tower && self.n_bias_features.unwrap_or(0) == 0 {
             anyhow::bail!("key `train.bias_feature_tower` is set but the stream carries no bias features");
+        }
+        if cfg.model.listwise() && self.rows_only {
+            anyhow::bail!(
+                "train.model = \"{}\" is trained on whole sessions, but these examples are rows aggregated per (query, document, position): \
+                 a session's items are no longer together",
+                cfg.model.name()
+            );
+        }
+        let objective = cfg.objective().observation;
+        if cfg.model.observation_tower() && objective.eta > 0.0 && objective.label == crate::train::models::zhang2023::AdversarialLabel::TrueLabel && !self.labels {
+            anyhow::bail!("key `train.gradient_reversal.adversarial_label` = \"true_label\" needs relevance labels, which only a simulation's examples carry");
         }
         Ok(())
     }
@@ -505,22 +573,31 @@ struct Chunk<'a> {
     cumulative: Vec<u64>,
     train_impressions: usize,
     steps: u64,
-    /// Aggregated examples hold one row per span (see `AGGREGATED_SPAN_ROWS`).
+    /// Spans are drawn ∝ their multiplicity, each entering with its mean loss: aggregated rows (one
+    /// row per span, see `AGGREGATED_SPAN_ROWS`), and every list of a listwise model.
     aggregated: bool,
+    /// Lists drawn per step of a listwise model (about `batch_rows` rows).
+    lists_per_step: usize,
 }
 
 impl<'a> Chunk<'a> {
     fn new(ex: Cow<'a, Examples>, cfg: &TrainConfig, trained: &Trained, for_training: bool) -> Chunk<'a> {
-        // Missing propensities were checked over all chunks.
-        let (weights, _) = weights_of(&ex.rows, &cfg.ips);
+        // Missing propensities were checked over all chunks. A listwise model (DLA) estimates its own
+        // propensities: its rows weigh 1.
+        let listwise = trained.meta.architecture.model.listwise();
+        let weights = if listwise { vec![1f32; ex.rows.len()] } else { weights_of(&ex.rows, &cfg.ips).0 };
         let qd_map = trained.qd_map(&ex);
         let inputs = (for_training && trained.meta.architecture.tower != TowerKind::Embedding).then(|| tower_inputs(&ex, &trained.meta));
         let split = Slices::of(&ex, cfg);
         let span_impressions: Vec<u64> =
             ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
-        let cumulative: Vec<u64> = split.train.iter().scan(0u64, |acc, &s| { *acc += span_impressions[s]; Some(*acc) }).collect();
+        // A span's multiplicity: its rows' count (aggregated rows, counted lists) or 1 (raw sessions).
+        let multiplicity = |s: usize| ex.rows.get(ex.sessions[s].start).map_or(0, |r| r.impressions as u64);
+        let cumulative: Vec<u64> = split.train.iter().scan(0u64, |acc, &s| { *acc += multiplicity(s); Some(*acc) }).collect();
         let train_impressions = split.impressions(&ex, &split.train);
-        let aggregated = ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        let aggregated = listwise || ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        let train_rows: usize = split.train.iter().map(|&s| ex.sessions[s].len).sum();
+        let mean_list = (train_rows as f64 / split.train.len().max(1) as f64).max(1.0);
         Chunk {
             weights,
             qd_map,
@@ -532,6 +609,7 @@ impl<'a> Chunk<'a> {
             train_impressions,
             steps: (train_impressions as u64).div_ceil(cfg.batch_impressions as u64),
             aggregated,
+            lists_per_step: (cfg.batch_rows as f64 / mean_list).ceil().max(1.0) as usize,
             ex,
         }
     }
@@ -567,14 +645,14 @@ pub fn fit_cancellable(
 
 /// Σ w·ℓ over every validation row, and the model's validation loss (÷ impressions, or ÷ Σw when
 /// self-normalised).
-fn validation_loss(model: &TwoTower, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
+fn validation_loss(model: &ClickModel, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
     let mut total = 0f64;
     match resident {
-        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device),
+        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, Some(&cfg.objective())),
         None => {
             for i in 0..data.chunk_count(Split::Validation) {
                 let c = Chunk::new(Cow::Owned(data.load_chunk(Split::Validation, i)?), cfg, trained, false);
-                total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device);
+                total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, Some(&cfg.objective()));
             }
         }
     }
@@ -632,6 +710,13 @@ pub fn fit_chunks(
     let n_features = if arch.tower == TowerKind::Embedding { 0 } else { cfg.feature_limit.unwrap_or(data_features) };
     let (mut trained, warm) = match init {
         Some(t) => {
+            if t.meta.architecture.model != arch.model {
+                anyhow::bail!(
+                    "cannot warm-start: the current model is a `{}` model but the config trains `{}` (key `train.model`); train cold (without --warm-start)",
+                    t.meta.architecture.model.name(),
+                    arch.model.name()
+                );
+            }
             if t.meta.architecture != arch {
                 anyhow::bail!(
                     "cannot warm-start: the current model has architecture {:?} but the config says {:?}; train cold (without --warm-start)",
@@ -651,7 +736,7 @@ pub fn fit_chunks(
                     .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.train_impressions as u64)),
             };
             let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
-            (Trained { model: TwoTower::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)
+            (Trained { model: ClickModel::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)
         }
     };
     if arch.tower == TowerKind::Embedding {
@@ -666,6 +751,8 @@ pub fn fit_chunks(
     }
 
     let train_rows = survey.train_impressions;
+    let listwise = arch.model.listwise();
+    let objective = cfg.objective();
     let val_denominator = if cfg.ips.self_normalize { survey.validation_weight } else { survey.validation_impressions as f64 };
     let mut resident = data.in_memory().map(|ex| Chunk::new(Cow::Borrowed(ex), cfg, &trained, true));
 
@@ -719,8 +806,9 @@ pub fn fit_chunks(
             // Raw sessions: shuffled whole sessions until a batch holds `batch_impressions`. Aggregated
             // rows: `steps` draws of `batch_rows` rows ∝ impressions, each entering with its mean loss —
             // as many steps and as many distinct keys per step as the raw path, on fewer rows.
+            let per_step = if listwise { chunk.lists_per_step } else { cfg.batch_rows };
             let drawn: Vec<Vec<usize>> = if chunk.aggregated {
-                (0..steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, cfg.batch_rows, &mut rng)).collect()
+                (0..steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, per_step, &mut rng)).collect()
             } else if round > 0 {
                 Vec::new() // raw sessions are never spilled; their one round takes every batch
             } else {
@@ -730,14 +818,14 @@ pub fn fit_chunks(
                 if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                     return Err(Cancelled.into());
                 }
-                let (b, n) = build_batch(ex, batch, &chunk.weights, &chunk.qd_map, &trained.meta, chunk.inputs.as_deref(), &device, !chunk.aggregated);
+                let (b, n) = build_batch(ex, batch, &chunk.weights, &chunk.qd_map, &trained.meta, chunk.inputs.as_deref(), &device, !chunk.aggregated, listwise);
                 let denominator = match (chunk.aggregated, cfg.ips.self_normalize) {
                     (false, true) => chunk.split.weight(ex, batch, &chunk.weights),
                     (false, false) => n as f64,
                     (true, true) => batch.iter().map(|&s| chunk.weights[ex.sessions[s].start] as f64).sum(),
                     (true, false) => batch.len() as f64,
                 };
-                let loss = weighted_loss(&model, &b, denominator);
+                let loss = model.objective(&b, denominator, &objective);
                 let value = loss.clone().into_scalar::<f32>() as f64;
                 if !value.is_finite() {
                     stop = StopReason::Diverged;
@@ -764,7 +852,7 @@ pub fn fit_chunks(
         if let Some(bar) = &bar {
             bar.set_message(format!("epoch {epoch}: train {:.5} val {val:.5}", train_total / train_rows as f64));
         }
-        if !val.is_finite() || current.theta_normalised().iter().any(|t| !t.is_finite()) {
+        if !val.is_finite() || current.position_bias(arch.max_positions).iter().any(|t| !t.is_finite()) {
             stop = StopReason::Diverged;
             break;
         }

@@ -9,7 +9,7 @@ pub mod data;
 pub mod device;
 pub mod export;
 pub mod fit;
-pub mod model;
+pub mod models;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -69,8 +69,8 @@ pub struct TrainOutcome {
 /// Identifiability of the model this config trains (its tower, its positions): the one verdict the
 /// CLI, the monitor's metrics and the alerts share.
 pub fn identifiability(cumulative: &crate::state::cumulative::Cumulative, config: &PipelineConfig) -> anyhow::Result<crate::identify::IdentifiabilityReport> {
-    let tower = config.train.tower;
-    crate::identify::analyse(cumulative, &config.identifiability, tower.name(), tower.identification(), config.train.max_positions as u32)
+    let train = &config.train;
+    crate::identify::analyse(cumulative, &config.identifiability, &train.model_label(), train.model.identification(train.tower), train.max_positions as u32)
 }
 
 pub fn models_dir(config: &PipelineConfig, state_dir: &Path) -> PathBuf {
@@ -151,6 +151,13 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let mut parent = None;
     let horizon = match (&current, req.warm_start) {
         (Some((id, Ok(t))), true) => {
+            if t.meta.architecture.model != cfg.model {
+                anyhow::bail!(
+                    "cannot warm-start from {id}: it is a `{}` model but the config trains `{}` (key `train.model`); train cold (without --warm-start)",
+                    t.meta.architecture.model.name(),
+                    cfg.model.name()
+                );
+            }
             if t.meta.architecture != cfg.architecture() {
                 anyhow::bail!(
                     "cannot warm-start from {id}: its architecture is {:?} but the config says {:?}; train cold (without --warm-start)",
@@ -212,7 +219,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         drop(full);
         let cold_loss = evaluation_losses(&[&cold], &data, req.config)?.remove(0)?;
         let k = report.max_position.min(cold_report.max_position) as usize;
-        let (tw, tc) = (trained.model.theta_normalised(), cold.model.theta_normalised());
+        let (tw, tc) = (trained.position_bias(), cold.position_bias());
         Some(ColdComparison {
             warm_evaluation_loss: candidate_loss,
             cold_evaluation_loss: cold_loss,
@@ -226,7 +233,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     };
 
     let seen = report.max_position as usize;
-    let theta: Vec<f64> = trained.model.theta_normalised().into_iter().take(seen).collect();
+    let theta: Vec<f64> = trained.position_bias().into_iter().take(seen).collect();
     let info = CheckpointInfo {
         id: String::new(),
         created_at: chrono::Utc::now().to_rfc3339(),

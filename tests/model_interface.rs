@@ -1,0 +1,179 @@
+//! The model interface (`src/train/models/`): the additive model gives, bit for bit, what it gave
+//! before the interface; every model trains from a state through `ultr train` and is listed by
+//! `ultr models`; warm starts across models are refused naming both; a listwise model is refused on
+//! aggregated rows with the reason; gradient reversal scales the adversary's gradient by −η.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use ultr::ingest::Ingest;
+use ultr::session::DecodeLimits;
+use ultr::simulate::{SimConfig, Simulator};
+use ultr::sinks::dead_letter::DeadLetterSink;
+use ultr::sources::simulator::SimulatorSource;
+use ultr::train::config::{ModelKind, TowerKind, TrainConfig};
+use ultr::train::data::Examples;
+use ultr::train::fit::fit;
+
+const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
+
+fn raw_examples() -> Examples {
+    let mut c = SimConfig { sessions: 3000, seed: 11, log_propensity: true, ..SimConfig::default() };
+    c.policy.tau = 0.3;
+    let sim = Arc::new(Simulator::new(c).unwrap());
+    let mut ingest = Ingest::new(SimulatorSource::new(sim, 0), DecodeLimits::default(), 4096);
+    let batches = common::collect(&mut ingest, &mut DeadLetterSink::discard());
+    Examples::from_batches(&batches, 50).unwrap()
+}
+
+/// θ_2..θ_10 − θ_1 and the best validation loss of three fixed-seed fits, printed by the same fits
+/// at f37df33 (the single `TwoTower` model, before the interface): the additive model on the
+/// interface must reproduce them exactly.
+const GOLDEN: [(&str, f64, [f64; 10]); 3] = [
+    ("raw-linear", 13.390242374146757, [0.0, -0.03473394364118576, -0.04471000283956528, -0.044797368347644806, -0.04540164768695831, -0.046822771430015564, -0.04590524733066559, -0.04653939604759216, -0.04670491814613342, -0.04687419533729553]),
+    ("aggregated-mlp", 8.321825380292768, [0.0, -0.04691428691148758, -0.07103782892227173, -0.0946960300207138, -0.10274885594844818, -0.09699083864688873, -0.10367458313703537, -0.10147573053836823, -0.11795224249362946, -0.11617068201303482]),
+    ("aggregated-embedding", 13.887248610148252, [0.0, -0.06292738020420074, -0.05554750934243202, -0.07133198529481888, -0.08011970669031143, -0.07322151958942413, -0.06402338296175003, -0.07434740662574768, -0.08235551416873932, -0.08482733368873596]),
+];
+
+#[test]
+fn the_additive_model_is_bit_identical_to_the_model_before_the_interface() {
+    let raw = raw_examples();
+    let agg = raw.aggregate(HOLDOUT);
+    for ((name, ex, tower), (golden_name, loss, theta)) in
+        [("raw-linear", &raw, TowerKind::Linear), ("aggregated-mlp", &agg, TowerKind::Mlp), ("aggregated-embedding", &agg, TowerKind::Embedding)].into_iter().zip(GOLDEN)
+    {
+        assert_eq!(name, golden_name);
+        let cfg = TrainConfig { tower, max_epochs: 3, patience: 3, seed: 5, ..TrainConfig::default() };
+        let (t, r) = fit(ex, &cfg, None, false).unwrap();
+        let got: Vec<f64> = t.position_bias().into_iter().take(10).collect();
+        assert_eq!(r.best_validation_loss, loss, "{name}: best validation loss");
+        assert_eq!(got, theta.to_vec(), "{name}: θ");
+    }
+}
+
+fn ultr() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ultr"))
+}
+
+fn pipeline(dir: &Path, name: &str, train: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = 3\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
+             [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\n{train}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let additive = pipeline(dir.path(), "additive", "");
+    let out = ultr().args(["ingest", "--config"]).arg(&additive).arg("--state").arg(&state).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let models = [
+        ("additive", "model = \"additive\"\n", "linear"),
+        ("biased", "model = \"biased\"\n", "biased/linear"),
+        ("gradient_reversal", "model = \"gradient_reversal\"\n[train.gradient_reversal]\neta = 0.5\ndropout = 0.2\n", "gradient_reversal/linear"),
+        ("observation_dropout", "model = \"observation_dropout\"\n[train.observation_dropout]\nrate = 0.3\n", "observation_dropout/linear"),
+    ];
+    let mut thetas = Vec::new();
+    for (name, train, label) in models {
+        let config = pipeline(dir.path(), name, train);
+        let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        thetas.push((name, outcome["theta"][1].as_f64().unwrap()));
+        let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output().unwrap().stdout).unwrap();
+        let current = listing.lines().find(|l| l.starts_with('*')).unwrap();
+        assert!(current.contains(&format!("  {label}  ")), "{name}: {current}");
+        let out = ultr().args(["eval", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let eval: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(eval["report"]["ndcg"]["10"].as_f64().unwrap() > 0.5, "{name}: {eval}");
+    }
+    // A randomised policy (τ = 0.3), a well-specified tower: the additive model recovers θ_2 − θ_1 =
+    // −ln 2; the biased model has no position parameters; reversal and dropout hold the observation
+    // tower back by design, so their position effect is shrunk towards 0 (same sign, smaller).
+    eprintln!("θ_2 − θ_1 per model: {thetas:?}");
+    let additive = thetas[0].1;
+    assert!((additive + 2f64.ln()).abs() < 0.15, "additive: θ_2 − θ_1 = {additive}");
+    for (name, theta2) in &thetas[1..] {
+        match *name {
+            "biased" => assert_eq!(*theta2, 0.0),
+            _ => assert!(*theta2 < -0.1 && *theta2 > additive - 0.1, "{name}: θ_2 − θ_1 = {theta2} (additive {additive})"),
+        }
+    }
+    // The current model is observation_dropout: warm-starting another model from it names both.
+    let config = pipeline(dir.path(), "warm", "model = \"gradient_reversal\"\n");
+    let out = ultr().args(["train", "--warm-start", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`observation_dropout`") && err.contains("`gradient_reversal`"), "{err}");
+    // DLA needs whole sessions; the state keeps aggregated rows: refused with the reason.
+    let config = pipeline(dir.path(), "dla", "model = \"dla\"\n");
+    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("whole sessions"), "{err}");
+    // An unknown key in a model's section is refused by name.
+    let config = pipeline(dir.path(), "typo", "model = \"gradient_reversal\"\n[train.gradient_reversal]\netaa = 0.5\n");
+    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("etaa"));
+}
+
+/// The gradient reversal layer: identity forward; the adversary's squared error reaches the
+/// observation tower's layer multiplied by −η, and the head itself by +1.
+#[test]
+fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
+    use burn::module::Module;
+    use ultr::train::models::{zhang2023::Objective, zhang2023::AdversarialLabel, ClickModel};
+    let raw = raw_examples();
+    let agg = raw.aggregate(HOLDOUT);
+    let cfg = TrainConfig { model: ModelKind::GradientReversal, tower: TowerKind::Linear, max_epochs: 1, seed: 5, ..TrainConfig::default() };
+    let (trained, _) = fit(&agg, &cfg, None, false).unwrap();
+    let ad = cfg.backend.autodiff_device().unwrap();
+    let all: Vec<usize> = (0..agg.sessions.len()).collect();
+    let (w, _) = ultr::train::weights::ips_weights(&agg.rows, &cfg.ips).unwrap();
+    let (b, n) = ultr::train::fit::make_batch(&agg, &all, &w, &trained.qd_map(&agg), &trained.meta, &ad);
+    let grads = |eta: f64| -> (Vec<f32>, Vec<f32>) {
+        let ClickModel::Observation(m) = trained.model.clone().train() else { panic!("an observation model") };
+        let loss = m.objective_sum(&b, &Objective { eta, label: AdversarialLabel::Clicks, dropout: 0.0 }).div_scalar(n as f64);
+        let g = loss.backward();
+        let hidden = m.hidden.weight.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
+        let head = m.adversary.weight.val().grad(&g).map(|t| t.into_data().try_to_vec::<f32>().unwrap()).unwrap_or_default();
+        (hidden, head)
+    };
+    // G: the gradient the adversary's squared error would send the hidden layer without reversal.
+    let direct = {
+        let ClickModel::Observation(m) = trained.model.clone().train() else { panic!("an observation model") };
+        let h = m.hidden_of(b.positions.clone(), b.bias_features.as_ref());
+        let error = m.adversary.forward(h).squeeze_dim::<1>(1) - b.clicks.clone();
+        let loss = (error.clone() * error * b.weights.clone()).sum().div_scalar(n as f64);
+        let g = loss.backward();
+        m.hidden.weight.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap()
+    };
+    let (h0, _) = grads(0.0);
+    let (h1, head1) = grads(1.0);
+    let (h2, head2) = grads(2.0);
+    // The adversary's contribution to the hidden layer is linear in η and changes sign: h(η) − h(0) = −η·G.
+    let scale = h1.iter().zip(&h0).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(scale > 1e-6, "the adversary reaches the hidden layer");
+    for i in 0..h0.len() {
+        let (g1, g2) = (h1[i] - h0[i], h2[i] - h0[i]);
+        assert!((g2 - 2.0 * g1).abs() <= 1e-3 * scale, "not linear in η at {i}: {g1} vs {g2}");
+        assert!((g1 + direct[i]).abs() <= 1e-3 * scale, "η = 1 adds {g1}, not −G = {}", -direct[i]);
+    }
+    // The head is trained normally: its gradient does not depend on η.
+    for (a, b) in head1.iter().zip(&head2) {
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1e-3), "head gradient {a} vs {b}");
+    }
+}
