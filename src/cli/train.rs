@@ -117,12 +117,18 @@ pub struct Zhang2023Args {
     /// Logging policies: w of the label in s = w·y + (1−w)·n.
     #[arg(long, value_delimiter = ',', default_value = "1,0.8,0.6,0.2,0")]
     policies: Vec<f64>,
-    /// η values swept at w = 1 (empty string: none).
+    /// η values swept at w = 1.
     #[arg(long, value_delimiter = ',', default_value = "0.2,0.4,0.6,0.8,1.0")]
     eta_sweep: Vec<f64>,
-    /// Dropout rates swept at w = 1 (empty string: none).
+    /// Dropout rates swept at w = 1.
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,0.5,0.7")]
     dropout_sweep: Vec<f64>,
+    /// Skip both sweeps.
+    #[arg(long)]
+    no_sweeps: bool,
+    /// The methods of the table (Biased, PAL, DLA, GradRev, Drop).
+    #[arg(long, value_delimiter = ',', default_value = "Biased,PAL,DLA,GradRev,Drop")]
+    methods: Vec<String>,
 }
 
 #[derive(Args)]
@@ -373,9 +379,13 @@ fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
         tower: a.tower,
         max_positions: a.max_positions,
         policies: a.policies.clone(),
-        methods: z::Method::table(),
-        eta_sweep: a.eta_sweep.clone(),
-        dropout_sweep: a.dropout_sweep.clone(),
+        methods: a
+            .methods
+            .iter()
+            .map(|m| z::Method::table().into_iter().find(|t| t.name == *m).with_context(|| format!("--methods: unknown method `{m}` (Biased, PAL, DLA, GradRev, Drop)")))
+            .collect::<anyhow::Result<_>>()?,
+        eta_sweep: if a.no_sweeps { Vec::new() } else { a.eta_sweep.clone() },
+        dropout_sweep: if a.no_sweeps { Vec::new() } else { a.dropout_sweep.clone() },
         progress: true,
     };
     let summary = z::run(&opts, &datasets)?;

@@ -102,6 +102,8 @@ pub struct RunResult {
     pub train_sessions: u64,
     pub train_impressions: usize,
     pub epochs: usize,
+    pub best_epoch: usize,
+    pub stop: crate::train::fit::StopReason,
     pub seconds: f64,
     /// Training impressions per second of an epoch (mean over epochs).
     pub impressions_per_second: f64,
@@ -268,6 +270,8 @@ pub fn run_one(opts: &Options, data: &DataSpec, sim: &Simulated, w: f64, method:
         train_sessions: sim.train_sessions,
         train_impressions: report.train_impressions,
         epochs: report.epochs.len(),
+        best_epoch: report.best_epoch,
+        stop: report.stop,
         seconds: report.seconds,
         impressions_per_second: ips,
     })
@@ -386,8 +390,8 @@ pub fn run(opts: &Options, datasets: &[DataSpec]) -> anyhow::Result<Summary> {
                         let mut all = results.lock().expect("results");
                         if opts.progress {
                             eprintln!(
-                                "[{}/{total}] {} w={} {} seed {}: nDCG@5 {:.4} @10 {:.4} LL {:.4} ({} epochs, {:.0}s)",
-                                all.len() + 1, r.dataset, r.w, r.method, r.seed, r.ndcg5, r.ndcg10, r.click_log_likelihood, r.epochs, r.seconds
+                                "[{}/{total}] {} w={} {} seed {}: nDCG@5 {:.4} @10 {:.4} LL {:.4} (best epoch {} of {}, {:?}, {:.0}s)",
+                                all.len() + 1, r.dataset, r.w, r.method, r.seed, r.ndcg5, r.ndcg10, r.click_log_likelihood, r.best_epoch, r.epochs, r.stop, r.seconds
                             );
                         }
                         all.push(r);

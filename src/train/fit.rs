@@ -176,7 +176,7 @@ fn weighted_loss_sum(model: &ClickModel, ex: &Examples, chosen: &[usize], weight
     for chunk in chosen.chunks(EVAL_SESSIONS) {
         let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, None, device, true, listwise);
         let sum = match fit {
-            Some(settings) => model.fit_loss_sum(&b, settings),
+            Some(_) => model.fit_loss_sum(&b),
             None => model.click_loss_sum(&b),
         };
         total += sum.into_scalar::<f32>() as f64;

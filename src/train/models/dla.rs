@@ -72,6 +72,18 @@ impl Dla {
         (ranking + propensity).neg()
     }
 
+    /// What early stopping watches: −Σ c_i log softmax(r + φ)_i over each list, the likelihood of
+    /// which items were clicked under both towers together. The objective itself is no criterion:
+    /// each loss's weights move with the other tower.
+    pub fn validation_sum(&self, b: &BatchTensors) -> Tensor<1> {
+        let lists = b.lists.as_ref().expect("DLA batches are laid out as lists");
+        let shape = [lists.count, lists.width];
+        let masked = lists.mask.clone().sub_scalar(1.0).mul_scalar(-MASKED);
+        let scores = (self.relevance.forward(b) + self.propensity.val().select(0, b.positions.clone())).reshape(shape) + masked;
+        let clicks = b.clicks.clone().reshape(shape) * b.weights.clone().reshape(shape) * lists.mask.clone();
+        (clicks * log_softmax(scores, 1)).sum().neg()
+    }
+
     /// φ_k − φ₁ for k = 1..=K: log P(e_k)/P(e₁).
     pub fn position_bias(&self) -> Vec<f64> {
         let phi: Vec<f32> = self.propensity.val().into_data().try_to_vec::<f32>().expect("φ is f32");

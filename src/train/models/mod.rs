@@ -152,11 +152,11 @@ impl ClickModel {
         (bce_with_logits(self.click_logits(b), b.clicks.clone()) * b.weights.clone()).sum()
     }
 
-    /// The loss early stopping watches: the click loss; for DLA its listwise losses (its logits
-    /// are uncalibrated, so their BCE says little about its fit).
-    pub fn fit_loss_sum(&self, b: &BatchTensors, settings: &ObjectiveSettings) -> Tensor<1> {
+    /// The loss early stopping watches: the click loss; for DLA the listwise likelihood of the
+    /// clicks (`Dla::validation_sum`: its logits are uncalibrated, so their BCE says little).
+    pub fn fit_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
         match self {
-            ClickModel::Dla(m) => m.objective_sum(b, settings.dla_max_weight),
+            ClickModel::Dla(m) => m.validation_sum(b),
             _ => self.click_loss_sum(b),
         }
     }
