@@ -1,0 +1,65 @@
+//! `ultr experiment zhang2023` at a small scale (MQ2008 fold 1, 50,000 training sessions per cell, 3
+//! seeds, the Oracle and Random policies): Zhang et al. 2023's claims that reproduce on MQ2008 are
+//! asserted (see README "Zhang 2023" for the full-scale table and the ones that do not), and DLA's
+//! propensity model recovers the simulated examination P(E|k) = 1/k.
+
+mod common;
+
+use ultr::experiment::zhang2023::{self as z, Method, Options};
+use ultr::train::config::TowerKind;
+use ultr::train::device::BackendKind;
+
+fn options(out: &std::path::Path) -> Options {
+    Options {
+        out: out.to_path_buf(),
+        train_sessions: 50_000,
+        seeds: vec![1, 2, 3],
+        max_epochs: 20,
+        jobs: 2,
+        backend: BackendKind::Flex,
+        tower: TowerKind::Mlp,
+        max_positions: 50,
+        policies: vec![1.0, 0.0],
+        methods: Method::table(),
+        eta_sweep: Vec::new(),
+        dropout_sweep: Vec::new(),
+        progress: false,
+    }
+}
+
+#[test]
+fn zhang2023_claims_on_mq2008() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = z::mq2008(common::mq2008_files()[0].parent().unwrap()).unwrap();
+    let opts = options(dir.path());
+    let summary = z::run(&opts, std::slice::from_ref(&data)).unwrap();
+    for f in ["results.csv", "summary.md", "summary.json", "ndcg.svg"] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+    let table = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    eprintln!("{table}");
+    assert_eq!(summary.runs.len(), 2 * 5 * 3);
+    assert!(summary.runs.iter().all(|r| r.train_sessions == 50_000 && r.test_queries > 100));
+    let claim = |n: u8| summary.checks.iter().find(|c| c.claim == n).unwrap();
+    for c in &summary.checks {
+        eprintln!("claim {}: {} — {} ({})", c.claim, c.statement, c.holds, c.detail);
+    }
+    // What reproduces on MQ2008 at this scale (README "Zhang 2023"): Biased is below PAL at Random
+    // (claim 4), and gradient reversal beats PAL under the Oracle policy, both beyond the paired
+    // seed noise. Claims 1 and 3 and Drop's half of claim 2 are reported, not asserted: at full
+    // scale they are within noise or reversed, and the README shows why.
+    assert!(claim(4).holds, "claim 4: {}", claim(4).detail);
+    let ndcg = |method: &str, w: f64, seed: u64| summary.runs.iter().find(|r| r.method == method && r.w == w && r.seed == seed).unwrap().ndcg5;
+    let diffs: Vec<f64> = opts.seeds.iter().map(|&s| ndcg("GradRev", 1.0, s) - ndcg("PAL", 1.0, s)).collect();
+    let (mean, sd) = z::mean_sd(&diffs);
+    assert!(mean > 2.0 * sd / (diffs.len() as f64).sqrt(), "GradRev − PAL at the Oracle policy per seed: {diffs:?}");
+    // DLA's propensity model at Random: φ_k − φ_1 = log P(E|k)/P(E|1) = −ln k, decreasing in k
+    // (at 50,000 sessions it falls short of the truth by up to ~0.26 at k = 5).
+    for r in summary.runs.iter().filter(|r| r.method == "DLA" && r.w == 0.0) {
+        eprintln!("DLA seed {}: φ_k − φ_1 = {:.3?}", r.seed, &r.position_bias[..5]);
+        for k in 2..=5 {
+            let (est, truth) = (r.position_bias[k - 1], -(k as f64).ln());
+            assert!((est - truth).abs() < 0.35 && est < r.position_bias[k - 2], "seed {}: φ_{k} − φ_1 = {est:.3}, truth {truth:.3}", r.seed);
+        }
+    }
+}
