@@ -428,6 +428,84 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
     Ok((windows, cumulative.propensity))
 }
 
+/// Whole sessions for listwise models (DLA), from the horizon's session stores
+/// (`sql/session_store.sql`: per window a bounded sample of the distinct sessions, each with its
+/// count): one list per stored pattern, its items at their positions with clicks = the pattern's
+/// session count when clicked, and each (query, document)'s first feature row of the windows'
+/// training features. A pattern's split is its content hash's: its sessions are identical, so they
+/// cannot be split apart. Bias features are not read (DLA has no bias tower).
+pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, holdout: Holdout) -> anyhow::Result<Examples> {
+    let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
+    let mut ex = Examples::default();
+    let mut doc_of: HashMap<(String, String), u32> = HashMap::new();
+    let mut n_features: Option<usize> = None;
+    let text = |b: &RecordBatch, name: &str, path: &Path| -> anyhow::Result<Arc<dyn Array>> {
+        Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, &DataType::Utf8)?)
+    };
+    for w in &windows {
+        if let Some(path) = window_table_path(dir, w, "training_features")? {
+            for b in crate::state::read_parquet(&path)? {
+                let (q, d) = (text(&b, "query_id", &path)?, text(&b, "doc_id", &path)?);
+                let (q, d) = (q.as_string::<i32>(), d.as_string::<i32>());
+                let features = b.column_by_name("features").with_context(|| format!("{}: no `features`", path.display()))?.as_list::<i32>();
+                for i in 0..b.num_rows() {
+                    let key = (q.value(i).to_string(), d.value(i).to_string());
+                    if doc_of.contains_key(&key) {
+                        continue;
+                    }
+                    let values: Vec<f32> = if features.is_null(i) { Vec::new() } else { features.value(i).as_primitive::<Float32Type>().values().to_vec() };
+                    match n_features {
+                        Some(n) if n != values.len() => bail!("{}: a feature row of {} values where others have {n}", path.display(), values.len()),
+                        _ => n_features = Some(values.len()),
+                    }
+                    doc_of.insert(key.clone(), ex.qd_keys.len() as u32);
+                    ex.docs.extend_from_slice(&values);
+                    ex.qd_keys.push(key);
+                }
+            }
+        }
+        if let Some(path) = window_table_path(dir, w, "session_store")? {
+            for b in crate::state::read_parquet(&path)? {
+                let (q, d) = (text(&b, "query_id", &path)?, text(&b, "doc_id", &path)?);
+                let (q, d) = (q.as_string::<i32>(), d.as_string::<i32>());
+                let column = |name: &str, t: &DataType| -> anyhow::Result<Arc<dyn Array>> {
+                    Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, t)?)
+                };
+                let pattern = column("pattern_key", &DataType::UInt64)?;
+                let pattern = pattern.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+                let position = column("position", &DataType::UInt32)?;
+                let position = position.as_primitive::<UInt32Type>();
+                let sessions = column("sessions", &DataType::UInt32)?;
+                let sessions = sessions.as_primitive::<UInt32Type>();
+                let clicked = column("clicked", &DataType::Boolean)?;
+                let clicked = clicked.as_boolean();
+                let mut open: Option<u64> = None;
+                for i in 0..b.num_rows() {
+                    if open != Some(pattern.value(i)) {
+                        open = Some(pattern.value(i));
+                        ex.sessions.push(SessionSpan { start: ex.rows.len(), len: 0, hash: pattern.value(i), split: Some(holdout.split(pattern.value(i))) });
+                    }
+                    let k = position.value(i);
+                    if k as usize > max_positions {
+                        ex.deeper_than_max += sessions.value(i) as u64;
+                        continue;
+                    }
+                    let Some(&doc) = doc_of.get(&(q.value(i).to_string(), d.value(i).to_string())) else {
+                        bail!("{}: ({}, {}) has no feature row in its window's training features", path.display(), q.value(i), d.value(i));
+                    };
+                    let n = sessions.value(i);
+                    ex.rows.push(Row { doc, qd: doc, position: k, impressions: n, clicks: if clicked.value(i) { n } else { 0 }, propensity: 1.0 });
+                    ex.sessions.last_mut().expect("a pattern's span").len += 1;
+                }
+            }
+        }
+    }
+    ex.sessions.retain(|s| s.len > 0);
+    ex.n_features = n_features.unwrap_or(0);
+    ex.data_range_ms = windows.iter().map(|w| w.start_ms).min().zip(windows.iter().map(|w| w.end_ms).max());
+    Ok(ex)
+}
+
 /// Of (possibly hopping) windows, those whose starts lie a multiple of `size_ms` before the newest
 /// start: disjoint windows that cover every session once.
 pub fn non_overlapping(windows: Vec<WindowEntry>, size_ms: i64) -> Vec<WindowEntry> {

@@ -190,7 +190,16 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         (Some((_, Ok(t))), Some(_)) => Some(t),
         _ => None,
     };
-    let (trained, report) = fit_chunks(data.chunks(), cfg, init, req.progress, req.cancel)?;
+    let (trained, report) = if cfg.model.listwise() {
+        // Listwise models read whole sessions (the windows' session stores); the gate still scores
+        // every model on the same aggregated evaluation rows.
+        let lists = rt
+            .block_on(data::load_session_lists(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, cfg.holdout()))
+            .with_context(|| format!("loading the session stores from {}", req.state_dir.display()))?;
+        fit_chunks(&lists, cfg, init, req.progress, req.cancel)?
+    } else {
+        fit_chunks(data.chunks(), cfg, init, req.progress, req.cancel)?
+    };
 
     let current_model = current.as_ref().and_then(|(_, t)| t.as_ref().ok());
     let models: Vec<&Trained> = std::iter::once(&trained).chain(current_model).collect();
