@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{Architecture, TowerKind, TrainConfig};
 use super::data::{split_of, Examples, Split};
-use super::models::{BatchTensors, ClickModel, Lists, ObjectiveSettings};
+use super::models::{BatchTensors, ClickModel, Lists};
 use super::chunks::ExampleChunks;
 use super::weights::{weights_of, WeightReport, WeightTotals};
 
@@ -136,7 +136,7 @@ impl Trained {
     pub fn loss_sums(&self, ex: &Examples, weights: &[f32], device: &Device) -> LossSums {
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
         LossSums {
-            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device, None),
+            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device, false),
             impressions: ex.impressions() as f64,
             weight: ex.rows.iter().zip(weights).map(|(r, w)| r.impressions as f64 * *w as f64).sum::<f64>(),
         }
@@ -167,18 +167,15 @@ impl LossSums {
 /// Sessions per chunk when scoring without gradients.
 const EVAL_SESSIONS: usize = 4096;
 
-/// Σ w·ℓ over the rows of sessions `chosen` (no gradients): the click BCE, or with `fit` the loss
+/// Σ w·ℓ over the rows of sessions `chosen` (no gradients): the click BCE, or with `fit_loss` the loss
 /// the model's early stopping watches (`ClickModel::fit_loss_sum`).
 #[allow(clippy::too_many_arguments)]
-fn weighted_loss_sum(model: &ClickModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit: Option<&ObjectiveSettings>) -> f64 {
+fn weighted_loss_sum(model: &ClickModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit_loss: bool) -> f64 {
     let mut total = 0f64;
-    let listwise = fit.is_some() && meta.architecture.model.listwise();
+    let listwise = fit_loss && meta.architecture.model.listwise();
     for chunk in chosen.chunks(EVAL_SESSIONS) {
         let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, None, device, true, listwise);
-        let sum = match fit {
-            Some(_) => model.fit_loss_sum(&b),
-            None => model.click_loss_sum(&b),
-        };
+        let sum = if fit_loss { model.fit_loss_sum(&b) } else { model.click_loss_sum(&b) };
         total += sum.into_scalar::<f32>() as f64;
     }
     total
@@ -648,11 +645,11 @@ pub fn fit_cancellable(
 fn validation_loss(model: &ClickModel, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
     let mut total = 0f64;
     match resident {
-        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, Some(&cfg.objective())),
+        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, true),
         None => {
             for i in 0..data.chunk_count(Split::Validation) {
                 let c = Chunk::new(Cow::Owned(data.load_chunk(Split::Validation, i)?), cfg, trained, false);
-                total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, Some(&cfg.objective()));
+                total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, true);
             }
         }
     }
