@@ -83,6 +83,9 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
         ("biased", "model = \"biased\"\n", "biased/linear"),
         ("gradient_reversal", "model = \"gradient_reversal\"\n[train.gradient_reversal]\neta = 0.5\ndropout = 0.2\n", "gradient_reversal/linear"),
         ("observation_dropout", "model = \"observation_dropout\"\n[train.observation_dropout]\nrate = 0.3\n", "observation_dropout/linear"),
+        ("rem", "model = \"rem\"\n", "rem/linear"),
+        ("edot", "model = \"edot\"\n[train.embedding_model]\ndimension = 4\n", "edot/linear"),
+        ("einter", "model = \"einter\"\n[train.embedding_model]\ndimension = 4\ncanonical_position = 1\n", "einter/linear"),
     ];
     let mut thetas = Vec::new();
     for (name, train, label) in models {
@@ -101,22 +104,36 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     }
     // A randomised policy (τ = 0.3), a well-specified tower: the additive model recovers θ_2 − θ_1 =
     // −ln 2; the biased model has no position parameters; reversal and dropout hold the observation
-    // tower back by design, so their position effect is shrunk towards 0 (same sign, smaller).
+    // tower back by design, so their position effect is shrunk towards 0 (same sign, smaller). REM
+    // (log P(E_2)/P(E_1)) and EDot/EInter (the mean item's logit at 2 minus at 1) measure another
+    // quantity on these additive-logit clicks: asserted is that clicks fall from position 1 to 2.
     eprintln!("θ_2 − θ_1 per model: {thetas:?}");
     let additive = thetas[0].1;
     assert!((additive + 2f64.ln()).abs() < 0.15, "additive: θ_2 − θ_1 = {additive}");
     for (name, theta2) in &thetas[1..] {
         match *name {
             "biased" => assert_eq!(*theta2, 0.0),
+            // REM's likelihood is flat along the split of a non-click into "not examined" and "not
+            // relevant", so EM (or gradient) moves slowly there: after a few epochs on 20,000 sessions
+            // its step is small (−0.10); `tests/yan2022.rs` checks it recovers a PBM's examination.
+            "rem" => assert!(*theta2 < -0.05, "{name}: log P(E_2)/P(E_1) = {theta2}"),
+            "edot" | "einter" => assert!(*theta2 < -0.1, "{name}: position 2 − position 1 = {theta2}"),
             _ => assert!(*theta2 < -0.1 && *theta2 > additive - 0.1, "{name}: θ_2 − θ_1 = {theta2} (additive {additive})"),
         }
     }
-    // The current model is observation_dropout: warm-starting another model from it names both.
+    // EDot and EInter need a feature tower: the embedding tower is refused naming the key.
+    let config = pipeline(dir.path(), "edot-embedding", "model = \"edot\"\n");
+    let text = std::fs::read_to_string(&config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\"");
+    std::fs::write(&config, text).unwrap();
+    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("train.tower"), "{}", String::from_utf8_lossy(&out.stderr));
+    // The current model is einter: warm-starting another model from it names both.
     let config = pipeline(dir.path(), "warm", "model = \"gradient_reversal\"\n");
     let out = ultr().args(["train", "--warm-start", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("`observation_dropout`") && err.contains("`gradient_reversal`"), "{err}");
+    assert!(err.contains("`einter`") && err.contains("`gradient_reversal`"), "{err}");
     // DLA trains on whole sessions: the windows' session stores. Its click logits are uncalibrated,
     // so the gate (click BCE against the current model) needs --force here.
     let config = pipeline(dir.path(), "dla", "model = \"dla\"\n");
@@ -132,6 +149,16 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     assert!(phi10 < -0.5, "DLA: φ_10 − φ_1 = {phi10}");
     let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output().unwrap().stdout).unwrap();
     assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  dla/linear  "), "{listing}");
+    // MixEM too trains on the stored sessions (its E-step weighs each whole session).
+    let config = pipeline(dir.path(), "mixem", "model = \"mixem\"\n[train.mixem]\ntemperature = 1.0\n");
+    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "mixem: {}", String::from_utf8_lossy(&out.stderr));
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "MixEM and DLA read the same stored sessions");
+    let e10 = outcome["theta"][9].as_f64().unwrap();
+    assert!(e10 < -0.3, "MixEM: e_10 − e_1 = {e10}");
+    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output().unwrap().stdout).unwrap();
+    assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  mixem/linear  "), "{listing}");
     // An unknown key in a model's section is refused by name.
     let config = pipeline(dir.path(), "typo", "model = \"gradient_reversal\"\n[train.gradient_reversal]\netaa = 0.5\n");
     let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
@@ -184,5 +211,39 @@ fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
     // The head is trained normally: its gradient does not depend on η.
     for (a, b) in head1.iter().zip(&head2) {
         assert!((a - b).abs() <= 1e-5 * a.abs().max(1e-3), "head gradient {a} vs {b}");
+    }
+}
+
+/// EDot and EInter serve r(x) at the canonical position through their folded tower: the export's
+/// reference scorer, the burn relevance and the click logit at that position agree on every item.
+#[test]
+fn embedding_models_export_the_canonical_position_logit() {
+    use ultr::train::export::to_export;
+    let raw = raw_examples();
+    let agg = raw.aggregate(HOLDOUT);
+    for (model, canonical) in [(ModelKind::EDot, 1), (ModelKind::EInter, 3)] {
+        let mut cfg = TrainConfig { model, tower: TowerKind::Mlp, max_epochs: 2, seed: 5, ..TrainConfig::default() };
+        cfg.embedding_model.canonical_position = canonical;
+        cfg.validate().unwrap();
+        let (trained, _) = fit(&agg, &cfg, None, false).unwrap();
+        let device = cfg.backend.device().unwrap();
+        let served = trained.relevance_of_rows(&agg, &device);
+        // The same rows moved to the canonical position: their click logits are the served scores.
+        let mut moved = agg.clone();
+        for r in &mut moved.rows {
+            r.position = canonical as u32;
+        }
+        let logits = trained.logits(&moved, &device);
+        let export = to_export(&trained);
+        assert_eq!(export.canonical_position, Some(canonical));
+        assert_eq!(export.model, model);
+        let f = agg.n_features;
+        let mut worst = 0f64;
+        for (i, r) in agg.rows.iter().enumerate().step_by(7) {
+            let x = &agg.docs[r.doc as usize * f..(r.doc as usize + 1) * f];
+            let reference = export.score_features(x);
+            worst = worst.max((reference - served[i] as f64).abs()).max((logits[i] as f64 - served[i] as f64).abs());
+        }
+        assert!(worst < 1e-4, "{model:?}: export, relevance and canonical-position logits differ by {worst}");
     }
 }

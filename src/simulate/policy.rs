@@ -36,8 +36,15 @@ pub fn fit_ranker(kind: RankerKind, x: &Array2<f32>, y: &[f64], rng: &mut impl R
     }
 }
 
-/// Ridge regression with an intercept, solved by Cholesky on the normal equations.
+/// Ridge regression with an intercept: predictions on x.
 fn ridge_predict(x: &Array2<f32>, y: &[f64], lambda: f64) -> Vec<f64> {
+    let w = ridge_fit(x, y, lambda);
+    let (n, d) = x.dim();
+    (0..n).map(|i| w[0] + (0..d).map(|j| w[j + 1] * x[(i, j)] as f64).sum::<f64>()).collect()
+}
+
+/// Ridge regression with an intercept, solved by Cholesky on the normal equations: [intercept, w…].
+pub fn ridge_fit(x: &Array2<f32>, y: &[f64], lambda: f64) -> Array1<f64> {
     let (n, d) = x.dim();
     let mut a = Array2::<f64>::zeros((d + 1, d + 1));
     let mut b = Array1::<f64>::zeros(d + 1);
@@ -60,8 +67,7 @@ fn ridge_predict(x: &Array2<f32>, y: &[f64], lambda: f64) -> Vec<f64> {
         }
         a[(p, p)] += lambda * n as f64;
     }
-    let w = cholesky_solve(a, b);
-    (0..n).map(|i| w[0] + (0..d).map(|j| w[j + 1] * x[(i, j)] as f64).sum::<f64>()).collect()
+    cholesky_solve(a, b)
 }
 
 /// Solves A w = b for symmetric positive-definite A (ridge keeps it so).

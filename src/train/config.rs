@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use super::device::BackendKind;
 use super::models::dla::DlaConfig;
+use super::models::edot::EmbeddingModelConfig;
+use super::models::mixem::MixEmConfig;
+use super::models::xpa::XpaConfig;
 use super::models::zhang2023::{GradientReversalConfig, ObservationDropoutConfig, ObservationTowerConfig, Objective};
 pub use super::models::ModelKind;
 use super::models::ObjectiveSettings;
@@ -72,7 +75,7 @@ impl Default for IpsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
     /// The click model (`src/train/models/`): additive (PAL, the default), biased,
-    /// gradient_reversal, observation_dropout, dla.
+    /// gradient_reversal, observation_dropout, dla, rem, edot, einter, mixem, xpa.
     pub model: ModelKind,
     /// The relevance tower r(x) every model has.
     pub tower: TowerKind,
@@ -128,6 +131,10 @@ pub struct TrainConfig {
     pub gradient_reversal: GradientReversalConfig,
     pub observation_dropout: ObservationDropoutConfig,
     pub dla: DlaConfig,
+    /// The embedding width and serving position of `edot` and `einter`.
+    pub embedding_model: EmbeddingModelConfig,
+    pub mixem: MixEmConfig,
+    pub xpa: XpaConfig,
 }
 
 impl Default for TrainConfig {
@@ -162,6 +169,9 @@ impl Default for TrainConfig {
             gradient_reversal: GradientReversalConfig::default(),
             observation_dropout: ObservationDropoutConfig::default(),
             dla: DlaConfig::default(),
+            embedding_model: EmbeddingModelConfig::default(),
+            mixem: MixEmConfig::default(),
+            xpa: XpaConfig::default(),
         }
     }
 }
@@ -227,6 +237,24 @@ impl TrainConfig {
         if !(self.dla.max_weight >= 1.0 && self.dla.max_weight.is_finite()) {
             return Err(format!("key `train.dla.max_weight` = {} must be >= 1", self.dla.max_weight));
         }
+        if self.model.embedding_interaction() {
+            if self.tower == TowerKind::Embedding {
+                return Err(format!("key `train.tower` = \"embedding\" cannot feed model `{}`: its relevance tower outputs an embedding of features (use \"linear\" or \"mlp\")", self.model.name()));
+            }
+            positive(self.embedding_model.dimension, "embedding_model.dimension")?;
+            let c = self.embedding_model.canonical_position;
+            if !(1..=self.max_positions).contains(&c) {
+                return Err(format!("key `train.embedding_model.canonical_position` = {c} must lie in 1..={} (train.max_positions)", self.max_positions));
+            }
+        }
+        if self.model == ModelKind::Xpa {
+            positive(self.xpa.position_embedding, "xpa.position_embedding")?;
+            positive(self.xpa.hidden_units, "xpa.hidden_units")?;
+        }
+        let t = self.mixem.temperature;
+        if !(t > 0.0 && t.is_finite()) {
+            return Err(format!("key `train.mixem.temperature` = {t} must be > 0"));
+        }
         self.memory_budget_bytes()?;
         if let Some(expr) = &self.schedule {
             expr.parse::<cron::Schedule>().map_err(|e| format!("key `train.schedule` = {expr:?} is not a cron expression: {e}"))?;
@@ -244,6 +272,8 @@ impl TrainConfig {
         Architecture {
             model: self.model,
             observation_tower: self.model.observation_tower().then(|| self.observation_tower.clone()),
+            embedding_model: self.model.embedding_interaction().then(|| self.embedding_model.clone()),
+            xpa: (self.model == ModelKind::Xpa).then(|| self.xpa.clone()),
             tower: self.tower,
             hidden_layers: if self.tower == TowerKind::Mlp { self.hidden_layers } else { 0 },
             hidden_units: if self.tower == TowerKind::Mlp { self.hidden_units } else { 0 },
@@ -264,6 +294,12 @@ pub struct Architecture {
     /// The observation tower's shape (gradient_reversal, observation_dropout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observation_tower: Option<ObservationTowerConfig>,
+    /// The embedding width and serving position (edot, einter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<EmbeddingModelConfig>,
+    /// The attention's shape and variant (xpa).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xpa: Option<XpaConfig>,
     pub tower: TowerKind,
     pub hidden_layers: usize,
     pub hidden_units: usize,
@@ -284,7 +320,7 @@ impl TrainConfig {
             ModelKind::ObservationDropout => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: self.observation_dropout.rate },
             _ => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: 0.0 },
         };
-        ObjectiveSettings { observation, dla_max_weight: self.dla.max_weight }
+        ObjectiveSettings { observation, dla_max_weight: self.dla.max_weight, mixem_temperature: self.mixem.temperature, mixem_learn_prior: self.mixem.learn_prior }
     }
 
     /// The name metrics and reports give the configured model: the tower's name for the additive

@@ -428,12 +428,12 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
     Ok((windows, cumulative.propensity))
 }
 
-/// Whole sessions for listwise models (DLA), from the horizon's session stores
+/// Whole sessions for session models (DLA, MixEM, XPA), from the horizon's session stores
 /// (`sql/session_store.sql`: per window a bounded sample of the distinct sessions, each with its
 /// count): one list per stored pattern, its items at their positions with clicks = the pattern's
 /// session count when clicked, and each (query, document)'s first feature row of the windows'
 /// training features. A pattern's split is its content hash's: its sessions are identical, so they
-/// cannot be split apart. Bias features are not read (DLA has no bias tower).
+/// cannot be split apart. Bias features are not read (no session model has a bias tower).
 pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, holdout: Holdout) -> anyhow::Result<Examples> {
     let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
     let mut ex = Examples::default();

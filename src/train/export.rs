@@ -35,6 +35,13 @@ pub struct RelevanceExport {
     pub embedding: Vec<(String, String, f32)>,
     /// θ_k − θ_1 per position k = 1.. (the bias tower, for completeness; not used to rank).
     pub position_bias: Vec<f64>,
+    /// The model (`[train] model`) the tower comes from.
+    #[serde(default)]
+    pub model: crate::train::config::ModelKind,
+    /// Models whose logit does not factorise (edot, einter): the layers score an item as if shown at
+    /// this position (1-based); absent for factorising models, whose r(x) needs no position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canonical_position: Option<usize>,
 }
 
 fn tensor_values<const D: usize>(t: burn::tensor::Tensor<D>) -> Vec<f32> {
@@ -44,7 +51,7 @@ fn tensor_values<const D: usize>(t: burn::tensor::Tensor<D>) -> Vec<f32> {
 pub fn to_export(trained: &Trained) -> RelevanceExport {
     let mut layers = Vec::new();
     let (embedding, mlp) = trained.model.relevance_parts();
-    if let Some(mlp) = mlp {
+    if let Some(mlp) = &mlp {
         for layer in &mlp.layers {
             let w = layer.weight.val();
             let [rows, cols] = w.dims();
@@ -54,7 +61,7 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
             layers.push(DenseLayer { weight, bias });
         }
     }
-    let embedding = match embedding {
+    let embedding = match &embedding {
         Some(e) => {
             let values = tensor_values(e.val());
             trained.vocabulary.iter().zip(values).skip(1).map(|((q, d), v)| (q.clone(), d.clone(), v)).collect()
@@ -72,6 +79,8 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
         layers,
         embedding,
         position_bias: trained.position_bias(),
+        model: trained.meta.architecture.model,
+        canonical_position: trained.model.canonical_position(),
     }
 }
 

@@ -100,14 +100,34 @@ impl Trained {
     }
 
     /// Applies `output` to every row of `ex` in chunks of sessions (inference device), in row order.
+    /// A model whose logits need the session (XPA) sees each span as one list.
     fn per_row(&self, ex: &Examples, device: &Device, output: impl Fn(&ClickModel, &BatchTensors) -> Tensor<1>) -> Vec<f32> {
         let qd_map = self.qd_map(ex);
         let ones = vec![1f32; ex.rows.len()];
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
-        let mut out = Vec::with_capacity(ex.rows.len());
+        let as_lists = self.meta.architecture.model.session_logits();
+        let mut out = vec![0f32; ex.rows.len()];
+        let mut slot_rows: Vec<usize> = Vec::new();
         for chunk in sessions.chunks(EVAL_SESSIONS) {
-            let (b, _) = build_batch(ex, chunk, &ones, &qd_map, &self.meta, None, device, true, false);
-            out.extend(output(&self.model, &b).into_data().try_to_vec::<f32>().expect("f32 outputs"));
+            let (b, _) = build_batch(ex, chunk, &ones, &qd_map, &self.meta, None, device, true, as_lists);
+            let values = output(&self.model, &b).into_data().try_to_vec::<f32>().expect("f32 outputs");
+            // The row behind each output slot: spans in order, by position within a list, then padding.
+            slot_rows.clear();
+            let width = b.lists.as_ref().map_or(0, |l| l.width);
+            for &s in chunk {
+                let span = ex.sessions[s];
+                let first = slot_rows.len();
+                slot_rows.extend(span.start..span.start + span.len);
+                if as_lists {
+                    slot_rows[first..].sort_by_key(|&i| ex.rows[i].position);
+                    slot_rows.extend(std::iter::repeat_n(usize::MAX, width - span.len));
+                }
+            }
+            for (slot, &row) in slot_rows.iter().enumerate() {
+                if row != usize::MAX {
+                    out[row] = values[slot];
+                }
+            }
         }
         out
     }
@@ -172,7 +192,8 @@ const EVAL_SESSIONS: usize = 4096;
 #[allow(clippy::too_many_arguments)]
 fn weighted_loss_sum(model: &ClickModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit_loss: bool) -> f64 {
     let mut total = 0f64;
-    let listwise = fit_loss && meta.architecture.model.listwise();
+    let model_kind = meta.architecture.model;
+    let listwise = (fit_loss && model_kind.listwise()) || model_kind.session_logits();
     for chunk in chosen.chunks(EVAL_SESSIONS) {
         let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, None, device, true, listwise);
         let sum = if fit_loss { model.fit_loss_sum(&b) } else { model.click_loss_sum(&b) };
@@ -579,8 +600,8 @@ struct Chunk<'a> {
 
 impl<'a> Chunk<'a> {
     fn new(ex: Cow<'a, Examples>, cfg: &TrainConfig, trained: &Trained, for_training: bool) -> Chunk<'a> {
-        // Missing propensities were checked over all chunks. A listwise model (DLA) estimates its own
-        // propensities: its rows weigh 1.
+        // Missing propensities were checked over all chunks. A session model (DLA, MixEM, XPA) takes
+        // no IPS weights: its rows weigh 1.
         let listwise = trained.meta.architecture.model.listwise();
         let weights = if listwise { vec![1f32; ex.rows.len()] } else { weights_of(&ex.rows, &cfg.ips).0 };
         let qd_map = trained.qd_map(&ex);

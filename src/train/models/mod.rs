@@ -7,7 +7,12 @@
 pub mod additive;
 pub mod biased;
 pub mod dla;
+pub mod edot;
+pub mod einter;
+pub mod mixem;
+pub mod rem;
 pub mod tower;
+pub mod xpa;
 pub mod zhang2023;
 
 use std::path::Path;
@@ -35,10 +40,37 @@ pub enum ModelKind {
     ObservationDropout,
     /// Ai et al. 2018: ranking and propensity models trained by each other's listwise losses.
     Dla,
+    /// Wang et al. 2018: regression EM on the examination hypothesis (Yan 2022's REM).
+    Rem,
+    /// Yan 2022 Eq. 4: r⃗(x)·e⃗(k).
+    #[serde(rename = "edot")]
+    #[value(name = "edot")]
+    EDot,
+    /// Yan 2022 Eq. 5: r⃗ᵀB e⃗ + b⃗_r·r⃗ + b⃗_e·e⃗ + b.
+    #[serde(rename = "einter")]
+    #[value(name = "einter")]
+    EInter,
+    /// Yan 2022 §3.1: a mixture of RCM, RCTR, DCTR and PBM fitted by EM over sessions.
+    #[serde(rename = "mixem")]
+    #[value(name = "mixem")]
+    MixEm,
+    /// Zhuang 2021 §4: examination from cross-positional attention over the session's items.
+    Xpa,
 }
 
 impl ModelKind {
-    pub const ALL: [ModelKind; 5] = [ModelKind::Biased, ModelKind::Additive, ModelKind::GradientReversal, ModelKind::ObservationDropout, ModelKind::Dla];
+    pub const ALL: [ModelKind; 10] = [
+        ModelKind::Biased,
+        ModelKind::Additive,
+        ModelKind::GradientReversal,
+        ModelKind::ObservationDropout,
+        ModelKind::Dla,
+        ModelKind::Rem,
+        ModelKind::EDot,
+        ModelKind::EInter,
+        ModelKind::MixEm,
+        ModelKind::Xpa,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -47,12 +79,30 @@ impl ModelKind {
             ModelKind::GradientReversal => "gradient_reversal",
             ModelKind::ObservationDropout => "observation_dropout",
             ModelKind::Dla => "dla",
+            ModelKind::Rem => "rem",
+            ModelKind::EDot => "edot",
+            ModelKind::EInter => "einter",
+            ModelKind::MixEm => "mixem",
+            ModelKind::Xpa => "xpa",
         }
     }
 
-    /// Trained on whole sessions (a softmax over each session's items), not on independent rows.
+    /// Trained on whole sessions (DLA's softmax over a session's items, MixEM's per-session E-step,
+    /// XPA's attention over the session's other items), not on independent rows. These take no IPS
+    /// weights.
     pub fn listwise(self) -> bool {
-        self == ModelKind::Dla
+        matches!(self, ModelKind::Dla | ModelKind::MixEm | ModelKind::Xpa)
+    }
+
+    /// Its click logits need the item's session (XPA): losses are scored on lists.
+    pub fn session_logits(self) -> bool {
+        self == ModelKind::Xpa
+    }
+
+    /// Its logit mixes position and relevance embeddings (EDot, EInter): a feature tower only, and
+    /// served at a canonical position.
+    pub fn embedding_interaction(self) -> bool {
+        matches!(self, ModelKind::EDot | ModelKind::EInter)
     }
 
     /// Has an observation tower g(k, z) (Zhang 2023).
@@ -102,6 +152,8 @@ pub struct Lists {
 pub struct ObjectiveSettings {
     pub observation: zhang2023::Objective,
     pub dla_max_weight: f64,
+    pub mixem_temperature: f64,
+    pub mixem_learn_prior: bool,
 }
 
 /// The model: one variant per file.
@@ -111,6 +163,11 @@ pub enum ClickModel {
     Additive(additive::Additive),
     Observation(zhang2023::ObservationModel),
     Dla(dla::Dla),
+    Rem(rem::Rem),
+    EDot(edot::EDot),
+    EInter(einter::EInter),
+    MixEm(mixem::MixEm),
+    Xpa(xpa::Xpa),
 }
 
 impl ClickModel {
@@ -123,16 +180,27 @@ impl ClickModel {
                 ClickModel::Observation(zhang2023::ObservationModel::new(arch, n_features, n_bias_features, vocabulary, device))
             }
             ModelKind::Dla => ClickModel::Dla(dla::Dla::new(arch, n_features, vocabulary, device)),
+            ModelKind::Rem => ClickModel::Rem(rem::Rem::new(arch, n_features, vocabulary, device)),
+            ModelKind::EDot => ClickModel::EDot(edot::EDot::new(arch, n_features, device)),
+            ModelKind::EInter => ClickModel::EInter(einter::EInter::new(arch, n_features, device)),
+            ModelKind::MixEm => ClickModel::MixEm(mixem::MixEm::new(arch, n_features, vocabulary, device)),
+            ModelKind::Xpa => ClickModel::Xpa(xpa::Xpa::new(arch, n_features, vocabulary, device)),
         }
     }
 
-    /// The relevance score r(x) (γ_{q,d} for embeddings) of every row: what serving ranks by.
+    /// The relevance score r(x) (γ_{q,d} for embeddings) of every row: what serving ranks by (for
+    /// EDot and EInter, the click logit at the canonical position).
     pub fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
         match self {
             ClickModel::Biased(m) => m.relevance.forward(b),
             ClickModel::Additive(m) => m.relevance(b),
             ClickModel::Observation(m) => m.relevance.forward(b),
             ClickModel::Dla(m) => m.relevance.forward(b),
+            ClickModel::Rem(m) => m.relevance.forward(b),
+            ClickModel::EDot(m) => m.relevance(b),
+            ClickModel::EInter(m) => m.relevance(b),
+            ClickModel::MixEm(m) => m.relevance.forward(b),
+            ClickModel::Xpa(m) => m.relevance.forward(b),
         }
     }
 
@@ -143,6 +211,11 @@ impl ClickModel {
             ClickModel::Additive(m) => m.click_logits(b),
             ClickModel::Observation(m) => m.click_logits(b),
             ClickModel::Dla(m) => m.click_logits(b),
+            ClickModel::Rem(m) => m.click_logits(b),
+            ClickModel::EDot(m) => m.click_logits(b),
+            ClickModel::EInter(m) => m.click_logits(b),
+            ClickModel::MixEm(m) => m.click_logits(b),
+            ClickModel::Xpa(m) => m.click_logits(b),
         }
     }
 
@@ -157,6 +230,7 @@ impl ClickModel {
     pub fn fit_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
         match self {
             ClickModel::Dla(m) => m.validation_sum(b),
+            ClickModel::MixEm(m) => m.validation_sum(b),
             _ => self.click_loss_sum(b),
         }
     }
@@ -166,6 +240,9 @@ impl ClickModel {
         let sum = match self {
             ClickModel::Observation(m) => m.objective_sum(b, &settings.observation),
             ClickModel::Dla(m) => m.objective_sum(b, settings.dla_max_weight),
+            ClickModel::Rem(m) => m.objective_sum(b),
+            ClickModel::MixEm(m) => m.objective_sum(b, settings.mixem_temperature, settings.mixem_learn_prior),
+            ClickModel::Xpa(m) => m.objective_sum(b),
             _ => self.click_loss_sum(b),
         };
         sum.div_scalar(denominator)
@@ -180,16 +257,37 @@ impl ClickModel {
             ClickModel::Additive(m) => m.position_bias(),
             ClickModel::Observation(m) => m.position_bias(),
             ClickModel::Dla(m) => m.position_bias(),
+            ClickModel::Rem(m) => m.position_bias(),
+            ClickModel::EDot(m) => m.position_bias(),
+            ClickModel::EInter(m) => m.position_bias(),
+            ClickModel::MixEm(m) => m.position_bias(),
+            ClickModel::Xpa(m) => m.position_bias(),
         }
     }
 
-    /// The relevance tower's parameters (for the export).
-    pub fn relevance_parts(&self) -> (Option<&Param<Tensor<1>>>, Option<&Mlp>) {
+    /// The serving relevance as parameters (for the export): γ per pair, or one scalar MLP (EDot
+    /// and EInter: their tower with the canonical position folded into its last layer).
+    pub fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+        let tower = |t: &tower::RelevanceTower| (t.embedding.clone(), t.mlp.clone());
         match self {
-            ClickModel::Biased(m) => (m.relevance.embedding.as_ref(), m.relevance.mlp.as_ref()),
-            ClickModel::Additive(m) => (m.embedding.as_ref(), m.relevance.as_ref()),
-            ClickModel::Observation(m) => (m.relevance.embedding.as_ref(), m.relevance.mlp.as_ref()),
-            ClickModel::Dla(m) => (m.relevance.embedding.as_ref(), m.relevance.mlp.as_ref()),
+            ClickModel::Biased(m) => tower(&m.relevance),
+            ClickModel::Additive(m) => (m.embedding.clone(), m.relevance.clone()),
+            ClickModel::Observation(m) => tower(&m.relevance),
+            ClickModel::Dla(m) => tower(&m.relevance),
+            ClickModel::Rem(m) => tower(&m.relevance),
+            ClickModel::EDot(m) => (None, Some(m.serving_tower())),
+            ClickModel::EInter(m) => (None, Some(m.serving_tower())),
+            ClickModel::MixEm(m) => tower(&m.relevance),
+            ClickModel::Xpa(m) => tower(&m.relevance),
+        }
+    }
+
+    /// The position a serving system must assume for `relevance` (EDot, EInter), 1-based.
+    pub fn canonical_position(&self) -> Option<usize> {
+        match self {
+            ClickModel::EDot(m) => Some(m.canonical + 1),
+            ClickModel::EInter(m) => Some(m.canonical + 1),
+            _ => None,
         }
     }
 
@@ -209,6 +307,20 @@ impl ClickModel {
                 m.relevance = m.relevance.grow(vocabulary, device);
                 ClickModel::Dla(m)
             }
+            ClickModel::Rem(mut m) => {
+                m.relevance = m.relevance.grow(vocabulary, device);
+                ClickModel::Rem(m)
+            }
+            ClickModel::MixEm(mut m) => {
+                m.relevance = m.relevance.grow(vocabulary, device);
+                ClickModel::MixEm(m)
+            }
+            ClickModel::Xpa(mut m) => {
+                m.relevance = m.relevance.grow(vocabulary, device);
+                ClickModel::Xpa(m)
+            }
+            // Feature towers only: no vocabulary.
+            m @ (ClickModel::EDot(_) | ClickModel::EInter(_)) => m,
         }
     }
 
@@ -220,6 +332,11 @@ impl ClickModel {
             ClickModel::Additive(m) => m.save_file(path),
             ClickModel::Observation(m) => m.save_file(path),
             ClickModel::Dla(m) => m.save_file(path),
+            ClickModel::Rem(m) => m.save_file(path),
+            ClickModel::EDot(m) => m.save_file(path),
+            ClickModel::EInter(m) => m.save_file(path),
+            ClickModel::MixEm(m) => m.save_file(path),
+            ClickModel::Xpa(m) => m.save_file(path),
         };
         saved.map_err(|e| anyhow::anyhow!("writing the model record {}: {e}", path.display()))
     }
@@ -232,6 +349,11 @@ impl ClickModel {
             ClickModel::Additive(m) => ClickModel::Additive(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
             ClickModel::Observation(m) => ClickModel::Observation(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
             ClickModel::Dla(m) => ClickModel::Dla(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
+            ClickModel::Rem(m) => ClickModel::Rem(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
+            ClickModel::EDot(m) => ClickModel::EDot(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
+            ClickModel::EInter(m) => ClickModel::EInter(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
+            ClickModel::MixEm(m) => ClickModel::MixEm(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
+            ClickModel::Xpa(m) => ClickModel::Xpa(m.try_load_file(path).map_err(|e| wrong(e.to_string()))?),
         })
     }
 }

@@ -28,18 +28,28 @@ pub struct Mlp {
 
 impl Mlp {
     pub fn new(input: usize, hidden_layers: usize, hidden_units: usize, device: &Device) -> Self {
+        Mlp::with_outputs(input, hidden_layers, hidden_units, 1, device)
+    }
+
+    /// An MLP whose last layer has `outputs` units (an embedding tower, Yan 2022 §3.2).
+    pub fn with_outputs(input: usize, hidden_layers: usize, hidden_units: usize, outputs: usize, device: &Device) -> Self {
         let mut layers = Vec::with_capacity(hidden_layers + 1);
         let mut width = input;
         for _ in 0..hidden_layers {
             layers.push(LinearConfig::new(width, hidden_units).init(device));
             width = hidden_units;
         }
-        layers.push(LinearConfig::new(width, 1).init(device));
+        layers.push(LinearConfig::new(width, outputs).init(device));
         Mlp { layers }
     }
 
     /// [n, input] → [n].
     pub fn forward(&self, x: Tensor<2>) -> Tensor<1> {
+        self.forward_matrix(x).squeeze_dim::<1>(1)
+    }
+
+    /// [n, input] → [n, outputs].
+    pub fn forward_matrix(&self, x: Tensor<2>) -> Tensor<2> {
         let last = self.layers.len() - 1;
         let mut h = x;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -48,8 +58,41 @@ impl Mlp {
                 h = elu(h);
             }
         }
-        h.squeeze_dim::<1>(1)
+        h
     }
+
+    /// The scalar MLP x ↦ v·f(x) + c of a vector-output MLP f: its last layer folded with v and c
+    /// (what serving an embedding model at a canonical position computes).
+    pub fn folded(&self, v: Tensor<1>, c: f32) -> Mlp {
+        let mut layers = self.layers.clone();
+        let last = layers.pop().expect("an MLP has a layer");
+        let [_, outputs] = last.weight.val().dims();
+        let v2: Tensor<2> = v.clone().reshape([outputs, 1]);
+        let weight = last.weight.val().matmul(v2.clone());
+        let bias = match &last.bias {
+            Some(b) => b.val().reshape([1, outputs]).matmul(v2).reshape([1]).add_scalar(c),
+            None => Tensor::<1>::zeros([1], &v.device()).add_scalar(c),
+        };
+        layers.push(Linear { weight: Param::from_tensor(weight), bias: Some(Param::from_tensor(bias)) });
+        Mlp { layers }
+    }
+}
+
+/// A feature tower with a `dimension`-wide output r⃗(x) (Yan 2022 §3.2): `hidden_layers` ELU layers,
+/// then a linear layer to the embedding (the linear tower: one layer).
+pub fn vector_tower(arch: &Architecture, n_features: usize, dimension: usize, device: &Device) -> Mlp {
+    let hidden = if arch.tower == TowerKind::Mlp { arch.hidden_layers } else { 0 };
+    Mlp::with_outputs(n_features, hidden, arch.hidden_units, dimension, device)
+}
+
+/// Small normal draws from a fixed generator, for parameters that must start apart from 0
+/// (position embeddings: at 0 a dot product has no gradient).
+pub fn normal_init(len: usize, sd: f32, seed: u64) -> Vec<f32> {
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let normal = rand_distr::Normal::new(0.0f32, sd).expect("valid normal");
+    (0..len).map(|_| normal.sample(&mut rng)).collect()
 }
 
 /// The relevance tower r(x): γ_{q,d} per query-document pair (embedding), or an MLP over features
@@ -109,7 +152,7 @@ pub fn grow_embedding(embedding: Option<Param<Tensor<1>>>, vocabulary: usize, de
 
 /// Per-row binary cross-entropy with logits, −[c log σ(z) + (1−c) log(1−σ(z))], computed as
 /// softplus(z) − c·z in the form that never overflows.
-pub fn bce_with_logits(logits: Tensor<1>, clicks: Tensor<1>) -> Tensor<1> {
+pub fn bce_with_logits<const D: usize>(logits: Tensor<D>, clicks: Tensor<D>) -> Tensor<D> {
     let softplus = logits.clone().clamp_min(0.0) + logits.clone().abs().neg().exp().log1p();
     softplus - clicks * logits
 }
