@@ -86,6 +86,77 @@ pub enum ExperimentCommand {
     /// Zhang et al. 2023 Table 1 (Biased, PAL, DLA, GradRev, Drop under five logging policies) and
     /// the η / dropout sweeps, on MQ2008 fold 1 and LightGBM's rank data.
     Zhang2023(Zhang2023Args),
+    /// Yan et al. 2022 Table 3 (Biased, REM, Additive, EDot, EInter, MixEM under five mixtures of
+    /// click models), on MQ2008 fold 1 and LightGBM's rank data.
+    Yan2022(Yan2022Args),
+    /// Zhuang et al. 2021 Tables 1–2 (NoPos, Pos, XPA and its ablations under PBM, DCM and CPM
+    /// clicks) and the attention matrix of Fig. 5, on MQ2008 fold 1 and LightGBM's rank data.
+    Zhuang2021(Zhuang2021Args),
+}
+
+#[derive(Args)]
+pub struct Zhuang2021Args {
+    #[arg(long, default_value = "results/zhuang2021")]
+    out: PathBuf,
+    #[command(flatten)]
+    run: LtrExperimentArgs,
+    /// PBM, DCM, CPM.
+    #[arg(long, value_delimiter = ',', default_value = "PBM,DCM,CPM")]
+    click_models: Vec<String>,
+    /// NoPos, Pos, XPA, XPA Pos, XPA Item.
+    #[arg(long, value_delimiter = ',', default_value = "NoPos,Pos,XPA,XPA Pos,XPA Item")]
+    methods: Vec<String>,
+}
+
+/// What `yan2022` and `zhuang2021` share: the data, the simulated log and the training budget.
+#[derive(Args)]
+pub struct LtrExperimentArgs {
+    /// Directory holding MQ2008's S1.txt … S5.txt.
+    #[arg(long)]
+    mq2008: Option<PathBuf>,
+    /// Directory holding LightGBM's rank.train, rank.test and their .query files; `none` skips it.
+    #[arg(long)]
+    lightgbm_rank: Option<PathBuf>,
+    /// Training sessions per cell.
+    #[arg(long, default_value_t = 200_000)]
+    train_sessions: u64,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    #[arg(long, default_value_t = 50)]
+    max_epochs: usize,
+    /// Cells (dataset, click model, seed) in parallel.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    #[arg(long, value_enum, default_value = "flex")]
+    backend: BackendKind,
+    #[arg(long, value_enum, default_value = "mlp")]
+    tower: crate::train::config::TowerKind,
+    /// The top this many of each ranking are shown (1..=64: a click pattern is 64 bits).
+    #[arg(long, default_value_t = 10)]
+    max_positions: usize,
+    /// Share of training queries whose labels fit the logging ranker (Yan §4.1.1: 1 %).
+    #[arg(long, default_value_t = 0.01)]
+    logging_label_fraction: f64,
+}
+
+#[derive(Args)]
+pub struct Yan2022Args {
+    #[arg(long, default_value = "results/yan2022")]
+    out: PathBuf,
+    #[command(flatten)]
+    run: LtrExperimentArgs,
+    /// Mixtures RCM:RCTR:DCTR:PBM.
+    #[arg(long, value_delimiter = ',', default_value = "0:0:0:1,0:1:0:1,1:0:1:0,1:1:1:1,0:1:1:0")]
+    mixtures: Vec<String>,
+    /// The table's methods.
+    #[arg(long, value_delimiter = ',', default_value = "Biased,REM,Additive,EDot,EInter,MixEM")]
+    methods: Vec<String>,
+    /// D_emb grid of EDot and EInter.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    dimensions: Vec<usize>,
+    /// T grid of MixEM.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,1,2")]
+    temperatures: Vec<f64>,
 }
 
 #[derive(Args)]
@@ -327,6 +398,8 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
     let a = match cmd {
         ExperimentCommand::Hager2025(a) => a,
         ExperimentCommand::Zhang2023(z) => return zhang2023(z),
+        ExperimentCommand::Yan2022(y) => return yan2022(y),
+        ExperimentCommand::Zhuang2021(z) => return zhuang2021(z),
     };
     let data_dir = match &a.data {
         Some(d) => d.clone(),
@@ -354,18 +427,104 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
     Ok(summary.checks.iter().all(|c| c.holds))
 }
 
-fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
-    use crate::experiment::zhang2023 as z;
-    let mq = match &a.mq2008 {
+impl LtrExperimentArgs {
+    /// MQ2008 fold 1 (train, validation, test) and, when found or named, LightGBM's rank data.
+    fn datasets(&self) -> anyhow::Result<Vec<crate::experiment::yan2022::Data>> {
+        use crate::experiment::yan2022 as y;
+        let (mq, rank) = data_dirs(&self.mq2008, &self.lightgbm_rank)?;
+        let mut datasets = vec![y::mq2008(&mq)?];
+        if let Some(dir) = rank {
+            datasets.push(y::lightgbm_rank(&dir)?);
+        }
+        Ok(datasets)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!((1..=64).contains(&self.max_positions), "--max-positions must lie in 1..=64 (a click pattern is 64 bits)");
+        anyhow::ensure!(self.logging_label_fraction > 0.0 && self.logging_label_fraction <= 1.0, "--logging-label-fraction must lie in (0, 1]");
+        Ok(())
+    }
+}
+
+fn zhuang2021(a: &Zhuang2021Args) -> anyhow::Result<bool> {
+    use crate::experiment::zhuang2021 as z;
+    let r = &a.run;
+    r.check()?;
+    let datasets = r.datasets()?;
+    for c in &a.click_models {
+        z::click_model(c).context("--click-models")?;
+    }
+    let opts = z::Options {
+        out: a.out.clone(),
+        train_sessions: r.train_sessions,
+        seeds: r.seeds.clone(),
+        max_epochs: r.max_epochs,
+        jobs: r.jobs,
+        backend: r.backend,
+        tower: r.tower,
+        max_positions: r.max_positions,
+        logging_label_fraction: r.logging_label_fraction,
+        click_models: a.click_models.clone(),
+        methods: a
+            .methods
+            .iter()
+            .map(|m| z::Method::table().into_iter().find(|t| t.name == *m).with_context(|| format!("--methods: unknown method `{m}` (NoPos, Pos, XPA, XPA Pos, XPA Item)")))
+            .collect::<anyhow::Result<_>>()?,
+        progress: true,
+    };
+    let summary = z::run(&opts, &datasets)?;
+    print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
+    println!("\nwrote {}/{{results.csv,summary.md,summary.json,attention.svg}} in {:.0}s", a.out.display(), summary.seconds);
+    Ok(true)
+}
+
+fn yan2022(a: &Yan2022Args) -> anyhow::Result<bool> {
+    use crate::experiment::yan2022 as y;
+    let r = &a.run;
+    r.check()?;
+    let datasets = r.datasets()?;
+    for m in &a.mixtures {
+        crate::simulate::click::ClickModel::parse_mixture(m).with_context(|| format!("--mixtures `{m}`"))?;
+    }
+    let opts = y::Options {
+        out: a.out.clone(),
+        train_sessions: r.train_sessions,
+        seeds: r.seeds.clone(),
+        max_epochs: r.max_epochs,
+        jobs: r.jobs,
+        backend: r.backend,
+        tower: r.tower,
+        max_positions: r.max_positions,
+        logging_label_fraction: r.logging_label_fraction,
+        mixtures: a.mixtures.clone(),
+        methods: y::Method::grid(&a.methods, &a.dimensions, &a.temperatures).context("--methods")?,
+        progress: true,
+    };
+    let summary = y::run(&opts, &datasets)?;
+    print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
+    println!("\nwrote {}/{{results.csv,summary.md,summary.json}} in {:.0}s", a.out.display(), summary.seconds);
+    Ok(true)
+}
+
+/// MQ2008's directory (named or found) and LightGBM's rank directory: named, `none` for none, or found
+/// beside MQ2008's.
+fn data_dirs(mq2008: &Option<PathBuf>, lightgbm_rank: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let mq = match mq2008 {
         Some(d) => d.clone(),
         None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
     };
-    let mut datasets = vec![z::mq2008(&mq)?];
-    let rank = match &a.lightgbm_rank {
+    let rank = match lightgbm_rank {
         Some(d) if d.as_os_str() == "none" => None,
         Some(d) => Some(d.clone()),
         None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| d.join("rank.train").exists()),
     };
+    Ok((mq, rank))
+}
+
+fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
+    use crate::experiment::zhang2023 as z;
+    let (mq, rank) = data_dirs(&a.mq2008, &a.lightgbm_rank)?;
+    let mut datasets = vec![z::mq2008(&mq)?];
     if let Some(dir) = rank {
         datasets.push(z::lightgbm_rank(&dir)?);
     }

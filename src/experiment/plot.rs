@@ -109,3 +109,35 @@ pub fn lines_svg(panels: &[Series]) -> String {
     s.push_str("</svg>\n");
     s
 }
+
+/// One heatmap per panel (rows j, columns k, value in [0, max]), darker = larger, cells labelled by
+/// 1-based index: the attention matrices of Zhuang Fig. 5.
+pub fn heatmaps_svg(panels: &[(String, Vec<Vec<f64>>)]) -> String {
+    let (cell, pad, title) = (22.0, 28.0, 18.0);
+    let side = |m: &Vec<Vec<f64>>| m.len() as f64 * cell + pad + 8.0;
+    let width: f64 = panels.iter().map(|p| side(&p.1)).sum::<f64>().max(1.0);
+    let height = panels.iter().map(|p| side(&p.1)).fold(0.0, f64::max) + title;
+    let mut s = String::new();
+    let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="9">"#);
+    let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let mut ox = 0.0;
+    for (name, m) in panels {
+        let max = m.iter().flatten().copied().filter(|v| v.is_finite()).fold(0.0, f64::max).max(1e-12);
+        let _ = write!(s, r#"<text x="{}" y="12" font-size="11">{}</text>"#, ox + pad, escape(name));
+        for (j, row) in m.iter().enumerate() {
+            let y = title + pad + j as f64 * cell;
+            let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, ox + pad - 4.0, y + cell * 0.65, j + 1);
+            for (k, v) in row.iter().enumerate() {
+                let x = ox + pad + k as f64 * cell;
+                let shade = (255.0 * (1.0 - (v / max).clamp(0.0, 1.0))).round() as u8;
+                let _ = write!(s, r#"<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="rgb({shade},{shade},255)"><title>a[{}][{}] = {v:.3}</title></rect>"#, j + 1, k + 1);
+            }
+        }
+        for k in 0..m.len() {
+            let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, ox + pad + (k as f64 + 0.5) * cell, title + pad - 4.0, k + 1);
+        }
+        ox += side(m);
+    }
+    s.push_str("</svg>");
+    s
+}

@@ -112,14 +112,7 @@ pub struct RunResult {
     pub impressions_per_second: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub dataset: String,
-    pub claim: u8,
-    pub statement: String,
-    pub holds: bool,
-    pub detail: String,
-}
+pub use super::Check;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -231,6 +224,12 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
 
 /// Scores the test queries' documents with the relevance tower: nDCG@5 and @10 and the queries.
 pub fn test_ndcg(trained: &Trained, test: &Dataset, device: &burn::tensor::Device) -> (f64, f64, usize) {
+    let (ndcg, n) = test_ndcg_at(trained, test, device, &[5, 10]);
+    (ndcg[&5], ndcg[&10], n)
+}
+
+/// nDCG of the relevance tower on the test queries at each cutoff, and the queries scored.
+pub fn test_ndcg_at(trained: &Trained, test: &Dataset, device: &burn::tensor::Device, cutoffs: &[usize]) -> (BTreeMap<usize, f64>, usize) {
     let mut ex = Examples { n_features: test.n_features, ..Examples::default() };
     let mut labels = HashMap::new();
     for query in &test.queries {
@@ -244,8 +243,7 @@ pub fn test_ndcg(trained: &Trained, test: &Dataset, device: &burn::tensor::Devic
         }
     }
     let scores: HashMap<(String, String), f64> = trained.relevance_of_rows(&ex, device).into_iter().enumerate().map(|(i, s)| (ex.qd_keys[i].clone(), s as f64)).collect();
-    let (ndcg, n) = mean_ndcg(&scores, &labels, &[5, 10]);
-    (ndcg[&5], ndcg[&10], n)
+    mean_ndcg(&scores, &labels, cutoffs)
 }
 
 /// Trains one method on one simulated log and scores it.
@@ -292,7 +290,7 @@ pub fn mean_sd(v: &[f64]) -> (f64, f64) {
 
 /// a beats b beyond seed noise: the mean of the per-seed differences (both runs of a seed share its
 /// simulated log and its noise n) exceeds twice its standard error. Needs two or more seeds.
-fn beyond_noise(a: &[(u64, f64)], b: &[(u64, f64)]) -> (bool, f64, f64) {
+pub fn beyond_noise(a: &[(u64, f64)], b: &[(u64, f64)]) -> (bool, f64, f64) {
     let diffs: Vec<f64> = a.iter().filter_map(|(s, x)| b.iter().find(|(t, _)| t == s).map(|(_, y)| x - y)).collect();
     let (mean, sd) = mean_sd(&diffs);
     let se = sd / (diffs.len().max(1) as f64).sqrt();
@@ -457,7 +455,7 @@ fn write_outputs(opts: &Options, datasets: &[DataSpec], summary: &Summary) -> an
     }
     md.push_str("## Claims\n\n");
     for c in &summary.checks {
-        md.push_str(&format!("- {} claim {}: {} — **{}** ({})\n", c.dataset, c.claim, c.statement, if c.holds { "holds" } else { "does not hold" }, c.detail));
+        md.push_str(&c.markdown_line());
     }
     md.push_str(&format!("\nWall time {:.0} s.\n", summary.seconds));
     std::fs::write(opts.out.join("summary.md"), md)?;
