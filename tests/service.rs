@@ -203,13 +203,15 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
 fn sigterm_cancels_a_scheduled_training_in_progress() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("long.toml");
-    // Enough data and epochs (no early stop) that the training would run for minutes.
+    // Epochs without early stop so many that no training can finish before the signal, even the first
+    // on one closed window: 500 epochs over one window's aggregated rows took ~2 s, so a first training
+    // finished and a second was cancelled (a model left behind; CI failure of 4bfe0da).
     std::fs::write(
         &config,
         "source = \"simulator\"\n[simulator]\nrelevance = \"mlp\"\nsessions = 30000\nseed = 9\ninterval_ms = 100\n\
          [simulator.policy]\ntau = 0.3\n[simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n\
          [window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n\
-         [train]\ntower = \"mlp\"\nmax_epochs = 500\npatience = 500\nschedule = \"*/2 * * * * *\"\n",
+         [train]\ntower = \"mlp\"\nmax_epochs = 1000000\npatience = 1000000\nschedule = \"*/2 * * * * *\"\n",
     )
     .unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
