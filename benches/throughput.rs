@@ -64,13 +64,11 @@ fn main() {
     let small = Simulator::new(SimConfig { top_n: 10, ..base.clone() }).expect("simulator");
     bench_decode("with 46 features, 10 items", &records(&small, base.sessions));
 
-    // Real LTR features (MQ2008, values like 0.052632) when the shared data is there.
-    let mq = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/mq2008");
-    if mq.is_dir() {
-        let data = (1..=5).map(|i| mq.join(format!("S{i}.txt"))).collect();
-        let real = Simulator::new(SimConfig { data, relevance: RelevanceKind::Labels, ..base.clone() }).expect("simulator");
-        bench_decode("MQ2008 46 features, 8-25 items", &records(&real, base.sessions));
-    }
+    // Real LTR features (MQ2008, values like 0.052632) from the repository's data/.
+    let mq = ultr::simulate::dataset::default_mq2008_dir().expect("MQ2008: the repository's data/ (or $ULTR_DATA_DIR)");
+    let data = (1..=5).map(|i| mq.join(format!("S{i}.txt"))).collect();
+    let real = Simulator::new(SimConfig { data, relevance: RelevanceKind::Labels, ..base.clone() }).expect("simulator");
+    bench_decode("MQ2008 46 features, 8-25 items", &records(&real, base.sessions));
 
     let bare = Simulator::new(SimConfig { emit_features: false, ..base.clone() }).expect("simulator");
     let t = Instant::now();

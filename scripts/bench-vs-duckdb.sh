@@ -10,7 +10,7 @@ sessions="${1:-200000}"
 ultr="${CARGO_TARGET_DIR:-target}/release/ultr"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-data_dir="${ULTR_DATA_DIR:-../shared/data}/mq2008"
+data_dir="${ULTR_DATA_DIR:-data}/mq2008"
 args=()
 for i in 1 2 3 4 5; do args+=(--data "$data_dir/S$i.txt"); done
 "$ultr" simulate "${args[@]}" --tau 0.3 --sessions "$sessions" --seed 3 --out "$work/sessions.jsonl" >/dev/null

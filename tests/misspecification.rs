@@ -306,3 +306,15 @@ fn a_non_factorising_mixture_fires_for_the_additive_model() {
     assert!(zs.iter().take(2).any(|z| *z > threshold()), "additive on 0:1:1:0: z {zs:.2?}");
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &[((first + 2) * 10 - 1, "MisspecificationSuspected", true)]);
 }
+
+#[test]
+#[ignore]
+fn explore_mixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let model: &'static str = Box::leak(std::env::var("EXPLORE_MODEL").unwrap_or("mixem".into()).into_boxed_str());
+    let spw: u64 = std::env::var("EXPLORE_SPW").ok().and_then(|v| v.parse().ok()).unwrap_or(15_000);
+    let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower: "embedding", feature_limit: None, windows_after: 4, sessions_per_window: spw, seed: 16, click_mixture: Some([0.0, 1.0, 1.0, 0.0]), model };
+    let o = run(&s, dir.path());
+    let zs: Vec<f64> = o.scored.iter().map(|w| w.misspecification.z).collect();
+    eprintln!("EXPLORE {model} spw {spw}: z {zs:.2?}");
+}

@@ -407,7 +407,7 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
     };
     let data: Vec<PathBuf> = (1..=5).map(|i| data_dir.join(format!("S{i}.txt"))).collect();
     for f in &data {
-        anyhow::ensure!(f.exists(), "{} does not exist", f.display());
+        anyhow::ensure!(crate::simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
     }
     let summary = crate::experiment::hager2025::run(&crate::experiment::hager2025::Options {
         out: a.out.clone(),
@@ -516,7 +516,7 @@ fn data_dirs(mq2008: &Option<PathBuf>, lightgbm_rank: &Option<PathBuf>) -> anyho
     let rank = match lightgbm_rank {
         Some(d) if d.as_os_str() == "none" => None,
         Some(d) => Some(d.clone()),
-        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| d.join("rank.train").exists()),
+        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| crate::simulate::dataset::data_file_exists(&d.join("rank.train"))),
     };
     Ok((mq, rank))
 }

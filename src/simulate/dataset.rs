@@ -1,8 +1,8 @@
 //! Learning-to-rank datasets for the simulator: SVMlight/LETOR files, LightGBM files with a `.query`
-//! group file, or synthetic Gaussian features.
+//! group file (either plain or gzipped), or synthetic Gaussian features.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use rand::Rng;
@@ -126,7 +126,7 @@ fn dedupe_doc_ids(docs: &mut [Doc]) {
 pub fn load_svmlight(paths: &[&Path]) -> anyhow::Result<Dataset> {
     let mut lines = Vec::new();
     for path in paths {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = read_text(path)?;
         for (i, raw) in text.lines().enumerate() {
             if let Some(line) = parse_line(raw, path, i)? {
                 let qid = line.qid.clone().with_context(|| format!("{}:{}: no qid (use --format lightgbm with a .query file)", path.display(), i + 1))?;
@@ -143,8 +143,8 @@ pub fn load_svmlight(paths: &[&Path]) -> anyhow::Result<Dataset> {
 /// Reads LightGBM's ranking format: SVMlight lines without qid, grouped by a `.query` file that
 /// lists documents per query in file order.
 pub fn load_lightgbm(path: &Path, query_file: &Path) -> anyhow::Result<Dataset> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let groups = std::fs::read_to_string(query_file).with_context(|| format!("reading {}", query_file.display()))?;
+    let text = read_text(path)?;
+    let groups = read_text(query_file)?;
     let sizes: Vec<usize> = groups
         .split_ascii_whitespace()
         .map(|s| s.parse().with_context(|| format!("{}: bad group size `{s}`", query_file.display())))
@@ -186,10 +186,53 @@ pub fn synthetic(queries: usize, docs_per_query: usize, n_features: usize, rng: 
     Dataset { queries, n_features }
 }
 
-/// MQ2008's folder: `$ULTR_DATA_DIR/mq2008`, else `shared/data/mq2008` beside or inside the working
-/// directory.
-pub fn default_mq2008_dir() -> Option<std::path::PathBuf> {
-    let mut bases: Vec<std::path::PathBuf> = std::env::var_os("ULTR_DATA_DIR").map(std::path::PathBuf::from).into_iter().collect();
-    bases.extend(["../shared/data", "shared/data", "/work/shared/data"].map(std::path::PathBuf::from));
-    bases.into_iter().map(|b| b.join("mq2008")).find(|d| d.join("S1.txt").exists())
+/// `path` gzipped: the name with `.gz` appended.
+fn gzipped(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".gz");
+    PathBuf::from(name)
+}
+
+/// Whether a data file exists as named or gzipped (`NAME.gz`), the form `data/` ships.
+pub fn data_file_exists(path: &Path) -> bool {
+    path.is_file() || gzipped(path).is_file()
+}
+
+/// A data file's text: the file as named (decompressed when its name ends in `.gz`), else `NAME.gz`
+/// decompressed, so `data/mq2008/S1.txt` names the shipped `S1.txt.gz` and an uncompressed copy
+/// (under `$ULTR_DATA_DIR`) alike.
+pub fn read_text(path: &Path) -> anyhow::Result<String> {
+    let (file, compressed) = if path.is_file() {
+        (path.to_path_buf(), path.extension().is_some_and(|e| e == "gz"))
+    } else if gzipped(path).is_file() {
+        (gzipped(path), true)
+    } else {
+        bail!("reading {}: no such file (nor {})", path.display(), gzipped(path).display());
+    };
+    let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+    if !compressed {
+        return String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", file.display()));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(&bytes[..]), &mut text).with_context(|| format!("decompressing {}", file.display()))?;
+    Ok(text)
+}
+
+/// The folder holding `mq2008/` and `lightgbm-rank/`: `$ULTR_DATA_DIR` when set, else `data/` in the
+/// working directory, else the repository's own `data/` (where this crate was built from).
+pub fn data_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("ULTR_DATA_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    [PathBuf::from("data"), Path::new(env!("CARGO_MANIFEST_DIR")).join("data")].into_iter().find(|d| d.join("mq2008").is_dir())
+}
+
+/// MQ2008's folder (`S1.txt` … `S5.txt`, plain or gzipped) under `data_dir()`.
+pub fn default_mq2008_dir() -> Option<PathBuf> {
+    data_dir().map(|d| d.join("mq2008")).filter(|d| data_file_exists(&d.join("S1.txt")))
+}
+
+/// LightGBM's rank example (`rank.train`, `rank.test` and their `.query` files) under `data_dir()`.
+pub fn default_lightgbm_rank_dir() -> Option<PathBuf> {
+    data_dir().map(|d| d.join("lightgbm-rank")).filter(|d| data_file_exists(&d.join("rank.train")))
 }

@@ -275,7 +275,9 @@ fn load_dataset(cfg: &SimConfig, rng: &mut ChaCha8Rng) -> anyhow::Result<Dataset
         DataFormat::Svmlight => dataset::load_svmlight(&cfg.data.iter().map(PathBuf::as_path).collect::<Vec<_>>()),
         DataFormat::Lightgbm => {
             let [data] = cfg.data.as_slice() else { bail!("lightgbm format takes exactly one data file") };
-            let groups = cfg.query_file.clone().unwrap_or_else(|| PathBuf::from(format!("{}.query", data.display())));
+            // `rank.train` and `rank.train.gz` both group by `rank.train.query`.
+            let plain = data.display().to_string();
+            let groups = cfg.query_file.clone().unwrap_or_else(|| PathBuf::from(format!("{}.query", plain.strip_suffix(".gz").unwrap_or(&plain))));
             dataset::load_lightgbm(data, &groups)
         }
     }

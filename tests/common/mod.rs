@@ -13,18 +13,9 @@ use ultr::ingest::Ingest;
 use ultr::sinks::dead_letter::DeadLetterSink;
 use ultr::sources::RecordSource;
 
-/// `shared/data` beside the repository (CI clones with shared/ beside it), or `$ULTR_DATA_DIR`.
+/// The repository's `data/` (gzipped MQ2008 and LightGBM rank data), or `$ULTR_DATA_DIR`.
 pub fn data_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("ULTR_DATA_DIR") {
-        return PathBuf::from(dir);
-    }
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for base in [here.join("../shared/data"), here.join("shared/data"), PathBuf::from("/work/shared/data")] {
-        if base.join("mq2008").is_dir() {
-            return base;
-        }
-    }
-    panic!("LTR data not found: set ULTR_DATA_DIR to the folder holding mq2008/ and lightgbm-rank/");
+    ultr::simulate::dataset::data_dir().expect("LTR data: the repository's data/ (or $ULTR_DATA_DIR with mq2008/ and lightgbm-rank/)")
 }
 
 pub fn mq2008_files() -> Vec<PathBuf> {
