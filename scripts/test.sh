@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (README): installs what the tests need on a fresh machine, starts a real
-# Kafka-protocol broker (tansu 0.6.0) on 127.0.0.1:9092 when none is listening, and runs every test.
+# Kafka-protocol broker (tansu 0.6.0) on 127.0.0.1:9092 when none is listening, installs onnxruntime
+# (PyPI, in a venv) for the ONNX export test, and runs every test.
 # Tests that need their own broker (outage with sqlite storage, SASL behind a TLS listener) start
 # `tansu` and `stunnel` themselves; both are installed here.
 set -euo pipefail
@@ -15,9 +16,10 @@ log() { printf '==> %s\n' "$*"; }
 
 # 1. System packages: a C toolchain for librdkafka (built from source by rdkafka-sys), zlib, OpenSSL
 #    (librdkafka's TLS and SCRAM), Debian's prometheus package (promtool for the alert-rule tests),
-#    stunnel (a real TLS listener in front of a broker) and the openssl CLI (test certificates).
+#    stunnel (a real TLS listener in front of a broker), the openssl CLI (test certificates) and
+#    python3 with venv (the ONNX runtime below).
 missing=()
-for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl; do
+for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl python3 python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -37,6 +39,15 @@ if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}" || [ "$(cat 
   echo "$TANSU_FEATURES" > "$TANSU_STAMP"
 fi
 
+# 3. A real ONNX runtime for tests/onnx.rs: onnxruntime and numpy from PyPI in a venv of their own.
+ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy" 2>/dev/null; then
+  log "installing onnxruntime and numpy into $ULTR_VENV"
+  python3 -m venv "$ULTR_VENV"
+  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24"
+fi
+export ULTR_PYTHON="$ULTR_VENV/bin/python"
+
 port_open() { (exec 3<>"/dev/tcp/${BROKER_HOST}/${BROKER_PORT}") 2>/dev/null; }
 broker_pid=""
 cleanup() { [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true; }
@@ -55,6 +66,6 @@ else
 fi
 export ULTR_KAFKA_BROKERS="${BROKER_HOST}:${BROKER_PORT}"
 
-# 3. Every test, in the release profile (one build serves tests, benches and the binary).
+# 4. Every test, in the release profile (one build serves tests, benches and the binary).
 log "cargo test --release"
 cargo test --release "$@"

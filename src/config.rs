@@ -284,6 +284,9 @@ impl PipelineConfig {
         if !(0.0..=1.0).contains(&id.min_policy_variation) {
             return Err(invalid(format!("key `identifiability.min_policy_variation` = {} must lie in [0, 1]", id.min_policy_variation)));
         }
+        if let Some(schema) = &config.decode.feature_schema {
+            schema.validate(config.decode.feature_dim, config.decode.bias_feature_dim).map_err(|e| invalid(e))?;
+        }
         config.train.validate().map_err(|e| invalid(e))?;
         if matches!(config.source, SourceConfig::Simulator) {
             config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;

@@ -168,6 +168,53 @@ fn train_cli_checkpoints_gate_and_warm_start() {
     assert!(report["bias_rmse"].as_f64().unwrap() < 0.15);
 }
 
+/// `[decode.feature_schema]` travels with the model (meta.json, relevance.json), and a model of another
+/// schema is refused before it scores: eval, warm start and the gate name both schemas.
+#[test]
+fn a_model_refuses_a_stream_of_another_feature_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let with_schema = |version: u32, names: usize, extra: &str| {
+        let path = pipeline(dir.path(), 20_000, "");
+        let features: Vec<String> = (1..=names).map(|i| format!("\"signal_{i}\"")).collect();
+        let text = std::fs::read_to_string(&path).unwrap()
+            + &format!("[decode]\n{extra}[decode.feature_schema]\nname = \"clicklog\"\nversion = {version}\nfeatures = [{}]\n", features.join(", "));
+        let path = dir.path().join(format!("schema-{version}-{names}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let v1 = with_schema(1, 8, "");
+    assert!(run_ok(ultr().args(["ingest", "--config"]).arg(&v1).arg("--state").arg(&state)).status.success());
+    let out = run_ok(ultr().args(["train", "--json", "--config"]).arg(&v1).arg("--state").arg(&state));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["id"].as_str().unwrap().to_string();
+    let export: RelevanceExport = serde_json::from_str(&std::fs::read_to_string(state.join("models").join(&id).join("relevance.json")).unwrap()).unwrap();
+    let schema = export.feature_schema.expect("the export names the features");
+    assert_eq!((schema.label().as_str(), schema.features[7].as_str()), ("clicklog@1", "signal_8"));
+    assert!(run_ok(ultr().args(["eval", "--config"]).arg(&v1).arg("--state").arg(&state)).status.success());
+
+    // Version 2 of the schema: eval and warm start refuse, naming both; a cold candidate is not promoted.
+    let v2 = with_schema(2, 8, "");
+    let out = run_ok(ultr().args(["eval", "--config"]).arg(&v2).arg("--state").arg(&state));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("clicklog@1") && err.contains("clicklog@2"), "{err}");
+    let out = run_ok(ultr().args(["train", "--warm-start", "--config"]).arg(&v2).arg("--state").arg(&state));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("clicklog@1") && err.contains("clicklog@2"), "{err}");
+    let out = run_ok(ultr().args(["train", "--json", "--config"]).arg(&v2).arg("--state").arg(&state));
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(outcome["decision"]["promoted"], false);
+    assert!(outcome["decision"]["reason"].as_str().unwrap().contains("clicklog@1"), "{outcome}");
+    assert_eq!(std::fs::read_to_string(state.join("models/CURRENT")).unwrap().trim(), id);
+
+    // A stream without a schema is refused too, and a schema that contradicts feature_dim is a config error.
+    let out = run_ok(ultr().args(["eval", "--config"]).arg(pipeline(dir.path(), 20_000, "")).arg("--state").arg(&state));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("none (positional features)"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_ok(ultr().args(["ingest", "--config"]).arg(with_schema(1, 7, "feature_dim = 8\n")).arg("--state").arg(dir.path().join("other")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("decode.feature_schema.features") && err.contains("schema-1-7.toml"), "{err}");
+}
+
 /// The documented export scores exactly like the burn model, and `ultr score` writes those scores.
 #[test]
 fn export_and_score_match_the_burn_model() {

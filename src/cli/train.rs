@@ -279,6 +279,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     };
     let device = config.train.backend.device()?;
     let trained = store.load(&id, &device)?;
+    trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
     let manifest = crate::state::read_manifest(&args.state)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let lookback = config.lookback_ms();

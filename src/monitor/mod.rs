@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod misspecification;
 pub mod residuals;
 
+use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -126,6 +127,7 @@ impl Monitor {
             return Ok(false);
         }
         let trained = store.load(&id, &self.config.train.backend.device()?)?;
+        trained.check_feature_schema(self.config.decode.feature_schema.as_ref()).with_context(|| format!("the current model {id} cannot score this stream"))?;
         self.metrics.set_theta(&trained.position_bias());
         if let Some(at) = store.current_created_at()? {
             self.metrics.current_model_created.set(at);

@@ -37,6 +37,65 @@ pub struct DecodeLimits {
     /// replays it is the newest event time accepted so far from that file (the wall clock before
     /// the first), so an old log replays while a corrupt year-9999 timestamp is still refused.
     pub max_clock_skew: String,
+    /// The names and version of the stream's feature vectors (`[decode.feature_schema]`). A model
+    /// trained on the stream records it and exports it; a model whose schema differs is refused
+    /// before it scores, warm-starts or competes at the gate. It also fixes the feature dimensions.
+    pub feature_schema: Option<FeatureSchema>,
+}
+
+/// `[decode.feature_schema]`: what `items[].features` and `items[].bias_features` mean, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureSchema {
+    /// The schema's name, e.g. the feature store's feature-set name.
+    pub name: String,
+    /// Bumped whenever a feature's meaning, order or scale changes.
+    pub version: u32,
+    /// `items[].features`, in order.
+    pub features: Vec<String>,
+    /// `items[].bias_features`, in order.
+    #[serde(default)]
+    pub bias_features: Vec<String>,
+}
+
+impl FeatureSchema {
+    /// `name@version`.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+
+    /// Names non-empty and unique, counts matching the configured dimensions.
+    pub fn validate(&self, feature_dim: Option<usize>, bias_feature_dim: Option<usize>) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("key `decode.feature_schema.name` must not be empty".into());
+        }
+        for (key, names, dim) in [("features", &self.features, feature_dim), ("bias_features", &self.bias_features, bias_feature_dim)] {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(dup) = names.iter().find(|n| n.trim().is_empty() || !seen.insert(n.as_str())) {
+                return Err(format!("key `decode.feature_schema.{key}`: name {dup:?} is empty or repeated"));
+            }
+            if let Some(d) = dim.filter(|d| *d != names.len()) {
+                return Err(format!("key `decode.feature_schema.{key}` names {} features but `decode.{}` is {d}", names.len(), if key == "features" { "feature_dim" } else { "bias_feature_dim" }));
+            }
+        }
+        if self.features.is_empty() {
+            return Err("key `decode.feature_schema.features` must name at least one feature".into());
+        }
+        Ok(())
+    }
+
+    /// Whether a model trained on `trained` may score a stream of `stream`: both absent, or equal.
+    pub fn check_compatible(trained: Option<&FeatureSchema>, stream: Option<&FeatureSchema>) -> Result<(), String> {
+        let label = |s: Option<&FeatureSchema>| s.map_or("none (positional features)".to_string(), |s| format!("{} ({} features)", s.label(), s.features.len()));
+        if trained == stream {
+            return Ok(());
+        }
+        let detail = match (trained, stream) {
+            (Some(a), Some(b)) if a.name == b.name && a.version == b.version => " (same name and version, different feature names: bump the version)".to_string(),
+            _ => String::new(),
+        };
+        Err(format!("the model was trained on feature schema {} but the stream's is {}{detail} (key `decode.feature_schema`)", label(trained), label(stream)))
+    }
 }
 
 impl Default for DecodeLimits {
@@ -47,6 +106,7 @@ impl Default for DecodeLimits {
             max_record_bytes: 16 << 20,
             feature_dim: None,
             bias_feature_dim: None,
+            feature_schema: None,
             max_clock_skew: "1h".into(),
         }
     }
@@ -367,8 +427,8 @@ impl Decoder {
             datafusion::arrow::datatypes::Field::new("item", datafusion::arrow::datatypes::DataType::Float32, false),
         ));
         Decoder {
-            feature_dim: limits.feature_dim,
-            bias_feature_dim: limits.bias_feature_dim,
+            feature_dim: limits.feature_dim.or(limits.feature_schema.as_ref().map(|s| s.features.len())),
+            bias_feature_dim: limits.bias_feature_dim.or(limits.feature_schema.as_ref().filter(|s| !s.bias_features.is_empty()).map(|s| s.bias_features.len())),
             limits,
             rows: 0,
             session_id: StringBuilder::new(),

@@ -1,5 +1,6 @@
-//! The framework-neutral export of the relevance tower (`relevance.json`, documented in
-//! `docs/model-export.md`) so a serving system can score items without `ultr` or burn.
+//! The framework-neutral export of a checkpoint (`relevance.json`, documented in
+//! `docs/model-export.md`): the relevance tower, and for the additive model every part of the click
+//! logit θ_k + b(z) + r(x), so a serving system can score items without `ultr` or burn.
 
 use std::path::Path;
 
@@ -7,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::TowerKind;
 use super::fit::{Normalizer, Trained};
+use super::models::{ClickModel, Mlp};
 
 pub const EXPORT: &str = "relevance.json";
 pub const FORMAT: &str = "ultr.relevance-tower";
@@ -42,25 +44,59 @@ pub struct RelevanceExport {
     /// this position (1-based); absent for factorising models, whose r(x) needs no position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canonical_position: Option<usize>,
+    /// The stream's `[decode.feature_schema]` the model was trained on: `features[..n_features]` name
+    /// the tower's inputs in order (version 2; absent when none was configured: positional features).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_schema: Option<crate::session::decode::FeatureSchema>,
+    /// The additive model's whole click logit (version 2): θ_k and b(z) beside r(x) above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub click: Option<ClickExport>,
+}
+
+/// P(click | x, k, z) = σ(θ_k + b(z) + r(x)) for the additive model.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClickExport {
+    /// θ_k for k = 1..=K, absolute (not relative to θ_1): the logit's position term.
+    pub theta: Vec<f64>,
+    /// b(z) over the item's bias features (raw, not standardised), when the model has one.
+    pub bias_tower: Option<BiasTowerExport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BiasTowerExport {
+    pub n_bias_features: usize,
+    /// Dense layers as for r(x), ELU between them; the single output is b(z).
+    pub layers: Vec<DenseLayer>,
 }
 
 fn tensor_values<const D: usize>(t: burn::tensor::Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().expect("f32 parameters")
 }
 
-pub fn to_export(trained: &Trained) -> RelevanceExport {
-    let mut layers = Vec::new();
-    let (embedding, mlp) = trained.model.relevance_parts();
-    if let Some(mlp) = &mlp {
-        for layer in &mlp.layers {
+fn dense_layers(mlp: &Mlp) -> Vec<DenseLayer> {
+    mlp.layers
+        .iter()
+        .map(|layer| {
             let w = layer.weight.val();
             let [rows, cols] = w.dims();
             let flat = tensor_values(w);
             let weight = (0..rows).map(|i| flat[i * cols..(i + 1) * cols].to_vec()).collect();
             let bias = layer.bias.as_ref().map(|b| tensor_values(b.val())).unwrap_or_else(|| vec![0.0; cols]);
-            layers.push(DenseLayer { weight, bias });
-        }
-    }
+            DenseLayer { weight, bias }
+        })
+        .collect()
+}
+
+pub fn to_export(trained: &Trained) -> RelevanceExport {
+    let (embedding, mlp) = trained.model.relevance_parts();
+    let layers = mlp.as_ref().map(dense_layers).unwrap_or_default();
+    let click = match &trained.model {
+        ClickModel::Additive(m) => Some(ClickExport {
+            theta: tensor_values(m.theta.val()).into_iter().map(f64::from).collect(),
+            bias_tower: m.bias_mlp.as_ref().map(|b| BiasTowerExport { n_bias_features: trained.meta.n_bias_features, layers: dense_layers(b) }),
+        }),
+        _ => None,
+    };
     let embedding = match &embedding {
         Some(e) => {
             let values = tensor_values(e.val());
@@ -70,7 +106,7 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
     };
     RelevanceExport {
         format: FORMAT.into(),
-        version: 1,
+        version: 2,
         tower: trained.meta.architecture.tower,
         activation: "elu".into(),
         elu_alpha: 1.0,
@@ -81,21 +117,48 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
         position_bias: trained.position_bias(),
         model: trained.meta.architecture.model,
         canonical_position: trained.model.canonical_position(),
+        feature_schema: trained.meta.feature_schema.clone(),
+        click,
     }
 }
 
+/// Writes `relevance.json` and the ONNX files the checkpoint supports (`src/train/onnx.rs`).
 pub fn write_export(dir: &Path, trained: &Trained) -> anyhow::Result<()> {
+    let export = to_export(trained);
     let mut f = std::fs::File::create(dir.join(EXPORT))?;
-    serde_json::to_writer(&mut f, &to_export(trained))?;
+    serde_json::to_writer(&mut f, &export)?;
     f.sync_all()?;
+    super::onnx::write_onnx(dir, &export)?;
     Ok(())
+}
+
+/// Dense layers on `h`, ELU (α) between them; the first output.
+fn apply_layers(mut h: Vec<f64>, layers: &[DenseLayer], elu_alpha: f64) -> f64 {
+    let last = layers.len().saturating_sub(1);
+    for (l, layer) in layers.iter().enumerate() {
+        let mut next: Vec<f64> = layer.bias.iter().map(|b| *b as f64).collect();
+        for (i, hi) in h.iter().enumerate() {
+            for (j, w) in layer.weight[i].iter().enumerate() {
+                next[j] += hi * *w as f64;
+            }
+        }
+        if l < last {
+            for v in &mut next {
+                if *v < 0.0 {
+                    *v = elu_alpha * (v.exp() - 1.0);
+                }
+            }
+        }
+        h = next;
+    }
+    h.first().copied().unwrap_or(0.0)
 }
 
 impl RelevanceExport {
     /// Scores one item's features exactly as the spec in `docs/model-export.md` says (a reference
     /// implementation, independent of burn; tests compare it with the burn model).
     pub fn score_features(&self, x: &[f32]) -> f64 {
-        let mut h: Vec<f64> = x[..self.n_features]
+        let h: Vec<f64> = x[..self.n_features]
             .iter()
             .enumerate()
             .map(|(j, v)| match &self.standardization {
@@ -103,23 +166,15 @@ impl RelevanceExport {
                 None => *v as f64,
             })
             .collect();
-        let last = self.layers.len().saturating_sub(1);
-        for (l, layer) in self.layers.iter().enumerate() {
-            let mut next: Vec<f64> = layer.bias.iter().map(|b| *b as f64).collect();
-            for (i, hi) in h.iter().enumerate() {
-                for (j, w) in layer.weight[i].iter().enumerate() {
-                    next[j] += hi * *w as f64;
-                }
-            }
-            if l < last {
-                for v in &mut next {
-                    if *v < 0.0 {
-                        *v = self.elu_alpha * (v.exp() - 1.0);
-                    }
-                }
-            }
-            h = next;
-        }
-        h.first().copied().unwrap_or(0.0)
+        apply_layers(h, &self.layers, self.elu_alpha)
+    }
+
+    /// The additive model's click logit θ_k + b(z) + r(x) of an item at 1-based `position` (past
+    /// the last θ: the last), by the spec; `None` for models without a `click` section.
+    pub fn click_logit(&self, x: &[f32], position: usize, z: &[f32]) -> Option<f64> {
+        let click = self.click.as_ref()?;
+        let theta = click.theta[position.clamp(1, click.theta.len()) - 1];
+        let b = click.bias_tower.as_ref().map_or(0.0, |t| apply_layers(z[..t.n_bias_features].iter().map(|v| *v as f64).collect(), &t.layers, self.elu_alpha));
+        Some(theta + b + self.score_features(x))
     }
 }

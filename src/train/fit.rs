@@ -61,6 +61,10 @@ pub struct ModelMeta {
     pub n_features: usize,
     pub n_bias_features: usize,
     pub normalizer: Option<Normalizer>,
+    /// The stream's `[decode.feature_schema]` when the model was trained (the tower reads its
+    /// first `n_features` features).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_schema: Option<crate::session::decode::FeatureSchema>,
 }
 
 /// A model with its meta and (for the embedding tower) vocabulary; index 0 is "unseen pair" (γ = 0).
@@ -88,6 +92,11 @@ impl Trained {
     }
 
     /// `check_compatible` for data with these feature counts.
+    /// Refuses a stream whose `[decode.feature_schema]` differs from the one the model was trained on.
+    pub fn check_feature_schema(&self, stream: Option<&crate::session::decode::FeatureSchema>) -> anyhow::Result<()> {
+        crate::session::decode::FeatureSchema::check_compatible(self.meta.feature_schema.as_ref(), stream).map_err(anyhow::Error::msg)
+    }
+
     pub fn check_compatible_with(&self, n_features: usize, n_bias_features: usize) -> anyhow::Result<()> {
         let a = &self.meta.architecture;
         if a.tower != TowerKind::Embedding && n_features < self.meta.n_features {
@@ -752,6 +761,7 @@ pub fn fit_chunks(
                 n_bias_features,
                 normalizer: (arch.tower != TowerKind::Embedding)
                     .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.train_impressions as u64)),
+                feature_schema: None, // the caller knows the stream's (train_from_state sets it)
             };
             let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
             (Trained { model: ClickModel::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)

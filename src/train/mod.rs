@@ -10,6 +10,7 @@ pub mod device;
 pub mod export;
 pub mod fit;
 pub mod models;
+pub mod onnx;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -141,7 +142,8 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let device = cfg.backend.device()?;
     let current_id = store.current_id()?;
     let current: Option<(String, anyhow::Result<Trained>)> = current_id.map(|id| {
-        let loaded = store.load(&id, &device);
+        // A current model of another feature schema can neither warm-start nor be compared at the gate.
+        let loaded = store.load(&id, &device).and_then(|t| t.check_feature_schema(req.config.decode.feature_schema.as_ref()).map(|_| t));
         (id, loaded)
     });
     let rt = runtime()?;
@@ -190,7 +192,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         (Some((_, Ok(t))), Some(_)) => Some(t),
         _ => None,
     };
-    let (trained, report) = if cfg.model.listwise() {
+    let (mut trained, report) = if cfg.model.listwise() {
         // Listwise models read whole sessions (the windows' session stores); the gate still scores
         // every model on the same aggregated evaluation rows.
         let lists = rt
@@ -201,6 +203,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         fit_chunks(data.chunks(), cfg, init, req.progress, req.cancel)?
     };
 
+    trained.meta.feature_schema = req.config.decode.feature_schema.clone();
     let current_model = current.as_ref().and_then(|(_, t)| t.as_ref().ok());
     let models: Vec<&Trained> = std::iter::once(&trained).chain(current_model).collect();
     let mut losses = evaluation_losses(&models, &data, req.config)?.into_iter();
