@@ -313,7 +313,10 @@ fn explore_mixture() {
     let dir = tempfile::tempdir().unwrap();
     let model: &'static str = Box::leak(std::env::var("EXPLORE_MODEL").unwrap_or("mixem".into()).into_boxed_str());
     let spw: u64 = std::env::var("EXPLORE_SPW").ok().and_then(|v| v.parse().ok()).unwrap_or(15_000);
-    let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower: "embedding", feature_limit: None, windows_after: 4, sessions_per_window: spw, seed: 16, click_mixture: Some([0.0, 1.0, 1.0, 0.0]), model };
+    let mix = std::env::var("EXPLORE_MIX").unwrap_or("0,1,1,0".into());
+    let mixture: Vec<f64> = if mix == "none" { vec![] } else { mix.split(',').map(|v| v.parse().unwrap()).collect() };
+    let tower: &'static str = Box::leak(std::env::var("EXPLORE_TOWER").unwrap_or("embedding".into()).into_boxed_str());
+    let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower, feature_limit: None, windows_after: 4, sessions_per_window: spw, seed: 16, click_mixture: (mixture.len() == 4).then(|| [mixture[0], mixture[1], mixture[2], mixture[3]]), model };
     let o = run(&s, dir.path());
     let zs: Vec<f64> = o.scored.iter().map(|w| w.misspecification.z).collect();
     eprintln!("EXPLORE {model} spw {spw}: z {zs:.2?}");

@@ -53,6 +53,7 @@ fn checkpoint(dir: &Path, tower: TowerKind) -> (PathBuf, RelevanceExport) {
         theta: trained.position_bias(),
         fit: serde_json::Value::Null,
         decision,
+        theta_intervals: None,
     };
     let id = store.write(&trained, info).unwrap();
     let export = serde_json::from_str(&std::fs::read_to_string(dir.join(&id).join("relevance.json")).unwrap()).unwrap();

@@ -248,6 +248,7 @@ fn export_and_score_match_the_burn_model() {
         theta: trained.position_bias(),
         fit: serde_json::Value::Null,
         decision,
+        theta_intervals: None,
     };
     let id = store.write(&trained, info).unwrap();
     let export: RelevanceExport = serde_json::from_str(&std::fs::read_to_string(dir.path().join(&id).join("relevance.json")).unwrap()).unwrap();

@@ -31,6 +31,10 @@ pub struct TrainArgs {
     force: bool,
     #[arg(long)]
     json: bool,
+    /// Also report θ_k's converged estimate and bootstrap intervals (`[train.uncertainty]`), and
+    /// plot them to `theta_intervals.svg` in the checkpoint.
+    #[arg(long)]
+    theta_intervals: bool,
 }
 
 #[derive(Args)]
@@ -92,6 +96,45 @@ pub enum ExperimentCommand {
     /// Zhuang et al. 2021 Tables 1–2 (NoPos, Pos, XPA and its ablations under PBM, DCM and CPM
     /// clicks) and the attention matrix of Fig. 5, on MQ2008 fold 1 and LightGBM's rank data.
     Zhuang2021(Zhuang2021Args),
+    /// θ_k's bootstrap intervals (`ultr train --theta-intervals`) against the simulator's truth:
+    /// coverage per position over seeds, early-stopped and converged estimates.
+    ThetaCoverage(ThetaCoverageArgs),
+}
+
+#[derive(Args)]
+pub struct ThetaCoverageArgs {
+    #[arg(long, default_value = "results/theta_coverage")]
+    out: PathBuf,
+    /// Directory holding MQ2008's S1.txt … S5.txt; `none` for the simulator's synthetic queries.
+    #[arg(long, default_value = "none")]
+    data: PathBuf,
+    #[arg(long, default_value_t = 20_000)]
+    sessions: u64,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20")]
+    seeds: Vec<u64>,
+    #[arg(long, default_value_t = 0.3)]
+    tau: f64,
+    #[arg(long, value_enum, default_value = "linear")]
+    relevance: crate::simulate::relevance::RelevanceKind,
+    #[arg(long, value_enum, default_value = "linear")]
+    tower: crate::train::config::TowerKind,
+    #[arg(long, default_value_t = 10)]
+    positions: usize,
+    #[arg(long, default_value_t = 50)]
+    max_epochs: usize,
+    /// Bootstrap replicates per seed.
+    #[arg(long, default_value_t = 50)]
+    replicates: usize,
+    /// Epochs per replicate (warm-started from the converged model).
+    #[arg(long, default_value_t = 5)]
+    replicate_epochs: usize,
+    /// Epochs of the converged fit.
+    #[arg(long, default_value_t = 50)]
+    converged_epochs: usize,
+    #[arg(long, default_value_t = 0.95)]
+    level: f64,
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
 }
 
 #[derive(Args)]
@@ -232,7 +275,11 @@ fn load_config(path: &Path) -> anyhow::Result<PipelineConfig> {
 }
 
 pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
-    let config = load_config(&args.config)?;
+    let mut config = load_config(&args.config)?;
+    if args.theta_intervals {
+        config.train.uncertainty.enabled = true;
+        config.train.uncertainty.validate().map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+    }
     let outcome = train_from_state(&TrainRequest {
         state_dir: &args.state,
         config: &config,
@@ -242,6 +289,11 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
         progress: !args.json,
         cancel: None,
     })?;
+    if let Some(t) = &outcome.theta_intervals {
+        let truth = ground_truth(&config, &None).ok().flatten().map(|g| truth_theta(&g));
+        let svg = crate::experiment::plot::intervals_svg(&format!("checkpoint {}", outcome.id), t, truth.as_deref());
+        std::fs::write(outcome.models_dir.join(&outcome.id).join("theta_intervals.svg"), svg)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {
@@ -401,6 +453,7 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
         ExperimentCommand::Zhang2023(z) => return zhang2023(z),
         ExperimentCommand::Yan2022(y) => return yan2022(y),
         ExperimentCommand::Zhuang2021(z) => return zhuang2021(z),
+        ExperimentCommand::ThetaCoverage(t) => return theta_coverage(t),
     };
     let data_dir = match &a.data {
         Some(d) => d.clone(),
@@ -445,6 +498,37 @@ impl LtrExperimentArgs {
         anyhow::ensure!(self.logging_label_fraction > 0.0 && self.logging_label_fraction <= 1.0, "--logging-label-fraction must lie in (0, 1]");
         Ok(())
     }
+}
+
+fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
+    use crate::experiment::theta_coverage as t;
+    let uncertainty = crate::train::uncertainty::UncertaintyConfig {
+        enabled: true,
+        replicates: a.replicates,
+        level: a.level,
+        epochs: a.replicate_epochs,
+        converged_epochs: a.converged_epochs,
+        ..Default::default()
+    };
+    uncertainty.validate().map_err(anyhow::Error::msg)?;
+    let data = if a.data.as_os_str() == "none" { Vec::new() } else { (1..=5).map(|i| a.data.join(format!("S{i}.txt"))).collect() };
+    let opts = t::Options {
+        out: a.out.clone(),
+        data,
+        sessions: a.sessions,
+        seeds: a.seeds.clone(),
+        tau: a.tau,
+        relevance: a.relevance,
+        tower: a.tower,
+        positions: a.positions,
+        max_epochs: a.max_epochs,
+        uncertainty,
+        jobs: a.jobs,
+    };
+    let summary = t::run(&opts)?;
+    print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
+    println!("\nwrote {}/{{results.csv,summary.md,summary.json,intervals.svg}} in {:.0}s", a.out.display(), summary.seconds);
+    Ok(true)
 }
 
 fn zhuang2021(a: &Zhuang2021Args) -> anyhow::Result<bool> {

@@ -11,12 +11,11 @@ use std::sync::Mutex;
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::config::{PipelineConfig, SourceConfig};
 use crate::eval::{bias_rmse, labels_from_truth, mean_ndcg, truth_theta, Labels};
 use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::{SimConfig, Simulator};
 use crate::train::config::{TowerKind, TrainConfig};
-use crate::train::data::{load_from_state, split_of, Examples, Horizon, Split};
+use crate::train::data::{split_of, Examples, Split};
 use crate::train::device::BackendKind;
 use crate::train::fit::fit;
 
@@ -127,20 +126,7 @@ fn sim_config(opts: &Options, relevance: RelevanceKind, tau: f64, seed: u64, hel
 
 /// Streams one simulated log through the pipeline into a state directory and loads its examples.
 fn stream(opts: &Options, sim: SimConfig, dir: &Path) -> anyhow::Result<(Examples, Labels, Vec<f64>)> {
-    let truth = Simulator::new(sim.clone())?.truth().clone();
-    let mut config = PipelineConfig::parse("source = \"simulator\"\n", "experiment")?;
-    config.source = SourceConfig::Simulator;
-    config.simulator = sim;
-    config.state.checkpoint_every_records = 1_000_000;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    crate::pipeline::run_to_state(&config, dir, &mut crate::pipeline::NoObserver)?;
-    let manifest = crate::state::read_manifest(dir)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let lookback = config.lookback_ms();
-    let ex = rt.block_on(load_from_state(dir, &manifest, lookback, Horizon::Lookback(lookback), opts.positions.max(50)))?;
-    std::fs::remove_dir_all(dir).ok(); // the examples are in memory; the state is scratch
+    let (ex, truth) = super::examples_through_pipeline(sim, dir, opts.positions.max(50))?;
     Ok((ex, labels_from_truth(&truth), truth_theta(&truth)))
 }
 

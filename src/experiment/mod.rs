@@ -6,6 +6,7 @@ use serde::Serialize;
 pub mod hager2025;
 pub mod plot;
 pub mod population;
+pub mod theta_coverage;
 pub mod yan2022;
 pub mod zhang2023;
 pub mod zhuang2021;
@@ -42,6 +43,31 @@ pub fn run_cells<C: Send, R: Send>(
         return Err(e);
     }
     Ok(results.into_inner().expect("results"))
+}
+
+/// Streams one simulated log through the real pipeline (simulator → windows → state) in the scratch
+/// directory `dir` and loads its training examples, with the simulator's ground truth.
+pub fn examples_through_pipeline(
+    sim: crate::simulate::SimConfig,
+    dir: &std::path::Path,
+    max_positions: usize,
+) -> anyhow::Result<(crate::train::data::Examples, crate::simulate::GroundTruth)> {
+    use crate::train::data::{load_from_state, Horizon};
+    let truth = crate::simulate::Simulator::new(sim.clone())?.truth().clone();
+    let mut config = crate::config::PipelineConfig::parse("source = \"simulator\"\n", "experiment")?;
+    config.source = crate::config::SourceConfig::Simulator;
+    config.simulator = sim;
+    config.state.checkpoint_every_records = 1_000_000;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    crate::pipeline::run_to_state(&config, dir, &mut crate::pipeline::NoObserver)?;
+    let manifest = crate::state::read_manifest(dir)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let lookback = config.lookback_ms();
+    let ex = rt.block_on(load_from_state(dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions))?;
+    std::fs::remove_dir_all(dir).ok(); // the examples are in memory; the state is scratch
+    Ok((ex, truth))
 }
 
 /// A paper's claim checked on one dataset's runs.

@@ -49,6 +49,9 @@ pub struct CheckpointInfo {
     pub theta: Vec<f64>,
     pub fit: serde_json::Value,
     pub decision: Decision,
+    /// θ's converged estimate and bootstrap intervals, when they were computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theta_intervals: Option<super::uncertainty::ThetaIntervals>,
 }
 
 /// The gate: finite training, and an evaluation-slice loss not worse than the current model's on the same
@@ -299,6 +302,7 @@ mod tests {
             theta: vec![0.0],
             fit: serde_json::Value::Null,
             decision: Decision { promoted: false, reason: String::new(), candidate_evaluation_loss: 1.0, current_evaluation_loss: None, current: None },
+            theta_intervals: None,
         };
         write_json(&dir.join(INFO), &info).unwrap();
     }

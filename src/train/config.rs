@@ -100,6 +100,10 @@ pub struct TrainConfig {
     pub max_epochs: usize,
     /// Stop after this many epochs without a better validation loss.
     pub patience: usize,
+    /// Keep the epoch with the best validation loss and stop after `patience` epochs without one
+    /// (the default). `false` trains all `max_epochs` and keeps the last: the converged estimate,
+    /// which early stopping's shrinkage does not flatten (`ultr train --theta-intervals` reports both).
+    pub early_stopping: bool,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
     /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
@@ -135,6 +139,8 @@ pub struct TrainConfig {
     pub embedding_model: EmbeddingModelConfig,
     pub mixem: MixEmConfig,
     pub xpa: XpaConfig,
+    /// θ_k's intervals and converged estimate (`ultr train --theta-intervals`).
+    pub uncertainty: crate::train::uncertainty::UncertaintyConfig,
 }
 
 impl Default for TrainConfig {
@@ -154,6 +160,7 @@ impl Default for TrainConfig {
             batch_rows: 512,
             max_epochs: 50,
             patience: 3,
+            early_stopping: true,
             validation_fraction: 0.1,
             evaluation_fraction: 0.1,
             seed: 1,
@@ -172,6 +179,7 @@ impl Default for TrainConfig {
             embedding_model: EmbeddingModelConfig::default(),
             mixem: MixEmConfig::default(),
             xpa: XpaConfig::default(),
+            uncertainty: Default::default(),
         }
     }
 }
@@ -190,6 +198,9 @@ impl TrainConfig {
         positive(self.max_epochs, "max_epochs")?;
         positive(self.chunk_visits, "chunk_visits")?;
         positive(self.max_positions, "max_positions")?;
+        if self.uncertainty.enabled {
+            self.uncertainty.validate()?;
+        }
         if self.tower == TowerKind::Mlp {
             positive(self.hidden_layers, "hidden_layers")?;
             positive(self.hidden_units, "hidden_units")?;

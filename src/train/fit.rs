@@ -884,7 +884,9 @@ pub fn fit_chunks(
             stop = StopReason::Diverged;
             break;
         }
-        if val < best.0 {
+        if !cfg.early_stopping {
+            best = (val, epoch, current); // the last epoch, whatever its validation loss
+        } else if val < best.0 {
             best = (val, epoch, current);
         } else if epoch - best.1 >= cfg.patience {
             stop = StopReason::EarlyStopping;

@@ -11,6 +11,7 @@ pub mod export;
 pub mod fit;
 pub mod models;
 pub mod onnx;
+pub mod uncertainty;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -65,6 +66,8 @@ pub struct TrainOutcome {
     pub cold_comparison: Option<ColdComparison>,
     /// Checkpoints deleted by `train.keep_checkpoints` after this one was written.
     pub pruned: Vec<String>,
+    /// With `train.uncertainty.enabled`: θ's converged estimate and bootstrap intervals.
+    pub theta_intervals: Option<uncertainty::ThetaIntervals>,
 }
 
 /// Identifiability of the model this config trains (its tower, its positions): the one verdict the
@@ -246,6 +249,12 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
 
     let seen = report.max_position as usize;
     let theta: Vec<f64> = trained.position_bias().into_iter().take(seen).collect();
+    let theta_intervals = if cfg.uncertainty.enabled {
+        let ex = data.chunks().in_memory().context("θ intervals resample the training rows in memory: raise `train.memory_budget` above the horizon's")?;
+        Some(uncertainty::theta_intervals(ex, cfg, &cfg.uncertainty, &trained, seen)?)
+    } else {
+        None
+    };
     let info = CheckpointInfo {
         id: String::new(),
         created_at: chrono::Utc::now().to_rfc3339(),
@@ -255,6 +264,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         theta: theta.clone(),
         fit: serde_json::to_value(&report)?,
         decision: decision.clone(),
+        theta_intervals: theta_intervals.clone(),
     };
     let id = store.write(&trained, info)?;
     let pruned = match cfg.keep_checkpoints {
@@ -275,6 +285,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         note,
         cold_comparison,
         pruned,
+        theta_intervals,
     })
 }
 
@@ -311,6 +322,13 @@ impl TrainOutcome {
         s.push_str("  θ_k − θ_1: ");
         s.push_str(&self.theta.iter().take(10).map(|t| format!("{t:+.3}")).collect::<Vec<_>>().join(" "));
         s.push('\n');
+        if let Some(t) = &self.theta_intervals {
+            s.push_str(&format!("  θ_k − θ_1 with {:.0}% intervals ({} bootstrap replicates of the converged estimator):\n", 100.0 * t.level, t.replicates));
+            s.push_str("      k   early-stopped   converged   interval\n");
+            for k in 1..t.converged.len() {
+                s.push_str(&format!("    {:3}   {:+13.3}   {:+9.3}   [{:+.3}, {:+.3}]\n", k + 1, t.early_stopped[k], t.converged[k], t.lower[k], t.upper[k]));
+            }
+        }
         s.push_str(&format!("  {}: {}\n", if self.decision.promoted { "PROMOTED" } else { "REJECTED" }, self.decision.reason));
         if let Some(c) = &self.cold_comparison {
             s.push_str(&format!(
