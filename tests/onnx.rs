@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ultr::train::checkpoint::ModelStore;
 use ultr::train::config::{TowerKind, TrainConfig};
 use ultr::train::data::{Examples, Row, SessionSpan};
 use ultr::train::export::RelevanceExport;
@@ -42,20 +41,7 @@ fn checkpoint(dir: &Path, tower: TowerKind) -> (PathBuf, RelevanceExport) {
     }
     let cfg = TrainConfig { tower, max_epochs: 3, validation_fraction: 0.3, bias_feature_tower: true, ..TrainConfig::default() };
     let (trained, report) = fit(&ex, &cfg, None, false).unwrap();
-    let store = ModelStore::open(dir).unwrap();
-    let decision = ultr::train::checkpoint::decide(&report, report.best_validation_loss, None, 0.0, false);
-    let info = ultr::train::checkpoint::CheckpointInfo {
-        id: String::new(),
-        created_at: String::new(),
-        config: cfg.clone(),
-        data_range_ms: None,
-        parent: None,
-        theta: trained.position_bias(),
-        fit: serde_json::Value::Null,
-        decision,
-        theta_intervals: None,
-    };
-    let id = store.write(&trained, info).unwrap();
+    let id = common::store_checkpoint(dir, &trained, &report, &cfg);
     let export = serde_json::from_str(&std::fs::read_to_string(dir.join(&id).join("relevance.json")).unwrap()).unwrap();
     (dir.join(id), export)
 }

@@ -53,27 +53,32 @@ fn train_reports_theta_intervals_that_hold_the_truth() {
     assert!(svg.starts_with("<svg") && svg.contains("truth (line)"));
 }
 
-/// The acceptance figure at a smaller scale: 20 seeds of 10,000 sessions; the 95 % intervals of
-/// θ_2..θ_6 cover the truth in at least 88 % of the 100 (seed, position) pairs.
+/// The acceptance figure (`ultr experiment theta-coverage` at its defaults): 20 seeds of 20,000
+/// sessions, 50 query-bootstrap replicates; the 95 % intervals of θ_2..θ_10 cover the truth in at
+/// least 88 % of the 180 (seed, position) pairs (90.6 % measured; 10,000 sessions with 20 replicates
+/// gave 87 %). The converged estimate is unbiased where the early-stopped one is flattened.
 #[test]
 fn bootstrap_intervals_cover_the_true_theta_over_twenty_seeds() {
     let dir = tempfile::tempdir().unwrap();
     let opts = theta_coverage::Options {
         out: dir.path().join("coverage"),
         data: Vec::<PathBuf>::new(),
-        sessions: 10_000,
+        sessions: 20_000,
         seeds: (1..=20).collect(),
         tau: 0.3,
         relevance: RelevanceKind::Linear,
+        noise: 0.0,
         tower: TowerKind::Linear,
-        positions: 6,
-        max_epochs: 30,
-        uncertainty: UncertaintyConfig { enabled: true, replicates: 20, epochs: 3, converged_epochs: 30, ..UncertaintyConfig::default() },
+        positions: 10,
+        max_epochs: 50,
+        uncertainty: UncertaintyConfig { enabled: true, ..UncertaintyConfig::default() },
         jobs: 2,
     };
     let s = theta_coverage::run(&opts).unwrap();
     eprintln!("{}", std::fs::read_to_string(opts.out.join("summary.md")).unwrap());
-    assert_eq!(s.seeds.len(), 20);
+    assert_eq!((s.seeds.len(), s.coverage.len()), (20, 9));
     assert!(s.pooled_coverage >= 0.88, "pooled coverage {:.3}: per position {:?}", s.pooled_coverage, s.coverage);
-    assert!(s.converged_bias.iter().all(|b| b.abs() < 0.1), "converged bias {:?}", s.converged_bias);
+    assert!(s.converged_bias.iter().all(|b| b.abs() < 0.05), "converged bias {:?}", s.converged_bias);
+    // Early stopping flattens θ: from k = 6 on its bias exceeds 0.15 (θ too close to 0).
+    assert!(s.early_stopped_bias[4..].iter().all(|b| *b > 0.15), "early-stopped bias {:?}", s.early_stopped_bias);
 }

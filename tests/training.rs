@@ -237,20 +237,7 @@ fn export_and_score_match_the_burn_model() {
     let cfg = TrainConfig { tower: TowerKind::Mlp, max_epochs: 3, validation_fraction: 0.3, ..TrainConfig::default() };
     let (trained, report) = fit(&ex, &cfg, None, false).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let store = ModelStore::open(dir.path()).unwrap();
-    let decision = ultr::train::checkpoint::decide(&report, report.best_validation_loss, None, 0.0, false);
-    let info = ultr::train::checkpoint::CheckpointInfo {
-        id: String::new(),
-        created_at: String::new(),
-        config: cfg.clone(),
-        data_range_ms: None,
-        parent: None,
-        theta: trained.position_bias(),
-        fit: serde_json::Value::Null,
-        decision,
-        theta_intervals: None,
-    };
-    let id = store.write(&trained, info).unwrap();
+    let id = common::store_checkpoint(dir.path(), &trained, &report, &cfg);
     let export: RelevanceExport = serde_json::from_str(&std::fs::read_to_string(dir.path().join(&id).join("relevance.json")).unwrap()).unwrap();
 
     let out = ultr().args(["score", "--model"]).arg(dir.path()).arg("--input").arg(&data[0]).output().unwrap();

@@ -116,6 +116,9 @@ pub struct ThetaCoverageArgs {
     tau: f64,
     #[arg(long, value_enum, default_value = "linear")]
     relevance: crate::simulate::relevance::RelevanceKind,
+    /// σ of the simulator's per-document relevance noise: 0 keeps a linear tower well specified.
+    #[arg(long, default_value_t = 0.0)]
+    noise: f64,
     #[arg(long, value_enum, default_value = "linear")]
     tower: crate::train::config::TowerKind,
     #[arg(long, default_value_t = 10)]
@@ -125,11 +128,14 @@ pub struct ThetaCoverageArgs {
     /// Bootstrap replicates per seed.
     #[arg(long, default_value_t = 50)]
     replicates: usize,
-    /// Epochs per replicate (warm-started from the converged model).
-    #[arg(long, default_value_t = 5)]
-    replicate_epochs: usize,
-    /// Epochs of the converged fit.
+    /// What a replicate resamples: query or impression.
+    #[arg(long, default_value = "query")]
+    unit: String,
+    /// Epochs (optimizer steps) per replicate, warm-started from the converged model.
     #[arg(long, default_value_t = 50)]
+    replicate_epochs: usize,
+    /// Most epochs (optimizer steps) of the converged fit (it stops when θ settles).
+    #[arg(long, default_value_t = 2000)]
     converged_epochs: usize,
     #[arg(long, default_value_t = 0.95)]
     level: f64,
@@ -505,6 +511,11 @@ fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
     let uncertainty = crate::train::uncertainty::UncertaintyConfig {
         enabled: true,
         replicates: a.replicates,
+        unit: match a.unit.as_str() {
+            "query" => crate::train::uncertainty::ResampleUnit::Query,
+            "impression" => crate::train::uncertainty::ResampleUnit::Impression,
+            other => anyhow::bail!("--unit {other:?}: query or impression"),
+        },
         level: a.level,
         epochs: a.replicate_epochs,
         converged_epochs: a.converged_epochs,
@@ -519,6 +530,7 @@ fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
         seeds: a.seeds.clone(),
         tau: a.tau,
         relevance: a.relevance,
+        noise: a.noise,
         tower: a.tower,
         positions: a.positions,
         max_epochs: a.max_epochs,

@@ -129,3 +129,22 @@ pub fn metric_sum(exposition: &str, prefix: &str) -> Option<f64> {
         .collect();
     (!values.is_empty()).then(|| values.iter().sum())
 }
+
+/// Writes a fitted model as a checkpoint in `dir` (a models directory) the way training does, with
+/// the gate's decision for a first model; returns its id.
+pub fn store_checkpoint(dir: &std::path::Path, trained: &ultr::train::fit::Trained, report: &ultr::train::fit::FitReport, cfg: &ultr::train::config::TrainConfig) -> String {
+    let store = ultr::train::checkpoint::ModelStore::open(dir).unwrap();
+    let decision = ultr::train::checkpoint::decide(report, report.best_validation_loss, None, 0.0, false);
+    let info = ultr::train::checkpoint::CheckpointInfo {
+        id: String::new(),
+        created_at: String::new(),
+        config: cfg.clone(),
+        data_range_ms: None,
+        parent: None,
+        theta: trained.position_bias(),
+        fit: serde_json::Value::Null,
+        decision,
+        theta_intervals: None,
+    };
+    store.write(trained, info).unwrap()
+}
