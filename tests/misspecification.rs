@@ -307,6 +307,11 @@ fn a_non_factorising_mixture_fires_for_the_additive_model() {
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &[((first + 2) * 10 - 1, "MisspecificationSuspected", true)]);
 }
 
+/// A measurement, not a check (hence ignored): z per held-out window for any model, tower, click
+/// mixture and traffic, from the environment — `EXPLORE_MODEL` (mixem), `EXPLORE_TOWER`
+/// (embedding), `EXPLORE_MIX` (0,1,1,0; `none` for additive PBM clicks), `EXPLORE_SPW` (15000).
+/// The README's false-alarm row for the embedding tower and the MixEM figures in issue 14's note
+/// come from it.
 #[test]
 #[ignore]
 fn explore_mixture() {
