@@ -191,7 +191,8 @@ fn resample(ex: &Examples, mut draw: impl FnMut(&super::data::Row, &str) -> (u32
         let start = out.rows.len();
         for i in span.start..span.start + span.len {
             let r = ex.rows[i];
-            let (impressions, clicks) = draw(&r, &ex.qd_keys[r.qd as usize].0);
+            let query = ex.qd_keys.get(r.qd as usize).map_or("", |(q, _)| q.as_str());
+            let (impressions, clicks) = draw(&r, query);
             if impressions == 0 {
                 continue;
             }
