@@ -166,6 +166,10 @@ pub struct IdentifiabilityConfig {
     /// Below this impression-weighted within-position sd of π(d,k|q), residuals cannot be tested
     /// against the policy: misspecification is reported as not assessable instead of healthy.
     pub min_policy_variation: f64,
+    /// A policy's logged propensities are flagged as disagreeing with its counted π when the
+    /// Pearson dispersion of its (q, d, k) display counts around the logged π exceeds this (≈ 1 when
+    /// the log is right; `identify::logged`).
+    pub max_logged_propensity_dispersion: f64,
     /// Keys of earlier releases, refused with what replaced them.
     #[serde(skip_serializing)]
     pub max_position: Option<toml::Value>,
@@ -177,7 +181,15 @@ pub struct IdentifiabilityConfig {
 
 impl Default for IdentifiabilityConfig {
     fn default() -> Self {
-        IdentifiabilityConfig { min_overlap_score: 0.1, min_samples: 30, min_policy_variation: 0.01, max_position: None, eta: None, identified_by: None }
+        IdentifiabilityConfig {
+            min_overlap_score: 0.1,
+            min_samples: 30,
+            min_policy_variation: 0.01,
+            max_logged_propensity_dispersion: 2.0,
+            max_position: None,
+            eta: None,
+            identified_by: None,
+        }
     }
 }
 
@@ -280,6 +292,9 @@ impl PipelineConfig {
         }
         if !(0.0..=1.0).contains(&id.min_overlap_score) {
             return Err(invalid(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", id.min_overlap_score)));
+        }
+        if !(id.max_logged_propensity_dispersion > 0.0 && id.max_logged_propensity_dispersion.is_finite()) {
+            return Err(invalid(format!("key `identifiability.max_logged_propensity_dispersion` = {} must be a finite number > 0", id.max_logged_propensity_dispersion)));
         }
         if !(0.0..=1.0).contains(&id.min_policy_variation) {
             return Err(invalid(format!("key `identifiability.min_policy_variation` = {} must lie in [0, 1]", id.min_policy_variation)));

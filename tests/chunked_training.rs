@@ -41,7 +41,7 @@ fn load(state: &Path, config: &PipelineConfig, budget: usize) -> TrainingData {
     let manifest = ultr::state::read_manifest(state).unwrap();
     let lookback = config.lookback_ms();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(load_training_data(state, &manifest, lookback, Horizon::Lookback(lookback), 50, budget, &spill_dir(state))).unwrap()
+    rt.block_on(load_training_data(state, &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default(), budget, &spill_dir(state))).unwrap()
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     let TrainingData::InMemory(all) = load(&state, &cfg, usize::MAX) else { panic!("a generous budget keeps the examples in memory") };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lookback = cfg.lookback_ms();
-    let direct = rt.block_on(load_from_state(&state, &manifest, lookback, Horizon::Lookback(lookback), 50)).unwrap();
+    let direct = rt.block_on(load_from_state(&state, &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
     assert_eq!(all.rows, direct.rows);
     assert_eq!(all.docs, direct.docs);
 

@@ -116,7 +116,7 @@ fn alerts_and_dashboard_query_only_exported_metrics() {
             assert!(exported.contains(&name), "alert {:?} uses {name}, which ultr does not export", rule["alert"]);
         }
     }
-    for needed in ["IdentifiabilityLost", "FeatureOverlapLow", "MisspecificationSuspected", "ResidualDrift", "TrainingStale", "IngestErrorsHigh", "ConsumerLagHigh"] {
+    for needed in ["IdentifiabilityLost", "FeatureOverlapLow", "MisspecificationSuspected", "LoggedPropensityMismatch", "ResidualDrift", "TrainingStale", "IngestErrorsHigh", "ConsumerLagHigh"] {
         assert!(alert_names.contains(needed), "{needed}");
     }
     let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("pipelines/grafana-dashboard.json")).unwrap()).unwrap();

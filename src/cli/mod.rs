@@ -152,6 +152,9 @@ pub struct SimArgs {
     no_features: bool,
     #[arg(long)]
     log_propensity: bool,
+    /// With --log-propensity: log the propensities of this τ instead of the policy's (a stale logger).
+    #[arg(long)]
+    logged_tau: Option<f64>,
 }
 
 impl SimArgs {
@@ -179,6 +182,7 @@ impl SimArgs {
             interval_ms: self.interval_ms,
             emit_features: !self.no_features,
             log_propensity: self.log_propensity,
+            logged_tau: self.logged_tau,
             ..defaults
         })
     }

@@ -99,6 +99,28 @@ pub enum ExperimentCommand {
     /// θ_k's bootstrap intervals (`ultr train --theta-intervals`) against the simulator's truth:
     /// coverage per position over seeds, early-stopped and converged estimates.
     ThetaCoverage(ThetaCoverageArgs),
+    /// Counted π(d,k|q) against the simulator's true π by sessions per query, with and without
+    /// shrinkage (`train.ips.prior_sessions`).
+    PropensitySmoothing(PropensitySmoothingArgs),
+}
+
+#[derive(Args)]
+pub struct PropensitySmoothingArgs {
+    #[arg(long, default_value = "results/propensity_smoothing")]
+    out: PathBuf,
+    #[arg(long, default_value_t = 30_000)]
+    sessions: u64,
+    #[arg(long, default_value_t = 10_000)]
+    queries: usize,
+    #[arg(long, default_value_t = 10)]
+    docs_per_query: usize,
+    #[arg(long, default_value_t = 0.3)]
+    tau: f64,
+    /// Values of `train.ips.prior_sessions` to compare.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.5,1,2,4,8")]
+    priors: Vec<f64>,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
 }
 
 #[derive(Args)]
@@ -341,7 +363,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     let manifest = crate::state::read_manifest(&args.state)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let lookback = config.lookback_ms();
-    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions))?;
+    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
     trained.check_compatible(&all)?;
     // The evaluation slice: sessions the model's optimizer, early stopping and promotion gate never chose by.
     let heldout = all.filter_sessions(|s| split_of(s, config.train.holdout()) == Split::Evaluation);
@@ -460,6 +482,7 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
         ExperimentCommand::Yan2022(y) => return yan2022(y),
         ExperimentCommand::Zhuang2021(z) => return zhuang2021(z),
         ExperimentCommand::ThetaCoverage(t) => return theta_coverage(t),
+        ExperimentCommand::PropensitySmoothing(p) => return propensity_smoothing(p),
     };
     let data_dir = match &a.data {
         Some(d) => d.clone(),
@@ -504,6 +527,22 @@ impl LtrExperimentArgs {
         anyhow::ensure!(self.logging_label_fraction > 0.0 && self.logging_label_fraction <= 1.0, "--logging-label-fraction must lie in (0, 1]");
         Ok(())
     }
+}
+
+fn propensity_smoothing(a: &PropensitySmoothingArgs) -> anyhow::Result<bool> {
+    use crate::experiment::propensity_smoothing as p;
+    let opts = p::Options {
+        out: a.out.clone(),
+        sessions: a.sessions,
+        queries: a.queries,
+        docs_per_query: a.docs_per_query,
+        tau: a.tau,
+        priors: a.priors.clone(),
+        seeds: a.seeds.clone(),
+    };
+    p::run(&opts)?;
+    print!("{}", std::fs::read_to_string(a.out.join("summary.md"))?);
+    Ok(true)
 }
 
 fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {

@@ -126,7 +126,7 @@ fn sim_config(opts: &Options, relevance: RelevanceKind, tau: f64, seed: u64, hel
 
 /// Streams one simulated log through the pipeline into a state directory and loads its examples.
 fn stream(opts: &Options, sim: SimConfig, dir: &Path) -> anyhow::Result<(Examples, Labels, Vec<f64>)> {
-    let (ex, truth) = super::examples_through_pipeline(sim, dir, opts.positions.max(50))?;
+    let (ex, truth) = super::examples_through_pipeline(sim, dir, opts.positions.max(50), &Default::default())?;
     Ok((ex, labels_from_truth(&truth), truth_theta(&truth)))
 }
 

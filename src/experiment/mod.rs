@@ -6,6 +6,7 @@ use serde::Serialize;
 pub mod hager2025;
 pub mod plot;
 pub mod population;
+pub mod propensity_smoothing;
 pub mod theta_coverage;
 pub mod yan2022;
 pub mod zhang2023;
@@ -51,6 +52,7 @@ pub fn examples_through_pipeline(
     sim: crate::simulate::SimConfig,
     dir: &std::path::Path,
     max_positions: usize,
+    ips: &crate::train::config::IpsConfig,
 ) -> anyhow::Result<(crate::train::data::Examples, crate::simulate::GroundTruth)> {
     use crate::train::data::{load_from_state, Horizon};
     let truth = crate::simulate::Simulator::new(sim.clone())?.truth().clone();
@@ -65,7 +67,7 @@ pub fn examples_through_pipeline(
     let manifest = crate::state::read_manifest(dir)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let lookback = config.lookback_ms();
-    let ex = rt.block_on(load_from_state(dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions))?;
+    let ex = rt.block_on(load_from_state(dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions, ips))?;
     std::fs::remove_dir_all(dir).ok(); // the examples are in memory; the state is scratch
     Ok((ex, truth))
 }

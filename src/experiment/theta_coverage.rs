@@ -70,7 +70,7 @@ fn one_seed(opts: &Options, seed: u64, scratch: &Path) -> anyhow::Result<SeedRes
     let started = std::time::Instant::now();
     let mut sim = SimConfig { data: opts.data.clone(), relevance: opts.relevance, noise: opts.noise, seed, sessions: opts.sessions, ..SimConfig::default() };
     sim.policy.tau = opts.tau;
-    let (ex, truth) = super::examples_through_pipeline(sim, &scratch.join(format!("seed-{seed}")), opts.positions.max(10))?;
+    let (ex, truth) = super::examples_through_pipeline(sim, &scratch.join(format!("seed-{seed}")), opts.positions.max(10), &Default::default())?;
     let cfg = TrainConfig { tower: opts.tower, seed, max_epochs: opts.max_epochs, max_positions: opts.positions.max(10), ..TrainConfig::default() };
     let (early, _) = fit(&ex, &cfg, None, false)?;
     let u = UncertaintyConfig { seed: seed.wrapping_mul(7919), ..opts.uncertainty.clone() };

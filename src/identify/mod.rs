@@ -2,6 +2,7 @@
 //! the model's bias configurations, their union, their connected components, whether they identify the
 //! model actually trained, and the smallest randomization that connects them.
 
+pub mod logged;
 pub mod overlap;
 pub mod policy;
 
@@ -147,6 +148,8 @@ pub struct IdentifiabilityReport {
     pub policy_variation: f64,
     /// Why misspecification cannot be assessed from this data, when it cannot.
     pub misspecification_blind: Option<String>,
+    /// Per policy that logged propensities: do they agree with its counted π?
+    pub logged_propensity: Vec<logged::LoggedPropensityCheck>,
 }
 
 /// Swap-graph nodes (positions up to `max_position`) and edges from the cumulative propensity and
@@ -220,6 +223,7 @@ pub fn analyse(
         identified,
         policy_variation,
         misspecification_blind: policy::blind_reason(policy_variation, config.min_policy_variation),
+        logged_propensity: logged::check(&c.policy_propensity, config.max_logged_propensity_dispersion),
     })
 }
 
@@ -295,6 +299,14 @@ impl IdentifiabilityReport {
                 "\nmisspecification: assessable (π varies within positions, sd {:.3}); `ultr run` tests each window's held-out residuals against π (ultr_misspecification_z)\n",
                 self.policy_variation
             )),
+        }
+        if self.logged_propensity.is_empty() {
+            s.push_str("\nlogged propensities: none in the stream (IPS uses counted π)\n");
+        } else {
+            s.push_str("\nlogged propensities against counted π (per policy):\n");
+            for c in &self.logged_propensity {
+                s.push_str(&c.render());
+            }
         }
         s
     }

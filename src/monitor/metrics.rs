@@ -35,6 +35,8 @@ pub struct Metrics {
     pub identified: IntGaugeVec,
     // propensities / IPS
     pub propensity_min: Gauge,
+    pub logged_propensity_dispersion: Gauge,
+    pub logged_propensity_disagrees: IntGauge,
     pub ips_weight_max: Gauge,
     pub ips_clipped_fraction: Gauge,
     pub ips_effective_sample_fraction: Gauge,
@@ -117,7 +119,19 @@ impl Metrics {
                 &r,
                 IntGaugeVec::new(Opts::new("identified", "1 when the lookback horizon identifies θ of the configured model (its tower), 0 when not."), &["model"]).expect("valid"),
             ),
-            propensity_min: gauge("propensity_min", "Smallest π(d,k|q) over the lookback horizon."),
+            propensity_min: gauge("propensity_min", "Smallest IPS π(d,k|q) over the lookback horizon (as `train.ips` chooses it)."),
+            logged_propensity_dispersion: gauge(
+                "logged_propensity_dispersion",
+                "Largest, over policies that log propensities, Pearson dispersion of (q, d, k) display counts around the logged π over the lookback horizon (≈ 1 when the log is right).",
+            ),
+            logged_propensity_disagrees: reg(
+                &r,
+                IntGauge::with_opts(Opts::new(
+                    "logged_propensity_disagrees",
+                    "Policies whose logged propensities disagree with their counted π (dispersion above identifiability.max_logged_propensity_dispersion).",
+                ))
+                .expect("valid"),
+            ),
             ips_weight_max: gauge("ips_weight_max", "Largest IPS weight used by the last training (after clipping)."),
             ips_clipped_fraction: gauge("ips_clipped_fraction", "Share of training rows whose IPS weight was clipped."),
             ips_effective_sample_fraction: gauge("ips_effective_sample_fraction", "Kish effective sample size of the IPS weights over the rows."),
@@ -178,6 +192,7 @@ impl Metrics {
             &self.kafka_errors, &self.source_up, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
             &self.monitor_errors,
             &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck, &self.identified, &self.propensity_min,
+            &self.logged_propensity_dispersion, &self.logged_propensity_disagrees,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
             &self.training_in_progress,
             &self.training_loss, &self.last_training_success, &self.current_model_created, &self.last_promotion, &self.trainings, &self.residual_mean,

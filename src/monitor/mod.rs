@@ -196,8 +196,13 @@ impl Monitor {
             m.misspecification_assessable.with_label_values(&[&id.model]).set(0);
             m.misspecification_z.with_label_values(&[&id.model]).set(f64::NAN);
         }
-        let min_pi = propensity_min(&cumulative.propensity);
-        if let Some(p) = min_pi {
+        let judged: Vec<_> = id.logged_propensity.iter().filter(|c| !c.inconclusive).collect();
+        if let Some(worst) = judged.iter().map(|c| c.dispersion).reduce(f64::max) {
+            m.logged_propensity_dispersion.set(worst);
+        }
+        m.logged_propensity_disagrees.set(judged.iter().filter(|c| c.disagrees).count() as i64);
+        let ips_pi = rt.block_on(crate::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
+        if let Some(p) = propensity_min(&ips_pi) {
             m.propensity_min.set(p);
         }
 
@@ -210,7 +215,7 @@ impl Monitor {
         let skip = new.len().saturating_sub(MAX_WINDOWS_SCORED_AT_ONCE);
         new.drain(..skip);
         for w in new {
-            let ex = rt.block_on(examples_for_windows(dir, std::slice::from_ref(&w), cumulative.propensity.clone(), model.meta.architecture.max_positions))?;
+            let ex = rt.block_on(examples_for_windows(dir, std::slice::from_ref(&w), ips_pi.clone(), model.meta.architecture.max_positions))?;
             self.scored_until = self.scored_until.max(w.end_ms);
             if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
                 continue;
@@ -256,6 +261,6 @@ fn propensity_min(batches: &[datafusion::arrow::array::RecordBatch]) -> Option<f
     batches
         .iter()
         .filter_map(|b| b.column_by_name("propensity"))
-        .flat_map(|c| c.as_primitive::<Float64Type>().values().to_vec())
+        .flat_map(|c| c.as_primitive::<Float64Type>().iter().flatten().collect::<Vec<_>>())
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v))))
 }

@@ -101,6 +101,9 @@ pub struct SimConfig {
     pub emit_features: bool,
     /// Write the logging policy's propensity of each item at its position (ε-greedy only).
     pub log_propensity: bool,
+    /// Log the propensity a policy with this τ would have had, while sampling with `policy.tau`: a
+    /// stale logger, for testing that a wrong log is caught (unset: the true propensity).
+    pub logged_tau: Option<f64>,
     /// As a pipeline source: emit at most this many sessions per wall-clock second (unset: as fast
     /// as possible). Does not change what is generated.
     pub sessions_per_second: Option<f64>,
@@ -124,6 +127,7 @@ impl Default for SimConfig {
             interval_ms: 100,
             emit_features: true,
             log_propensity: false,
+            logged_tau: None,
             sessions_per_second: None,
         }
     }
@@ -134,6 +138,11 @@ impl SimConfig {
         let p = &self.policy;
         if !(-1.0..=1.0).contains(&p.alpha) {
             bail!("policy.alpha = {} must lie in [-1, 1]", p.alpha);
+        }
+        if let Some(t) = self.logged_tau {
+            if !(0.0..=1.0).contains(&t) {
+                bail!("logged_tau = {t} must lie in [0, 1]");
+            }
         }
         if !(0.0..=1.0).contains(&p.tau) {
             bail!("policy.tau = {} must lie in [0, 1]", p.tau);
@@ -435,7 +444,8 @@ impl Simulator {
                 features: self.config.emit_features.then(|| q.features[d].as_ref()),
                 propensity: log_prop.then(|| {
                     let det = if q.ranking[k] == d { 1.0 } else { 0.0 };
-                    ((1.0 - p.tau) * det + p.tau / n).max(f64::MIN_POSITIVE)
+                    let tau = self.config.logged_tau.unwrap_or(p.tau);
+                    ((1.0 - tau) * det + tau / n).max(f64::MIN_POSITIVE)
                 }),
             })
             .collect();

@@ -110,10 +110,11 @@ pub async fn load_training_data(
     lookback_ms: i64,
     horizon: Horizon,
     max_positions: usize,
+    ips: &super::config::IpsConfig,
     budget_bytes: usize,
     spill_dir: &Path,
 ) -> anyhow::Result<TrainingData> {
-    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
+    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon, ips).await?;
     let mut stream = training_example_stream(dir, &windows, propensity).await?;
     let mut spill = Spiller::new(spill_dir, max_positions, budget_bytes)?;
     while let Some(batch) = stream.next().await {

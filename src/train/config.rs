@@ -53,6 +53,28 @@ pub enum MissingPropensity {
     UnitWeight,
 }
 
+/// Where a logging policy's π(d,k|q) comes from (`sql/ips_propensity.sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PropensitySource {
+    /// Counted: the share of the query's sessions that showed d at k.
+    Empirical,
+    /// The policy's own `propensity` per item, as logged; a cell whose impressions lack it has no π.
+    Logged,
+    /// Logged where every impression of the cell carried a propensity, counted elsewhere.
+    Auto,
+}
+
+impl PropensitySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            PropensitySource::Empirical => "empirical",
+            PropensitySource::Logged => "logged",
+            PropensitySource::Auto => "auto",
+        }
+    }
+}
+
 /// Inverse-propensity sample weights w = 1/π(d,k|q) (Hager Eq. 22).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -63,11 +85,27 @@ pub struct IpsConfig {
     /// Divide the weighted loss by Σw instead of N.
     pub self_normalize: bool,
     pub on_missing: MissingPropensity,
+    /// Where π comes from for every policy not named in `policies`.
+    pub source: PropensitySource,
+    /// Per `policy_id`, where its π comes from (overrides `source`).
+    pub policies: std::collections::BTreeMap<String, PropensitySource>,
+    /// Shrinks counted π toward the position's mean π with a prior worth this many sessions:
+    /// π̃ = (impressions + m·π̄_k) / (sessions + m). 0 (the default) = no shrinkage. Logged π is
+    /// never shrunk. See docs/propensities.md for its measured effect.
+    pub prior_sessions: f64,
 }
 
 impl Default for IpsConfig {
     fn default() -> Self {
-        IpsConfig { enabled: true, max_weight: 100.0, self_normalize: false, on_missing: MissingPropensity::Error }
+        IpsConfig {
+            enabled: true,
+            max_weight: 100.0,
+            self_normalize: false,
+            on_missing: MissingPropensity::Error,
+            source: PropensitySource::Empirical,
+            policies: Default::default(),
+            prior_sessions: 0.0,
+        }
     }
 }
 
@@ -225,6 +263,9 @@ impl TrainConfig {
                 "key `train.evaluation_fraction` = {} must be > 0 and leave training rows (validation_fraction + evaluation_fraction < 1)",
                 self.evaluation_fraction
             ));
+        }
+        if !(self.ips.prior_sessions >= 0.0 && self.ips.prior_sessions.is_finite()) {
+            return Err(format!("key `train.ips.prior_sessions` = {} must be a finite number >= 0", self.ips.prior_sessions));
         }
         if !(self.ips.max_weight >= 1.0) {
             return Err(format!("key `train.ips.max_weight` = {} must be >= 1", self.ips.max_weight));

@@ -11,6 +11,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Schema, UInt32Type, UInt8Type};
 use std::sync::Arc;
 
+use super::config::IpsConfig;
 use crate::state::cumulative;
 use crate::state::{window_table_path, Manifest, WindowEntry};
 pub use crate::window::{Holdout, Split};
@@ -406,16 +407,18 @@ pub enum Horizon {
     After(i64),
 }
 
-/// Loads examples from a state directory: π over the lookback horizon, rows from `horizon`'s windows.
-pub async fn load_from_state(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize) -> anyhow::Result<Examples> {
-    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
+/// Loads examples from a state directory: π over the lookback horizon (as `ips` chooses it), rows
+/// from `horizon`'s windows.
+pub async fn load_from_state(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, ips: &IpsConfig) -> anyhow::Result<Examples> {
+    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon, ips).await?;
     examples_for_windows(dir, &windows, propensity, max_positions).await
 }
 
-/// The disjoint closed windows a training run reads for `horizon`, and the cumulative π table over
-/// the lookback.
-pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon) -> anyhow::Result<(Vec<WindowEntry>, Vec<RecordBatch>)> {
+/// The disjoint closed windows a training run reads for `horizon`, and the IPS π table over the
+/// lookback (`sql/ips_propensity.sql`, as `ips` chooses).
+pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, ips: &IpsConfig) -> anyhow::Result<(Vec<WindowEntry>, Vec<RecordBatch>)> {
     let cumulative = cumulative::compute(dir, manifest, lookback_ms).await?;
+    let propensity = super::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), ips).await?;
     let windows: Vec<WindowEntry> = match horizon {
         Horizon::Lookback(_) => cumulative.windows.clone(),
         Horizon::After(t) => cumulative.windows.iter().filter(|w| w.end_ms > t).cloned().collect(),
@@ -425,7 +428,7 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
     if windows.is_empty() {
         bail!("{}: no closed windows in the training horizon ({horizon:?})", dir.display());
     }
-    Ok((windows, cumulative.propensity))
+    Ok((windows, propensity))
 }
 
 /// Whole sessions for session models (DLA, MixEM, XPA), from the horizon's session stores
@@ -435,7 +438,7 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
 /// training features. A pattern's split is its content hash's: its sessions are identical, so they
 /// cannot be split apart. Bias features are not read (no session model has a bias tower).
 pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, holdout: Holdout) -> anyhow::Result<Examples> {
-    let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon).await?;
+    let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon, &IpsConfig::default()).await?;
     let mut ex = Examples::default();
     let mut doc_of: HashMap<(String, String), u32> = HashMap::new();
     let mut n_features: Option<usize> = None;
@@ -513,8 +516,8 @@ pub fn non_overlapping(windows: Vec<WindowEntry>, size_ms: i64) -> Vec<WindowEnt
     windows.into_iter().filter(|w| (newest - w.start_ms).rem_euclid(size_ms.max(1)) == 0).collect()
 }
 
-/// Examples of the given closed windows (disjoint), with π from `propensity` (the cumulative
-/// table), all in memory (see `chunks::load_training_data` for a horizon beyond a memory budget).
+/// Examples of the given closed windows (disjoint), with π from `propensity` (the IPS π table,
+/// `super::ips_propensity`), all in memory (see `chunks::load_training_data` for a horizon beyond a memory budget).
 pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensity: Vec<RecordBatch>, max_positions: usize) -> anyhow::Result<Examples> {
     use futures::StreamExt;
     let mut stream = training_example_stream(dir, windows, propensity).await?;
@@ -557,7 +560,7 @@ pub async fn training_example_stream(
     let ctx = crate::window::query_context();
     register_files(&ctx, "training_rows", training_rows_schema(), &rows).await?;
     register_files(&ctx, "training_features", training_features_schema(), &vectors).await?;
-    register(&ctx, "propensity", propensity_schema(), propensity)?;
+    register(&ctx, "ips_propensity", super::ips_propensity::ips_propensity_schema(), propensity)?;
     let df = ctx.sql(TRAINING_EXAMPLES.sql).await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
     df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))
 }
@@ -602,18 +605,5 @@ fn training_features_schema() -> Arc<Schema> {
         Field::new("feature_key", DataType::UInt64, false),
         Field::new("features", DataType::List(item.clone()), true),
         Field::new("bias_features", DataType::List(item), true),
-    ]))
-}
-
-fn propensity_schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![
-        Field::new("query_id", DataType::Utf8, false),
-        Field::new("doc_id", DataType::Utf8, false),
-        Field::new("position", DataType::UInt32, false),
-        Field::new("context", DataType::Utf8, true),
-        Field::new("impressions", DataType::Int64, false),
-        Field::new("clicks", DataType::Int64, false),
-        Field::new("sessions", DataType::Int64, false),
-        Field::new("propensity", DataType::Float64, false),
     ]))
 }

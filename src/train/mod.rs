@@ -9,6 +9,7 @@ pub mod data;
 pub mod device;
 pub mod export;
 pub mod fit;
+pub mod ips_propensity;
 pub mod models;
 pub mod onnx;
 pub mod uncertainty;
@@ -189,7 +190,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     }
     let budget = cfg.memory_budget_bytes().map_err(|e| anyhow::anyhow!(e))?;
     let data = rt
-        .block_on(load_training_data(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, budget, &spill_dir(req.state_dir)))
+        .block_on(load_training_data(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))
         .with_context(|| format!("loading training data from {}", req.state_dir.display()))?;
     let init = match (&current, &parent) {
         (Some((_, Ok(t))), Some(_)) => Some(t),
@@ -227,6 +228,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
             lookback,
             Horizon::Lookback(lookback),
             cfg.max_positions,
+            &cfg.ips,
             budget,
             &spill_dir(req.state_dir),
         ))?;

@@ -44,6 +44,8 @@ statistic!(POSITION_CTR, "position_ctr");
 statistic!(SWAP_EDGES, "swap_edges");
 statistic!(TRAINING_EXAMPLES, "training_examples");
 statistic!(CUMULATIVE_PROPENSITY, "cumulative_propensity");
+statistic!(POLICY_PROPENSITY, "policy_propensity");
+statistic!(IPS_PROPENSITY, "ips_propensity");
 
 /// A decomposable statistic: `reduce` turns a micro-batch of impressions into a partial table named
 /// `table`; `merge` (reading table `merge_input`) turns a union of partials into one.
