@@ -75,10 +75,19 @@ fn run(s: &Scenario, dir: &Path) -> Outcome {
     .unwrap();
     let data = dir.join("sessions.jsonl");
     sim.run(&mut JsonlSink::create(&data).unwrap()).unwrap();
-    let limit = s.feature_limit.map(|n| format!("feature_limit = {n}\n")).unwrap_or_default();
+    let mut limit = s.feature_limit.map(|n| format!("feature_limit = {n}\n")).unwrap_or_default();
+    // Extra `[train]` lines for measurements (`explore_mixture`), e.g. "early_stopping = false".
+    let mut epochs = "max_epochs = 30\n".to_string();
+    if let Ok(extra) = std::env::var("EXPLORE_TRAIN") {
+        if extra.contains("max_epochs") {
+            epochs.clear();
+        }
+        limit.push_str(&extra.replace(';', "\n"));
+        limit.push('\n');
+    }
     let text = format!(
         "batch_records = 500\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"1h\"\n\
-         checkpoint_every_records = 1000\n[train]\nmodel = {:?}\ntower = {:?}\nmax_epochs = 30\n{limit}",
+         checkpoint_every_records = 1000\n[train]\nmodel = {:?}\ntower = {:?}\n{epochs}{limit}",
         data.display().to_string(),
         s.model,
         s.tower
