@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use ultr::session::{DecodeLimits, Decoder, JsonParser};
+use ultr::session::{DecodeLimits, Decoder};
 use ultr::simulate::click::{ClickModel, ClickModelKind};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
@@ -18,19 +18,11 @@ fn records(sim: &Simulator, n: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Decodes `records` with each JSON parser.
 fn bench_decode(label: &str, records: &[Vec<u8>]) {
-    for (name, parser) in [("serde_json", JsonParser::SerdeJson), ("sonic-rs", JsonParser::Sonic)] {
-        bench_decode_with(&format!("{label}, {name}"), records, parser);
-    }
-}
-
-fn bench_decode_with(label: &str, records: &[Vec<u8>], parser: JsonParser) {
     let mut best = f64::MAX;
     let mut rows = 0;
     for _ in 0..5 {
         let mut decoder = Decoder::new(DecodeLimits::default());
-        decoder.set_parser(parser);
         let t = Instant::now();
         rows = 0;
         for (i, r) in records.iter().enumerate() {

@@ -184,3 +184,18 @@ fn event_time_forms_agree_and_context_is_canonical() {
     assert!(rows[0].contains("app=ios;device=mobile"), "{}", rows[0]);
     assert!(rows[0].contains("|1767225600000|"), "{}", rows[0]);
 }
+
+/// −0 and 0 are one feature value: stored with one bit pattern, so the training rows' feature keys
+/// (hashes of the bits) of equal vectors agree.
+#[test]
+fn negative_zero_features_are_stored_as_zero() {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Float32Type;
+    let mut decoder = Decoder::new(DecodeLimits::default());
+    let record = session("", r#"{"doc_id":"a","position":1,"clicked":true,"features":[-0,-0.0,0]}"#);
+    decoder.decode(record.as_bytes()).unwrap();
+    let batch = decoder.finish();
+    let features = batch.column_by_name("features").unwrap().as_list::<i32>().value(0);
+    let bits: Vec<u32> = features.as_primitive::<Float32Type>().values().iter().map(|v| v.to_bits()).collect();
+    assert_eq!(bits, vec![0, 0, 0]);
+}

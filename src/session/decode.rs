@@ -320,8 +320,7 @@ impl Visitor<'_> for FeatureValue {
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<f32, E> {
         let x = v as f32;
         if x == 0.0 {
-            // −0 and 0 are one feature value; one bit pattern keeps equal vectors' feature keys
-            // equal (and JSON parsers disagree on whether "-0" is a negative zero).
+            // −0 and 0 are one feature value; one bit pattern keeps equal vectors' feature keys equal.
             Ok(0.0)
         } else if x.is_finite() {
             Ok(x)
@@ -400,21 +399,9 @@ struct RawSession<'a> {
     items: Vec<RawItem<'a>>,
 }
 
-/// The JSON parser behind `Decoder::decode`. Both run the same serde model (`RawSession`), so
-/// they accept the same records and build the same rows; `tests/fuzz.rs` checks that on mutated
-/// inputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JsonParser {
-    SerdeJson,
-    /// sonic-rs (SIMD scanning, faster float parsing). A record it refuses is parsed again by
-    /// serde_json, so every refusal keeps serde_json's reason and message.
-    Sonic,
-}
-
 /// Accumulates accepted sessions as impression rows and hands them out as Arrow batches.
 pub struct Decoder {
     limits: DecodeLimits,
-    parser: JsonParser,
     feature_dim: Option<usize>,
     bias_feature_dim: Option<usize>,
     rows: usize,
@@ -438,12 +425,6 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// Which JSON parser reads the records (`JsonParser::Sonic` by default: it measured faster, see
-    /// the README's decode figures).
-    pub fn set_parser(&mut self, parser: JsonParser) {
-        self.parser = parser;
-    }
-
     pub fn new(limits: DecodeLimits) -> Self {
         let item = || ListBuilder::new(Float32Builder::new()).with_field(Arc::new(
             datafusion::arrow::datatypes::Field::new("item", datafusion::arrow::datatypes::DataType::Float32, false),
@@ -452,7 +433,6 @@ impl Decoder {
             feature_dim: limits.feature_dim.or(limits.feature_schema.as_ref().map(|s| s.features.len())),
             bias_feature_dim: limits.bias_feature_dim.or(limits.feature_schema.as_ref().filter(|s| !s.bias_features.is_empty()).map(|s| s.bias_features.len())),
             limits,
-            parser: JsonParser::Sonic,
             rows: 0,
             session_id: StringBuilder::new(),
             query_id: StringBuilder::new(),
@@ -518,13 +498,7 @@ impl Decoder {
             ));
         }
         let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
-        let raw: RawSession = match self.parser {
-            JsonParser::SerdeJson => serde_json::from_str(text).map_err(classify)?,
-            JsonParser::Sonic => match sonic_rs::from_str(text) {
-                Ok(raw) => raw,
-                Err(_) => serde_json::from_str(text).map_err(classify)?,
-            },
-        };
+        let raw: RawSession = serde_json::from_str(text).map_err(classify)?;
         let checked = self.validate(&raw)?;
         self.append(&raw, checked);
         Ok(raw.items.len())

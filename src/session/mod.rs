@@ -4,7 +4,7 @@ pub mod decode;
 pub mod reason;
 pub mod schema;
 
-pub use decode::{DecodeLimits, Decoder, JsonParser, Rejected};
+pub use decode::{DecodeLimits, Decoder, Rejected};
 pub use reason::Reason;
 pub use schema::impressions_schema;
 
