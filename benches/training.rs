@@ -28,7 +28,7 @@ fn main() {
     let manifest = ultr::state::read_manifest(dir.path()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lookback = config.lookback_ms();
-    let ex = rt.block_on(load_from_state(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50)).unwrap();
+    let ex = rt.block_on(load_from_state(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
     println!(
         "{} sessions, {} impressions, {} distinct feature rows ({:.1}s to simulate, window and load); RAYON_NUM_THREADS={}",
         ex.sessions.len(),
