@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Float64Type, UInt32Type};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, UInt32Type};
 use serde::Serialize;
 
 use crate::simulate::SimConfig;
@@ -67,15 +67,18 @@ fn col(b: &RecordBatch, name: &str, t: &DataType) -> anyhow::Result<datafusion::
 
 type Key = (String, String, u32);
 
-/// (q, d, k) → (true π from the log, sessions of q).
-fn truth(policy_propensity: &[RecordBatch]) -> anyhow::Result<HashMap<Key, f64>> {
-    let mut out = HashMap::new();
+/// (q, d, k) → (true π from the log, impressions), in one pass over the per-policy table.
+fn truth(policy_propensity: &[RecordBatch]) -> anyhow::Result<HashMap<Key, (f64, i64)>> {
+    let mut out: HashMap<Key, (f64, i64)> = HashMap::new();
     for b in policy_propensity {
-        let (q, d, k, p) = (col(b, "query_id", &DataType::Utf8)?, col(b, "doc_id", &DataType::Utf8)?, col(b, "position", &DataType::UInt32)?, col(b, "logged_propensity", &DataType::Float64)?);
-        let (q, d, k, p) = (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>(), p.as_primitive::<Float64Type>());
+        let (q, d, k) = (col(b, "query_id", &DataType::Utf8)?, col(b, "doc_id", &DataType::Utf8)?, col(b, "position", &DataType::UInt32)?);
+        let (p, n) = (col(b, "logged_propensity", &DataType::Float64)?, col(b, "impressions", &DataType::Int64)?);
+        let (q, d, k) = (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>());
+        let (p, n) = (p.as_primitive::<Float64Type>(), n.as_primitive::<Int64Type>());
         for i in 0..b.num_rows() {
             anyhow::ensure!(!p.is_null(i), "a cell without a logged propensity: the experiment needs log_propensity");
-            out.insert((q.value(i).to_string(), d.value(i).to_string(), k.value(i)), p.value(i));
+            let e = out.entry((q.value(i).to_string(), d.value(i).to_string(), k.value(i))).or_insert((p.value(i), 0));
+            e.1 += n.value(i);
         }
     }
     Ok(out)
@@ -84,15 +87,15 @@ fn truth(policy_propensity: &[RecordBatch]) -> anyhow::Result<HashMap<Key, f64>>
 /// Per bucket: (cells, impressions, Σ n|ln|, Σ n ln, Σ n |w err|).
 type Acc = [(u64, u64, f64, f64, f64); BUCKETS.len()];
 
-fn accumulate(acc: &mut Acc, estimated: &[RecordBatch], truth: &HashMap<Key, f64>, impressions: &HashMap<Key, i64>) -> anyhow::Result<()> {
+fn accumulate(acc: &mut Acc, estimated: &[RecordBatch], truth: &HashMap<Key, (f64, i64)>) -> anyhow::Result<()> {
     for b in estimated {
         let (q, d, k) = (col(b, "query_id", &DataType::Utf8)?, col(b, "doc_id", &DataType::Utf8)?, col(b, "position", &DataType::UInt32)?);
         let (s, p) = (col(b, "sessions", &DataType::Int64)?, col(b, "propensity", &DataType::Float64)?);
         let (q, d, k) = (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>());
-        let (s, p) = (s.as_primitive::<datafusion::arrow::datatypes::Int64Type>(), p.as_primitive::<Float64Type>());
+        let (s, p) = (s.as_primitive::<Int64Type>(), p.as_primitive::<Float64Type>());
         for i in 0..b.num_rows() {
             let key = (q.value(i).to_string(), d.value(i).to_string(), k.value(i));
-            let (Some(&t), Some(&n)) = (truth.get(&key), impressions.get(&key)) else { continue };
+            let Some(&(t, n)) = truth.get(&key) else { continue };
             let Some(j) = BUCKETS.iter().position(|(lo, hi)| (*lo..=*hi).contains(&s.value(i))) else { continue };
             let (e, n) = ((p.value(i) / t).ln(), n as f64);
             let a = &mut acc[j];
@@ -125,18 +128,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         let cumulative = rt.block_on(crate::state::cumulative::compute(&dir, &manifest, i64::MAX / 4))?;
         let truth = truth(&cumulative.policy_propensity)?;
-        let mut impressions: HashMap<Key, i64> = HashMap::new();
-        for b in &cumulative.policy_propensity {
-            let (q, d, k, n) = (col(b, "query_id", &DataType::Utf8)?, col(b, "doc_id", &DataType::Utf8)?, col(b, "position", &DataType::UInt32)?, col(b, "impressions", &DataType::Int64)?);
-            let (q, d, k, n) = (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>(), n.as_primitive::<datafusion::arrow::datatypes::Int64Type>());
-            for i in 0..b.num_rows() {
-                *impressions.entry((q.value(i).to_string(), d.value(i).to_string(), k.value(i))).or_default() += n.value(i);
-            }
-        }
         for (m, acc) in opts.priors.iter().zip(accs.iter_mut()) {
             let cfg = IpsConfig { source: PropensitySource::Empirical, prior_sessions: *m, ..IpsConfig::default() };
             let estimated = rt.block_on(crate::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &cfg))?;
-            accumulate(acc, &estimated, &truth, &impressions)?;
+            accumulate(acc, &estimated, &truth)?;
         }
         std::fs::remove_dir_all(&dir).ok();
         eprintln!("seed {seed}: {} cells", truth.len());
