@@ -39,18 +39,24 @@ if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}" || [ "$(cat 
   echo "$TANSU_FEATURES" > "$TANSU_STAMP"
 fi
 
-# 3. A real ONNX runtime for tests/onnx.rs: onnxruntime and numpy from PyPI in a venv of their own.
+# 3. A real ONNX runtime for tests/onnx.rs (onnxruntime, numpy) and a real S3-compatible server for
+#    tests/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
+#    PyPI in seconds), in a venv of their own.
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy" 2>/dev/null; then
-  log "installing onnxruntime and numpy into $ULTR_VENV"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server" 2>/dev/null; then
+  log "installing onnxruntime, numpy and moto[server] into $ULTR_VENV"
   python3 -m venv "$ULTR_VENV"
-  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24"
+  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6"
 fi
 export ULTR_PYTHON="$ULTR_VENV/bin/python"
 
 port_open() { (exec 3<>"/dev/tcp/${BROKER_HOST}/${BROKER_PORT}") 2>/dev/null; }
 broker_pid=""
-cleanup() { [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true; }
+s3_pid=""
+cleanup() {
+  [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
+  [ -n "$s3_pid" ] && kill "$s3_pid" 2>/dev/null || true
+}
 trap cleanup EXIT
 if port_open; then
   log "a broker is already listening on ${BROKER_HOST}:${BROKER_PORT}; using it"
@@ -65,6 +71,19 @@ else
   port_open || { echo "tansu did not start:"; cat "${TMPDIR:-/tmp}/ultr-tansu.log"; exit 1; }
 fi
 export ULTR_KAFKA_BROKERS="${BROKER_HOST}:${BROKER_PORT}"
+
+# The object store: moto's S3 server on 127.0.0.1:9911 with a bucket `ultr-test`.
+S3_PORT=9911
+s3_open() { (exec 3<>"/dev/tcp/${BROKER_HOST}/${S3_PORT}") 2>/dev/null; }
+if ! s3_open; then
+  log "starting moto's S3 server on ${BROKER_HOST}:${S3_PORT}"
+  "$ULTR_VENV/bin/python" -m moto.server -H "${BROKER_HOST}" -p "${S3_PORT}" >"${TMPDIR:-/tmp}/ultr-moto.log" 2>&1 &
+  s3_pid=$!
+  for _ in $(seq 1 60); do s3_open && break; sleep 0.5; done
+  s3_open || { echo "moto did not start:"; cat "${TMPDIR:-/tmp}/ultr-moto.log"; exit 1; }
+fi
+curl -fsS -X PUT "http://${BROKER_HOST}:${S3_PORT}/ultr-test" >/dev/null || true
+export ULTR_S3_ENDPOINT="http://${BROKER_HOST}:${S3_PORT}"
 
 # 4. Every test, in the release profile (one build serves tests, benches and the binary).
 log "cargo test --release"

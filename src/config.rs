@@ -145,11 +145,14 @@ pub struct StateConfig {
     /// Memory pool of the SQL queries (window merges, horizon views, training rows): beyond it,
     /// sorts, joins and aggregations spill to the OS temp directory. `512MiB`, `2GiB`, or bytes.
     pub query_memory_limit: String,
+    /// Scale-out: keep each Kafka partition's state, and the merged view, in this object store, so
+    /// several `ultr run` instances in one consumer group share the work (`scale_out`).
+    pub object_store: Option<crate::state::remote::ObjectStoreConfig>,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, checkpoint_interval: "10s".into(), retention: None, query_memory_limit: "1GiB".into() }
+        StateConfig { dir: None, lookback: "28d".into(), checkpoint_every_records: 200_000, checkpoint_interval: "10s".into(), retention: None, query_memory_limit: "1GiB".into(), object_store: None }
     }
 }
 
@@ -279,6 +282,20 @@ impl PipelineConfig {
         }
         if let Some(r) = &config.state.retention {
             parse_duration_ms(r).map_err(|e| invalid(format!("key `state.retention`: {e}")))?;
+        }
+        if let Some(store) = &config.state.object_store {
+            if !matches!(config.source, SourceConfig::Kafka(_)) {
+                return Err(invalid("key `state.object_store` needs `[source.kafka]`: instances share the work by Kafka partitions".into()));
+            }
+            if matches!(config.dead_letter, Some(DeadLetterConfig::File { .. })) {
+                return Err(invalid(
+                    "key `dead_letter.file` cannot be shared by several instances with `state.object_store`: leave `[dead_letter]` unset (each partition's letters are kept with its state) or use `[dead_letter.kafka]`".into(),
+                ));
+            }
+            for (key, text) in [("compact_interval", &store.compact_interval), ("lease_ttl", &store.lease_ttl)] {
+                parse_duration_ms(text).map_err(|e| invalid(format!("key `state.object_store.{key}`: {e}")))?;
+            }
+            url::Url::parse(&store.url).map_err(|e| invalid(format!("key `state.object_store.url` = {:?}: {e}", store.url)))?;
         }
         let id = &config.identifiability;
         for (key, set, now) in [

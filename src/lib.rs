@@ -17,6 +17,7 @@ pub mod identify;
 pub mod ingest;
 pub mod monitor;
 pub mod pipeline;
+pub mod scale_out;
 pub mod service;
 pub mod session;
 pub mod simulate;

@@ -98,6 +98,11 @@ pub trait Observer {
     fn on_restored(&mut self, _source: Option<std::sync::Arc<SourceHealth>>) {}
     /// Called on every turn of the loop (progress for `/healthz`).
     fn on_progress(&mut self, _report: &RunReport) {}
+    /// The checkpoint is durable locally; make it durable wherever else it must be (a scale-out
+    /// partition task copies it to the object store) before the source commits its offsets.
+    fn persist(&mut self, _store: &StateStore) -> anyhow::Result<()> {
+        Ok(())
+    }
     fn after_checkpoint(&mut self, _store: &StateStore, _report: &RunReport) {}
     fn should_stop(&self) -> bool {
         false
@@ -109,6 +114,14 @@ impl Observer for NoObserver {}
 
 /// Runs until a bounded source ends (or the observer asks to stop), checkpointing into `state_dir`.
 pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+    run_with_source(config, state_dir, observer, &|resume| open_source(config, resume))
+}
+
+/// A source opened at the state's resume offsets.
+pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> + 'a;
+
+/// `run_to_state` with the source opened by `open` (a scale-out partition task reads one partition).
+pub fn run_with_source(config: &PipelineConfig, state_dir: &Path, observer: &mut dyn Observer, open_reader: &OpenSource) -> anyhow::Result<RunReport> {
     let spec = config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
     crate::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
     let mut store = StateStore::open(state_dir, &source_identity(config), spec, config.train.holdout())?;
@@ -116,7 +129,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
     let mut operator =
         WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
     let mut open = OpenWindows::new(config.window.reduce_rows, config.train.holdout()).restore(store.open_partials()?);
-    let source = open_source(config, &manifest.resume)?;
+    let source = open_reader(&manifest.resume)?;
     let source_health = source.health();
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
     ingest.restore(&manifest.decoder);
@@ -207,6 +220,7 @@ pub fn run_to_state(config: &PipelineConfig, state_dir: &Path, observer: &mut dy
             if dead.rotate_if_larger(dead_max_bytes, dead_keep)? {
                 store.record_dead_letter_file_bytes(0)?;
             }
+            observer.persist(&store)?;
             // Only after the state covering it is durable; a failed commit is a warning (the
             // manifest, not the group, says where reading resumes).
             if let Err(e) = ingest.source_mut().commit(&resume) {

@@ -29,7 +29,7 @@ fn compose_file_is_complete_and_pinned() {
     let compose = yaml(&repo().join("docker-compose.yml"));
     let services = compose["services"].as_mapping().expect("services");
     let names: BTreeSet<&str> = services.keys().filter_map(|k| k.as_str()).collect();
-    for needed in ["kafka", "ultr", "prometheus", "alertmanager", "grafana"] {
+    for needed in ["kafka", "ultr", "s3", "s3-bucket", "prometheus", "alertmanager", "grafana"] {
         assert!(names.contains(needed), "service {needed} missing");
     }
     let mut mounted_targets = BTreeSet::new();
@@ -59,13 +59,25 @@ fn compose_file_is_complete_and_pinned() {
     assert_eq!(command[0], "run");
     let config_target = command[1];
     let (_, _, config_file) = mounted_targets.iter().find(|(s, t, _)| s == "ultr" && t == config_target).expect("ultr's config is mounted");
-    ultr::config::PipelineConfig::load(config_file).unwrap();
+    let config = ultr::config::PipelineConfig::load(config_file).unwrap();
     let listen = command.iter().position(|a| *a == "--listen").map(|i| command[i + 1]).unwrap();
     let port = listen.rsplit(':').next().unwrap();
+    // Scalable (`--scale ultr=3`): no fixed host port, state in the compose object store, the
+    // bucket created before ultr starts, and Prometheus scraping every replica found by DNS.
+    assert!(ultr["ports"].is_null(), "a fixed host port would stop `--scale ultr=3`");
+    assert!(ultr["expose"].as_sequence().unwrap().iter().any(|p| p.as_str() == Some(port)));
+    let store = config.state.object_store.as_ref().expect("the scaled service keeps its state in the object store");
+    let endpoint = store.options.get("aws_endpoint").unwrap();
+    assert!(endpoint.starts_with("http://s3:"), "{endpoint}");
+    let bucket = store.url.trim_start_matches("s3://").split('/').next().unwrap();
+    let init: Vec<&str> = compose["services"]["s3-bucket"]["command"].as_sequence().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(init.iter().any(|a| *a == format!("{endpoint}/{bucket}")), "s3-bucket creates bucket {bucket} at {endpoint}: {init:?}");
+    assert!(ultr["depends_on"].as_sequence().unwrap().iter().any(|d| d.as_str() == Some("s3-bucket")));
     let prom_target = mounted_targets.iter().find(|(s, t, _)| s == "prometheus" && t.ends_with("prometheus.yml")).unwrap();
     let prom = yaml(&prom_target.2);
-    let targets: Vec<&str> = prom["scrape_configs"][0]["static_configs"][0]["targets"].as_sequence().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(targets, vec![format!("ultr:{port}").as_str()]);
+    let sd = &prom["scrape_configs"][0]["dns_sd_configs"][0];
+    assert_eq!(sd["names"][0].as_str(), Some("ultr"));
+    assert_eq!(sd["port"].as_u64().map(|p| p.to_string()).as_deref(), Some(port));
     let rule_file = prom["rule_files"][0].as_str().unwrap();
     let (_, _, rules_source) = mounted_targets.iter().find(|(s, t, _)| s == "prometheus" && t == rule_file).expect("the rule file Prometheus loads is mounted");
     assert!(rules_source.ends_with("pipelines/alerts.yml"));

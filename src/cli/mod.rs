@@ -55,6 +55,12 @@ enum Command {
     Score(train::ScoreArgs),
     /// List a models directory's checkpoints and which one is current.
     Models(train::ModelsArgs),
+    /// Copy a session topic into another keyed by `query_id` (what several instances need when the
+    /// upstream keys otherwise).
+    Rekey(RekeyArgs),
+    /// Merge every partition's windows in `[state.object_store]` into the merged view now (takes the
+    /// compactor lease, waiting for it when another instance holds it).
+    Compact(CompactArgs),
     /// The always-on service: stream → windows → state, metrics on HTTP, scheduled retraining, stop on SIGTERM.
     Run(RunArgs),
     /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
@@ -70,6 +76,43 @@ struct IngestArgs {
     /// State directory (overrides `[state].dir`).
     #[arg(long)]
     state: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RekeyArgs {
+    #[arg(long)]
+    brokers: String,
+    /// The topic as the upstream writes it.
+    #[arg(long)]
+    from: String,
+    /// The topic `ultr` instances read (created with --partitions when absent).
+    #[arg(long)]
+    to: String,
+    #[arg(long, default_value = "ultr-rekey")]
+    group: String,
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+    /// Stop after this many milliseconds without a record (default: run forever).
+    #[arg(long)]
+    idle_exit_ms: Option<u64>,
+    /// librdkafka properties for both ends, `key=value`, repeatable.
+    #[arg(long = "property", value_parser = parse_property)]
+    properties: Vec<(String, String)>,
+}
+
+#[derive(Args)]
+struct CompactArgs {
+    /// Pipeline config (TOML) with `[state.object_store]`.
+    #[arg(long)]
+    config: PathBuf,
+    /// Local working directory; the merged view is written to `<state>/merged`.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Give up when the lease is still held by another instance after this long.
+    #[arg(long, default_value = "5m")]
+    wait: String,
     #[arg(long)]
     json: bool,
 }
@@ -273,6 +316,8 @@ pub fn main() -> ExitCode {
         },
         Command::Eval(args) => train::eval(&args),
         Command::Run(args) => run_service(&args),
+        Command::Compact(args) => compact(&args),
+        Command::Rekey(args) => rekey(&args),
         Command::Score(args) => train::score(&args),
         Command::Models(args) => train::models(&args),
         Command::Experiment(cmd) => match train::experiment(&cmd) {
@@ -378,7 +423,13 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
-    let report = crate::pipeline::run_to_state(&config, &state, &mut crate::pipeline::NoObserver)?;
+    let report = if config.state.object_store.is_some() {
+        let report = crate::scale_out::run(&config, &state, &mut crate::scale_out::NoScaleObserver)?;
+        eprintln!("merged view (as of this instance's last compaction or fetch): {}", crate::scale_out::merged_dir(&state).display());
+        report
+    } else {
+        crate::pipeline::run_to_state(&config, &state, &mut crate::pipeline::NoObserver)?
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -386,6 +437,60 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         println!(
             "read {} records; {} sessions, {} impressions in windows; {} late sessions; {} duplicates; {} windows closed this run; watermark {}",
             report.records, c.sessions, c.impressions, c.late_sessions, c.duplicate_sessions, report.windows_closed_this_run, report.watermark_ms
+        );
+    }
+    Ok(())
+}
+
+fn rekey(args: &RekeyArgs) -> anyhow::Result<()> {
+    let report = crate::sinks::rekey::rekey(&crate::sinks::rekey::Rekey {
+        brokers: &args.brokers,
+        from: &args.from,
+        to: &args.to,
+        group_id: &args.group,
+        partitions: args.partitions,
+        properties: &args.properties.iter().cloned().collect(),
+        idle_exit: args.idle_exit_ms.map(std::time::Duration::from_millis),
+    })?;
+    println!("re-keyed {} records by query_id ({} without one kept their key)", report.records, report.without_query_id);
+    Ok(())
+}
+
+fn compact(args: &CompactArgs) -> anyhow::Result<()> {
+    let config = PipelineConfig::load(&args.config)?;
+    let store = config.state.object_store.as_ref().with_context(|| format!("{}: no `[state.object_store]` to compact", args.config.display()))?;
+    let state = args
+        .state
+        .clone()
+        .or_else(|| config.state.dir.clone())
+        .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
+    let wait = crate::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
+    let ttl = crate::units::parse_duration_ms(&store.lease_ttl).map_err(|e| anyhow::anyhow!("key `state.object_store.lease_ttl`: {e}"))?;
+    let remote = crate::state::remote::Remote::open(store)?;
+    let me = crate::scale_out::instance_id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait.max(0) as u64);
+    while !crate::state::lease::try_acquire(&remote, &me, ttl, chrono::Utc::now().timestamp_millis())? {
+        if std::time::Instant::now() >= deadline {
+            let holder = crate::state::lease::holder(&remote, chrono::Utc::now().timestamp_millis())?;
+            anyhow::bail!("the compactor lease in {} is held by {holder:?}; it compacts, or try again after its lease_ttl", remote.url);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let _lock = crate::state::lock::DirLock::acquire(&state, "state directory")?;
+    let result = crate::scale_out::compact_once(&config, &remote, &state, &mut None);
+    crate::state::lease::release(&remote, &me)?;
+    let report = result?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "merged {} partitions: {} windows ({} re-merged, {} partition files) in {:.2}s into {}",
+            report.partitions,
+            report.windows,
+            report.windows_merged,
+            report.partition_files,
+            report.seconds,
+            crate::scale_out::merged_dir(&state).display()
         );
     }
     Ok(())

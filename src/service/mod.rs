@@ -163,8 +163,82 @@ impl Observer for ServiceObserver<'_> {
     }
 }
 
+/// A scale-out instance's hooks: the merged view feeds the monitor; the lease gates training.
+struct ScaledServiceObserver<'a> {
+    counters: &'a mut Monitor,
+    monitor: &'a MonitorThread,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+    leader: Arc<AtomicBool>,
+}
+
+impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
+    fn on_merged(&mut self, merged_dir: &std::path::Path, report: &RunReport) {
+        self.counters.ingest(report);
+        if let Ok(manifest) = crate::state::read_manifest(merged_dir) {
+            self.monitor.post(manifest);
+        }
+    }
+
+    fn on_lease(&mut self, held: bool) {
+        self.leader.store(held, Ordering::SeqCst);
+    }
+
+    fn on_progress(&mut self, report: &RunReport) {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.health.last_progress_ms.store(now, Ordering::Relaxed);
+        // Partition tasks checkpoint on their own; the instance counts as checkpointing while its loop turns.
+        self.health.last_checkpoint_ms.store(report.last_checkpoint_unix_ms.max(now), Ordering::Relaxed);
+    }
+
+    fn should_stop(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// `ultr run` with `[state.object_store]`: this instance's share of the group's partitions; the
+/// monitor and the schedule read the merged view (`<state>/merged`), and only the compactor-lease
+/// holder trains. Models go to `[train] models_dir`, else `<state>/models`.
+fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<RunReport> {
+    let stop = stop_on_signals()?;
+    let mut config = config.clone();
+    config.train.models_dir.get_or_insert_with(|| opts.state_dir.join("models"));
+    let merged = crate::scale_out::merged_dir(&opts.state_dir);
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
+    let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
+    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged), merged.clone())?;
+    let mut counters = Monitor::new(metrics.clone(), &config, &merged);
+    let server = http::serve(&listen, metrics.clone(), health.clone())?;
+    eprintln!("ultr run: metrics at http://{}/metrics, health at http://{}/healthz; merged view in {}", server.addr, server.addr, merged.display());
+    let leader = Arc::new(AtomicBool::new(false));
+    let scheduler = schedule::Scheduler::start_gated(&config, merged.clone(), metrics.clone(), Some(leader.clone()))?;
+    health.ready.store(true, Ordering::SeqCst);
+    let report = crate::scale_out::run(
+        &config,
+        &opts.state_dir,
+        &mut ScaledServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone(), leader },
+    )?;
+    if !stop.load(Ordering::SeqCst) && !opts.exit_when_done {
+        eprintln!("ultr run: every partition task ended; serving metrics until SIGTERM");
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+            health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+            health.last_checkpoint_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+        }
+    }
+    health.stopping.store(true, Ordering::SeqCst);
+    drop(scheduler);
+    drop(monitor);
+    eprintln!("ultr run: stopped; partition states are in the object store and offsets are committed");
+    Ok(report)
+}
+
 /// Runs the service until SIGTERM (or the end of a bounded source with `exit_when_done`).
 pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<RunReport> {
+    if config.state.object_store.is_some() {
+        return run_scaled(config, opts);
+    }
     let stop = stop_on_signals()?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));

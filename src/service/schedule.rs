@@ -58,6 +58,12 @@ pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>)
 impl Scheduler {
     /// Starts the schedule, or returns `None` when the config has none.
     pub fn start(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>) -> anyhow::Result<Option<Scheduler>> {
+        Self::start_gated(config, state_dir, metrics, None)
+    }
+
+    /// As `start`, but a firing is skipped while `gate` is false (a scale-out instance trains only
+    /// while it holds the compactor lease).
+    pub fn start_gated(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>, gate: Option<Arc<AtomicBool>>) -> anyhow::Result<Option<Scheduler>> {
         let Some(expr) = config.train.schedule.clone() else { return Ok(None) };
         let schedule = cron::Schedule::from_str(&expr).map_err(|e| anyhow::anyhow!("key `train.schedule` = {expr:?}: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -69,6 +75,12 @@ impl Scheduler {
                 let Some(at) = next else { break };
                 if Utc::now() < at {
                     std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                if gate.as_ref().is_some_and(|g| !g.load(Ordering::SeqCst)) {
+                    tracing::info!("scheduled training skipped: another instance holds the compactor lease and trains");
+                    metrics.trainings.with_label_values(&["skipped"]).inc();
+                    next = schedule.after(&Utc::now()).next();
                     continue;
                 }
                 let store = crate::train::checkpoint::ModelStore::open(&crate::train::models_dir(&config, &state_dir)).ok();

@@ -421,8 +421,9 @@ impl Simulator {
         self.queries.len()
     }
 
-    /// Session `index` as one JSON line (no newline) and its session id. Each session has its own
-    /// RNG stream, so any session can be regenerated alone.
+    /// Session `index` as one JSON line (no newline) and its record key: the query id, so every
+    /// session of a query lands in one Kafka partition (what scale-out needs; `docs/scale-out.md`).
+    /// Each session has its own RNG stream, so any session can be regenerated alone.
     pub fn session(&self, index: u64, buf: &mut Vec<u8>) -> String {
         let mut rng = ChaCha8Rng::seed_from_u64(self.config.seed ^ 0x5e55_1045);
         rng.set_stream(index);
@@ -459,15 +460,15 @@ impl Simulator {
         };
         buf.clear();
         serde_json::to_writer(&mut *buf, &out).expect("serialising to a Vec cannot fail");
-        session_id
+        q.query_id.clone()
     }
 
     /// Writes sessions `0..config.sessions` to `sink`; returns how many.
     pub fn run(&self, sink: &mut dyn SessionSink) -> anyhow::Result<u64> {
         let mut buf = Vec::with_capacity(16 << 10);
         for i in 0..self.config.sessions {
-            let id = self.session(i, &mut buf);
-            sink.send(&id, &buf)?;
+            let key = self.session(i, &mut buf);
+            sink.send(&key, &buf)?;
         }
         sink.flush()?;
         Ok(self.config.sessions)

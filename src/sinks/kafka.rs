@@ -1,4 +1,4 @@
-//! Kafka sink on rdkafka: publishes sessions keyed by session id, and counts failed deliveries.
+//! Kafka sink on rdkafka: publishes sessions under the key it is given (the simulator and `rekey` use the query id), and counts failed deliveries.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

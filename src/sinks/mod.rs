@@ -3,6 +3,7 @@
 pub mod dead_letter;
 pub mod jsonl;
 pub mod kafka;
+pub mod rekey;
 
 /// Something that takes serialized sessions (the simulator writes through this).
 pub trait SessionSink {

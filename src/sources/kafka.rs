@@ -132,21 +132,38 @@ pub struct KafkaSource {
     position: Position,
     streams: BTreeMap<String, Arc<str>>,
     health: Arc<SourceHealth>,
+    /// Where a partition the state has never read starts.
+    reset: Offset,
+    /// False for a partition task: its instance's group member commits.
+    commits: bool,
 }
 
 impl KafkaSource {
     /// Reads from `resume` (a state's offsets); partitions it does not name start at
     /// `auto.offset.reset`, never at the group's committed offset.
     pub fn new(config: &KafkaSourceConfig, resume: ResumeOffsets) -> anyhow::Result<Self> {
-        Self::open(config, resume, false)
+        Self::open(config, resume, false, true)
     }
 
     /// Without a state (`ultr consume`): every partition continues from the group's committed offset.
     pub fn from_group_offsets(config: &KafkaSourceConfig) -> anyhow::Result<Self> {
-        Self::open(config, ResumeOffsets::default(), true)
+        Self::open(config, ResumeOffsets::default(), true, true)
     }
 
-    fn open(config: &KafkaSourceConfig, resume: ResumeOffsets, group_offsets: bool) -> anyhow::Result<Self> {
+    /// One partition, assigned by the caller instead of the group (a scale-out partition task):
+    /// reads from `resume` (or `auto.offset.reset`), joins no group and commits nothing — the
+    /// instance's group member commits for it.
+    pub fn assigned(config: &KafkaSourceConfig, resume: ResumeOffsets, topic: &str, partition: i32) -> anyhow::Result<Self> {
+        let mut source = Self::open(config, resume, false, false)?;
+        let offset = source.position.lock().unwrap_or_else(|e| e.into_inner()).get(&format!("kafka:{topic}"), partition);
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, offset.map(Offset::Offset).unwrap_or(source.reset))?;
+        source.consumer.assign(&list).with_context(|| format!("assigning {topic}[{partition}]"))?;
+        source.commits = false;
+        Ok(source)
+    }
+
+    fn open(config: &KafkaSourceConfig, resume: ResumeOffsets, group_offsets: bool, subscribe: bool) -> anyhow::Result<Self> {
         let properties = resolve_properties(&config.properties).context("[source.kafka] properties")?;
         let reset = match properties.get("auto.offset.reset").map(String::as_str) {
             None | Some("earliest" | "smallest" | "beginning") => Offset::Beginning,
@@ -168,8 +185,12 @@ impl KafkaSource {
         let context = StateSeekingContext { position: position.clone(), reset, health: health.clone() };
         let consumer: BaseConsumer<StateSeekingContext> = client.create_with_context(context).context("creating Kafka consumer")?;
         let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
-        consumer.subscribe(&topics).with_context(|| format!("subscribing to {topics:?}"))?;
+        if subscribe {
+            consumer.subscribe(&topics).with_context(|| format!("subscribing to {topics:?}"))?;
+        }
         Ok(KafkaSource {
+            reset,
+            commits: true,
             consumer,
             idle_exit: config.idle_exit_ms.map(Duration::from_millis),
             last_message: Instant::now(),
@@ -181,6 +202,9 @@ impl KafkaSource {
 
     /// Commits resume offsets to the group (for lag visibility; the state manifest stays the truth).
     pub fn commit(&self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
+        if !self.commits {
+            return Ok(());
+        }
         let mut list = TopicPartitionList::new();
         for (stream, parts) in &offsets.0 {
             let Some(topic) = stream.strip_prefix("kafka:") else { continue };

@@ -5,7 +5,10 @@
 //! leaves the previous checkpoint intact; files the manifest does not name are garbage.
 
 pub mod cumulative;
+pub mod lease;
 pub mod lock;
+pub mod merged;
+pub mod remote;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
@@ -109,6 +112,28 @@ pub struct Manifest {
     /// Length of the dead-letter file holding exactly those letters (file targets only).
     #[serde(default)]
     pub dead_letter_file_bytes: Option<u64>,
+    /// A merged view's sources: per window (`start-end`), the partition windows it was merged
+    /// from, so compaction re-merges only windows whose parts changed (`state::merged`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub merged_from: BTreeMap<String, String>,
+}
+
+impl Manifest {
+    /// Every file this manifest names, relative to the state directory, with its recorded size
+    /// (None where an older build recorded none): what a copy of the state must carry.
+    pub fn named_files(&self) -> Vec<(String, Option<u64>)> {
+        let mut out = Vec::new();
+        for w in &self.windows {
+            out.extend(w.files.iter().map(|(table, bytes)| (format!("windows/{}/{table}.parquet", w.dir), Some(*bytes))));
+        }
+        for w in &self.open_windows {
+            out.extend(w.files.iter().map(|(table, bytes)| (format!("open/{}/{table}.parquet", w.dir), Some(*bytes))));
+        }
+        out.extend(self.filter_segments.iter().map(|s| (format!("open/{}", s.file), s.bytes)));
+        out.extend(self.late_segments.iter().map(|f| (format!("late/{f}"), None)));
+        out.extend(self.late.iter().map(|l| (format!("late/{}", l.file), Some(l.bytes))));
+        out
+    }
 }
 
 /// A closed window's statistics, ready to persist.
@@ -216,6 +241,7 @@ impl StateStore {
             decoder: Default::default(),
             dead_letters: BTreeMap::new(),
             dead_letter_file_bytes: None,
+            merged_from: BTreeMap::new(),
         };
         let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
         store.remove_garbage()?;
@@ -379,6 +405,16 @@ impl StateStore {
         let mut next = self.manifest.clone();
         next.seq += 1;
         next.dead_letter_file_bytes = Some(bytes);
+        write_manifest(&self.dir, &next)?;
+        self.manifest = next;
+        Ok(())
+    }
+
+    /// Records which partition windows each merged window was built from (compaction only).
+    pub fn record_merged_from(&mut self, merged_from: BTreeMap<String, String>) -> anyhow::Result<()> {
+        let mut next = self.manifest.clone();
+        next.seq += 1;
+        next.merged_from = merged_from;
         write_manifest(&self.dir, &next)?;
         self.manifest = next;
         Ok(())

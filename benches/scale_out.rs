@@ -1,0 +1,196 @@
+//! Scale-out figures against the real broker and object store (both as scripts/test.sh starts
+//! them): records/s with 1, 2 and 3 `ultr ingest` instances of one group on a 6-partition topic,
+//! each instance's CPU time per record, and the merged view's compaction and query time as the
+//! number of partition window files grows.
+//!
+//! `cargo bench --bench scale_out` (env: ULTR_KAFKA_BROKERS, ULTR_S3_ENDPOINT, SCALE_SESSIONS).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::kafka::{ensure_topic, KafkaSink};
+use ultr::sinks::SessionSink;
+use ultr::state::remote::{ObjectStoreConfig, Remote};
+
+const PARTITIONS: i32 = 6;
+
+fn env(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos())
+}
+
+fn store(prefix: &str) -> ObjectStoreConfig {
+    ObjectStoreConfig {
+        url: format!("s3://ultr-test/{prefix}"),
+        options: [
+            ("aws_endpoint", env("ULTR_S3_ENDPOINT", "http://127.0.0.1:9911")),
+            ("aws_allow_http", "true".into()),
+            ("aws_access_key_id", "ultr".into()),
+            ("aws_secret_access_key", "ultr".into()),
+            ("aws_region", "us-east-1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        compact_interval: "5s".into(),
+        lease_ttl: "30s".into(),
+    }
+}
+
+fn config(topic: &str, group: &str, s: &ObjectStoreConfig, window: &str) -> String {
+    let mut text = format!(
+        "batch_records = 4096\n[source.kafka]\nbrokers = {:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\nidle_exit_ms = 5000\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"1000\"\n\
+         [window]\nsize = {window:?}\nallowed_lateness = \"1d\"\n[state]\ncheckpoint_every_records = 50000\ncheckpoint_interval = \"2s\"\n\
+         [state.object_store]\nurl = {:?}\ncompact_interval = {:?}\nlease_ttl = {:?}\n[state.object_store.options]\n",
+        env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"),
+        s.url,
+        s.compact_interval,
+        s.lease_ttl
+    );
+    for (k, v) in &s.options {
+        text.push_str(&format!("{k} = {v:?}\n"));
+    }
+    text
+}
+
+fn publish(topic: &str, sessions: u64) -> i64 {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 600, docs_per_query: 10, features: 8 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions,
+        seed: 5,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    ensure_topic(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, PARTITIONS).unwrap();
+    let mut sink = KafkaSink::new(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, &Default::default()).unwrap();
+    let mut buf = Vec::new();
+    for i in 0..sessions {
+        let key = sim.session(i, &mut buf);
+        sink.send(&key, &buf).unwrap();
+    }
+    sink.flush().unwrap();
+    sessions as i64
+}
+
+/// Offsets the partition manifests in the store account for.
+fn stored(remote: &Remote) -> i64 {
+    ultr::scale_out::partition_prefixes(remote)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| remote.manifest(p).ok().flatten())
+        .map(|m| m.resume.0.values().flat_map(|p| p.values()).sum::<i64>())
+        .sum()
+}
+
+/// User + system CPU seconds of a live process.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0 // utime, stime (fields 14, 15 of stat) at 100 Hz
+}
+
+fn run_instances(n: usize, topic: &str, records: i64, dir: &std::path::Path) {
+    let s = store(&unique("bench"));
+    let remote = Remote::open(&s).unwrap();
+    let cfg = dir.join(format!("scale-{n}.toml"));
+    std::fs::write(&cfg, config(topic, &unique("bench-group"), &s, "1h")).unwrap();
+    let started = Instant::now();
+    let mut children: Vec<Child> = (0..n)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_ultr"))
+                .args(["ingest", "--config"])
+                .arg(&cfg)
+                .arg("--state")
+                .arg(dir.join(format!("i{n}-{i}")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut cpu = vec![0.0; n];
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        for (i, c) in children.iter().enumerate() {
+            cpu[i] = cpu_seconds(c.id()).max(cpu[i]);
+        }
+        if stored(&remote) >= records || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for (i, c) in children.iter().enumerate() {
+        cpu[i] = cpu_seconds(c.id()).max(cpu[i]);
+    }
+    for c in &mut children {
+        let _ = c.wait();
+    }
+    let total_cpu: f64 = cpu.iter().sum();
+    println!(
+        "{n} instance(s): {records} records in the store after {secs:.1} s = {:.0} records/s; CPU per instance {:?} s; CPU per record {:.1} µs (all instances)",
+        records as f64 / secs,
+        cpu.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        total_cpu / records as f64 * 1e6
+    );
+}
+
+/// Compaction and merged-view query time against the number of partition window files: one
+/// topic, windows of `window`, compacted once by `ultr compact` after a one-instance run.
+fn merged_view(window: &str, sessions: u64, dir: &std::path::Path) {
+    let topic = unique("bench-merge");
+    let records = publish(&topic, sessions);
+    let s = store(&unique("merge"));
+    let cfg = dir.join(format!("merge-{window}.toml"));
+    std::fs::write(&cfg, config(&topic, &unique("merge-group"), &s, window)).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_ultr"))
+        .args(["ingest", "--config"])
+        .arg(&cfg)
+        .arg("--state")
+        .arg(dir.join(format!("m-{window}")))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let root = dir.join(format!("c-{window}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["compact", "--json", "--config"]).arg(&cfg).arg("--state").arg(&root).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let merged = ultr::scale_out::merged_dir(&root);
+    let manifest = ultr::state::read_manifest(&merged).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let t = Instant::now();
+    let c = rt.block_on(ultr::state::cumulative::compute(&merged, &manifest, i64::MAX / 4)).unwrap();
+    let query = t.elapsed().as_secs_f64();
+    println!(
+        "windows of {window}: {records} sessions, {} partition window files -> {} merged windows; compaction (fresh, from the store) {:.2} s; cumulative π + swap graph query {:.3} s ({} π rows)",
+        report["partition_files"],
+        report["windows"],
+        report["seconds"].as_f64().unwrap_or(0.0),
+        query,
+        c.propensity.iter().map(|b| b.num_rows()).sum::<usize>()
+    );
+}
+
+fn main() {
+    let sessions: u64 = env("SCALE_SESSIONS", "200000").parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("bench-scale");
+    let records = publish(&topic, sessions);
+    for n in 1..=3 {
+        run_instances(n, &topic, records, dir.path());
+    }
+    for window in ["1h", "10m", "1m"] {
+        merged_view(window, sessions / 4, dir.path());
+    }
+}

@@ -1,0 +1,473 @@
+//! Scale-out: several instances in one Kafka consumer group share a topic's partitions, and an
+//! object store holds every partition's state. The group decides who owns which partition
+//! (cooperative-sticky); the instance runs one partition task per owned partition — the usual
+//! pipeline (`pipeline::run_with_source`) over that partition alone, with its own state directory
+//! copied to the store before its offsets are committed. On revocation a task checkpoints, copies
+//! and stops; on assignment a task restores the partition's state from the store and reads from
+//! its offsets. The topic must be keyed by `query_id`, so π(d,k|q) of a query is one partition's.
+//!
+//! One instance at a time holds the compactor lease (`state::lease`): it merges the partitions'
+//! windows into the merged view (`state::merged`) and copies it to the store; the others fetch it.
+//! Training, identifiability and the monitor read the merged view, `<state>/merged`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::{PipelineConfig, SourceConfig};
+use crate::pipeline::{run_with_source, Observer, RunReport};
+use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
+use crate::sources::{RecordSource, ResumeOffsets};
+use crate::state::merged::{compact, CompactReport, MergeTarget};
+use crate::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
+use crate::state::{lease, StateStore};
+use crate::units::parse_duration_ms;
+
+/// The merged view's folder under an instance's `--state` directory.
+pub fn merged_dir(root: &Path) -> PathBuf {
+    root.join("merged")
+}
+
+/// What the service watches of a scale-out instance.
+pub trait ScaleObserver {
+    /// A new merged view is in `merged_dir` (compacted here, or fetched from the lease holder).
+    fn on_merged(&mut self, _merged_dir: &Path, _report: &RunReport) {}
+    /// Whether this instance holds the compactor lease (it runs the training schedule).
+    fn on_lease(&mut self, _held: bool) {}
+    fn on_progress(&mut self, _report: &RunReport) {}
+    fn should_stop(&self) -> bool {
+        false
+    }
+}
+
+pub struct NoScaleObserver;
+impl ScaleObserver for NoScaleObserver {}
+
+/// A running partition task.
+struct Task {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<anyhow::Result<RunReport>>,
+}
+
+/// What the group callbacks, the tasks and the main loop share.
+struct Shared {
+    config: PipelineConfig,
+    kafka: KafkaSourceConfig,
+    root: PathBuf,
+    remote: Arc<Remote>,
+    stop: Arc<AtomicBool>,
+    tasks: Mutex<BTreeMap<(String, i32), Task>>,
+    /// Offsets whose state is in the store: the group member commits them.
+    durable: Mutex<ResumeOffsets>,
+    /// Reports of finished tasks, and the first error of a failed one.
+    finished: Mutex<Vec<RunReport>>,
+    failure: Mutex<Option<String>>,
+    last_rebalance: Mutex<Instant>,
+}
+
+impl Shared {
+    fn start(self: &Arc<Self>, topic: &str, partition: i32) {
+        let key = (topic.to_string(), partition);
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if tasks.contains_key(&key) {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, task_stop, topic_name) = (self.clone(), stop.clone(), topic.to_string());
+        let spawned = std::thread::Builder::new()
+            .name(format!("ultr-{topic}-{partition}"))
+            .spawn(move || shared.run_task(&topic_name, partition, task_stop));
+        match spawned {
+            Ok(handle) => {
+                tracing::info!(topic, partition, "partition task started");
+                tasks.insert(key, Task { stop, handle });
+            }
+            Err(e) => *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("starting the task of {topic}[{partition}]: {e}")),
+        }
+    }
+
+    /// Stops a task (it checkpoints and copies its state first) and waits for it.
+    fn release(&self, topic: &str, partition: i32) {
+        let task = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&(topic.to_string(), partition));
+        if let Some(task) = task {
+            task.stop.store(true, Ordering::SeqCst);
+            self.reap(topic, partition, task.handle);
+            tracing::info!(topic, partition, "partition released");
+        }
+    }
+
+    fn reap(&self, topic: &str, partition: i32, handle: JoinHandle<anyhow::Result<RunReport>>) {
+        match handle.join() {
+            Ok(Ok(report)) => self.finished.lock().unwrap_or_else(|e| e.into_inner()).push(report),
+            Ok(Err(e)) if e.chain().any(|c| c.is::<Fenced>()) => {
+                // The group gave the partition to another instance while this one still held it
+                // (a rebalance it answered too late): the newer owner's state stands.
+                tracing::warn!(topic, partition, "partition task fenced off: {e:#}");
+            }
+            Ok(Err(e)) => {
+                let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+                failure.get_or_insert_with(|| format!("partition task {topic}[{partition}]: {e:#}"));
+            }
+            Err(_) => {
+                let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+                failure.get_or_insert_with(|| format!("partition task {topic}[{partition}] panicked"));
+            }
+        }
+    }
+
+    fn run_task(&self, topic: &str, partition: i32, stop: Arc<AtomicBool>) -> anyhow::Result<RunReport> {
+        let dir = self.root.join("partitions").join(format!("{topic}-{partition}"));
+        let prefix = partition_prefix(topic, partition);
+        // The store, not this machine's disk, is the truth: another instance may have moved the
+        // partition on since this one last held it.
+        let (writer, restored) =
+            self.remote.take_over(&prefix, &dir).with_context(|| format!("restoring {topic}[{partition}] from {}", self.remote.url))?;
+        tracing::info!(topic, partition, restored, "partition state ready");
+        let mut observer = TaskObserver { shared: self, writer, stop, global: self.stop.clone() };
+        let kafka = self.kafka.clone();
+        let open = move |resume: &ResumeOffsets| -> anyhow::Result<Box<dyn RecordSource + Send>> {
+            Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition)?))
+        };
+        run_with_source(&self.config, &dir, &mut observer, &open)
+    }
+}
+
+/// A partition task's hooks: copy each checkpoint to the store, then hand its offsets to the
+/// group member to commit; stop on revocation or on the instance's stop.
+struct TaskObserver<'a> {
+    shared: &'a Shared,
+    writer: Writer,
+    stop: Arc<AtomicBool>,
+    global: Arc<AtomicBool>,
+}
+
+impl Observer for TaskObserver<'_> {
+    fn persist(&mut self, store: &StateStore) -> anyhow::Result<()> {
+        self.shared.remote.push(&mut self.writer, store.dir())?;
+        self.shared.durable.lock().unwrap_or_else(|e| e.into_inner()).merge(&store.manifest().resume);
+        Ok(())
+    }
+
+    fn should_stop(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || self.global.load(Ordering::SeqCst)
+    }
+}
+
+/// The group member's callbacks: start a task per assigned partition, stop it on revocation.
+/// The member itself reads nothing (its partitions are paused); the tasks read.
+struct GroupContext {
+    shared: Arc<Shared>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        *self.shared.last_rebalance.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let assigned = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if let Err(e) = consumer.pause(tpl) {
+                    tracing::warn!("pausing the group member's partitions: {e}");
+                }
+                for (topic, partition) in &parts {
+                    tracing::info!(topic, partition, "assigned");
+                    self.shared.start(topic, *partition);
+                }
+                assigned
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // Checkpoint and copy before the partition goes to another instance.
+                for (topic, partition) in &parts {
+                    tracing::info!(topic, partition, "revoked");
+                    self.shared.release(topic, *partition);
+                }
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::warn!("rebalance error {other:?}; releasing every partition");
+                let keys: Vec<(String, i32)> = self.shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+                for (topic, partition) in keys {
+                    self.shared.release(&topic, partition);
+                }
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!("applying the rebalance: {e}");
+        }
+    }
+}
+
+/// The merged view's target settings for `config`.
+pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
+    Ok(MergeTarget {
+        source: crate::pipeline::source_identity(config),
+        window: config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
+        holdout: config.train.holdout(),
+        retention_ms: Some(config.retention_ms()),
+    })
+}
+
+/// Copies every partition's closed windows from the store into `<root>/compact/` and merges them
+/// into `<root>/merged`, continuing the merged view in the store; then copies it to the store.
+/// `writer` is the compactor's hold on the merged copy: taken over (fetching the merged view) when
+/// None, kept across rounds while this instance holds the lease, dropped when fenced.
+pub fn compact_once(config: &PipelineConfig, remote: &Remote, root: &Path, writer: &mut Option<Writer>) -> anyhow::Result<CompactReport> {
+    let started = Instant::now();
+    let cache = root.join("compact");
+    let mut parts = Vec::new();
+    for prefix in partition_prefixes(remote)? {
+        let dir = cache.join(prefix.trim_start_matches("partitions/").replace('/', "-"));
+        remote.sync_windows(&prefix, &dir)?;
+        parts.push(dir);
+    }
+    let merged = merged_dir(root);
+    if writer.is_none() {
+        *writer = Some(remote.take_over(MERGED_PREFIX, &merged)?.0); // continues the last compactor's view
+    }
+    let mut report = compact(&parts, &merged, &merge_target(config)?)?;
+    if let Err(e) = remote.push(writer.as_mut().expect("taken over above"), &merged) {
+        *writer = None;
+        return Err(e);
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The prefixes holding a partition's state (`partitions/<topic>/<partition>`).
+pub fn partition_prefixes(remote: &Remote) -> anyhow::Result<Vec<String>> {
+    let mut out: Vec<String> = remote
+        .list("partitions")?
+        .into_iter()
+        .filter_map(|p| p.strip_suffix(&format!("/{RECORD}")).map(str::to_string))
+        .filter(|p| p.split('/').count() == 3)
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// A name for this instance in the lease.
+pub fn instance_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
+    format!("{host}-{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis())
+}
+
+fn add(total: &mut RunReport, r: &RunReport) {
+    total.records += r.records;
+    total.windows_closed_this_run += r.windows_closed_this_run;
+    total.checkpoints += r.checkpoints;
+    let c = &mut total.counters;
+    c.sessions += r.counters.sessions;
+    c.impressions += r.counters.impressions;
+    c.late_sessions += r.counters.late_sessions;
+    c.late_impressions += r.counters.late_impressions;
+    c.duplicate_sessions += r.counters.duplicate_sessions;
+    c.windows_closed += r.counters.windows_closed;
+    for (k, v) in &r.dead_letters {
+        *total.dead_letters.entry(k.clone()).or_default() += v;
+    }
+    total.last_checkpoint_unix_ms = total.last_checkpoint_unix_ms.max(r.last_checkpoint_unix_ms);
+}
+
+/// Runs this instance's share of the group until the instance is stopped, or — with
+/// `idle_exit_ms` — until every task it ran has ended and the group has been quiet that long.
+/// The report sums the partition tasks this instance ran.
+pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserver) -> anyhow::Result<RunReport> {
+    let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
+    let SourceConfig::Kafka(kafka) = &config.source else { bail!("key `state.object_store` needs `[source.kafka]`") };
+    crate::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+    let remote = Arc::new(Remote::open(store_config)?);
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let _lock = crate::state::lock::DirLock::acquire(root, "scale-out state directory")?;
+    let compact_every = Duration::from_millis(parse_duration_ms(&store_config.compact_interval).unwrap_or(30_000).max(1) as u64);
+    let lease_ttl = parse_duration_ms(&store_config.lease_ttl).unwrap_or(90_000);
+    let me = instance_id();
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        kafka: kafka.clone(),
+        root: root.to_path_buf(),
+        remote: remote.clone(),
+        stop: Arc::new(AtomicBool::new(false)),
+        tasks: Mutex::new(BTreeMap::new()),
+        durable: Mutex::new(ResumeOffsets::default()),
+        finished: Mutex::new(Vec::new()),
+        failure: Mutex::new(None),
+        last_rebalance: Mutex::new(Instant::now()),
+    });
+    let properties = crate::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", &kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    for (k, v) in &properties {
+        client.set(k, v);
+    }
+    let consumer: BaseConsumer<GroupContext> =
+        client.create_with_context(GroupContext { shared: shared.clone() }).context("creating the Kafka group member")?;
+    let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).with_context(|| format!("subscribing to {topics:?}"))?;
+    eprintln!("ultr: instance {me} joined group {:?} on {topics:?}; partition states in {}", kafka.group_id, remote.url);
+
+    let idle_exit = kafka.idle_exit_ms.map(Duration::from_millis);
+    let mut total = RunReport::default();
+    let mut committed = ResumeOffsets::default();
+    let mut last_compaction: Option<Instant> = None;
+    let mut leader = false;
+    let mut merged_writer: Option<Writer> = None;
+    let result: anyhow::Result<()> = (|| {
+        loop {
+            // Serves the group's callbacks (assignments start tasks, revocations stop them).
+            if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+                tracing::debug!("group member: {e}");
+            }
+            if let Some(f) = shared.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                bail!(f);
+            }
+            commit_durable(&consumer, &shared, &mut committed);
+            // Tasks whose source ended (idle_exit) are reaped; their partitions stay assigned.
+            let done: Vec<(String, i32)> =
+                shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(_, t)| t.handle.is_finished()).map(|(k, _)| k.clone()).collect();
+            for (topic, partition) in done {
+                if let Some(task) = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&(topic.clone(), partition)) {
+                    shared.reap(&topic, partition, task.handle);
+                }
+            }
+            for r in shared.finished.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                add(&mut total, &r);
+            }
+            if last_compaction.is_none_or(|t| t.elapsed() >= compact_every) {
+                last_compaction = Some(Instant::now());
+                leader = compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
+                observer.on_lease(leader);
+            }
+            observer.on_progress(&total);
+            if observer.should_stop() {
+                return Ok(());
+            }
+            let idle = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+            let quiet = shared.last_rebalance.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+            if let Some(limit) = idle_exit {
+                if idle && quiet >= limit {
+                    return Ok(());
+                }
+            }
+        }
+    })();
+    // Stop every task (each checkpoints and copies its state), commit, leave the group.
+    shared.stop.store(true, Ordering::SeqCst);
+    let keys: Vec<(String, i32)> = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+    for (topic, partition) in keys {
+        shared.release(&topic, partition);
+    }
+    for r in shared.finished.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        add(&mut total, &r);
+    }
+    commit_durable(&consumer, &shared, &mut committed);
+    consumer.unsubscribe();
+    drop(consumer);
+    result?;
+    if let Some(f) = shared.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        bail!(f);
+    }
+    // A last merge covers this instance's final checkpoints (when it holds the lease).
+    compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
+    lease::release(&remote, &me)?;
+    Ok(total)
+}
+
+/// Takes or renews the lease; the holder compacts, the others fetch the merged view. Returns
+/// whether this instance holds the lease. A failing store is a warning here (the partition tasks
+/// fail on their own when they cannot copy their state).
+fn compaction_round(
+    config: &PipelineConfig,
+    remote: &Remote,
+    root: &Path,
+    me: &str,
+    lease_ttl: i64,
+    merged_writer: &mut Option<Writer>,
+    total: &mut RunReport,
+    observer: &mut dyn ScaleObserver,
+) -> anyhow::Result<bool> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let leader = match lease::try_acquire(remote, me, lease_ttl, now) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("compactor lease: {e:#}");
+            return Ok(false);
+        }
+    };
+    let merged = merged_dir(root);
+    if !leader {
+        *merged_writer = None;
+    }
+    let outcome = if leader {
+        compact_once(config, remote, root, merged_writer).map(|r| {
+            tracing::info!(windows_merged = r.windows_merged, windows = r.windows, partitions = r.partitions, seconds = r.seconds, "compacted");
+            true
+        })
+    } else {
+        let local_seq = crate::state::read_manifest(&merged).ok().map(|m| m.seq);
+        match remote.manifest(MERGED_PREFIX) {
+            Ok(Some(m)) if Some(m.seq) != local_seq => remote.fetch(MERGED_PREFIX, &merged),
+            Ok(_) => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    match outcome {
+        Ok(true) => {
+            if let Ok(m) = crate::state::read_manifest(&merged) {
+                total.watermark_ms = m.operator.watermark;
+            }
+            observer.on_merged(&merged, total);
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!("merged view: {e:#}"),
+    }
+    Ok(leader)
+}
+
+/// Commits the offsets whose state is in the store (the group's offsets report lag; the partition
+/// manifests in the store say where reading resumes).
+fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, committed: &mut ResumeOffsets) {
+    let durable = shared.durable.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if durable == *committed {
+        return;
+    }
+    let assignment: Vec<(String, i32)> =
+        consumer.assignment().map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()).unwrap_or_default();
+    let mut list = TopicPartitionList::new();
+    for (stream, parts) in &durable.0 {
+        let Some(topic) = stream.strip_prefix("kafka:") else { continue };
+        for (&partition, &offset) in parts {
+            if assignment.iter().any(|(t, p)| t == topic && *p == partition) {
+                let _ = list.add_partition_offset(topic, partition, Offset::Offset(offset));
+            }
+        }
+    }
+    if list.count() > 0 {
+        if let Err(e) = consumer.commit(&list, CommitMode::Sync) {
+            tracing::warn!("committing offsets of durable partition states: {e}; the next round retries");
+            return;
+        }
+    }
+    *committed = durable;
+}

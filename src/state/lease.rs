@@ -1,0 +1,60 @@
+//! The compactor's lease: one object in the store naming its holder and when it expires, taken and
+//! renewed with conditional writes (create-if-absent, replace-if-unchanged), so at most one
+//! instance merges the partitions and runs the training schedule at a time.
+
+use serde::{Deserialize, Serialize};
+
+use super::remote::Remote;
+
+/// Where the lease lives under the store's prefix.
+pub const LEASE: &str = "leases/compactor.json";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub expires_unix_ms: i64,
+}
+
+/// Takes or renews the lease for `holder` for `ttl_ms`: true when `holder` holds it afterwards.
+/// A lease held by another instance is taken only once it has expired; two instances racing for
+/// it both write conditionally on the version they read, so one of them loses.
+pub fn try_acquire(remote: &Remote, holder: &str, ttl_ms: i64, now_ms: i64) -> anyhow::Result<bool> {
+    let next = serde_json::to_vec(&LeaseRecord { holder: holder.to_string(), expires_unix_ms: now_ms + ttl_ms })?;
+    match remote.get_versioned(LEASE)? {
+        None => remote.put_if(LEASE, next, None),
+        Some((bytes, e_tag)) => {
+            let current: Option<LeaseRecord> = serde_json::from_slice(&bytes).ok();
+            let free = match &current {
+                Some(l) => l.holder == holder || l.expires_unix_ms <= now_ms,
+                None => true, // unreadable: whoever rewrites it first holds it
+            };
+            if !free {
+                return Ok(false);
+            }
+            match e_tag {
+                Some(tag) => remote.put_if(LEASE, next, Some(tag)),
+                None => anyhow::bail!("the object store returned no e-tag for {LEASE}: it cannot hold a lease (conditional writes are needed)"),
+            }
+        }
+    }
+}
+
+/// Gives the lease up (on a clean stop) so another instance need not wait for it to expire.
+pub fn release(remote: &Remote, holder: &str) -> anyhow::Result<()> {
+    if let Some((bytes, Some(tag))) = remote.get_versioned(LEASE)? {
+        if serde_json::from_slice::<LeaseRecord>(&bytes).map(|l| l.holder == holder).unwrap_or(false) {
+            let expired = serde_json::to_vec(&LeaseRecord { holder: holder.to_string(), expires_unix_ms: 0 })?;
+            remote.put_if(LEASE, expired, Some(tag))?;
+        }
+    }
+    Ok(())
+}
+
+/// The current holder, if the lease is live.
+pub fn holder(remote: &Remote, now_ms: i64) -> anyhow::Result<Option<String>> {
+    Ok(remote
+        .get_versioned(LEASE)?
+        .and_then(|(b, _)| serde_json::from_slice::<LeaseRecord>(&b).ok())
+        .filter(|l| l.expires_unix_ms > now_ms)
+        .map(|l| l.holder))
+}

@@ -1,0 +1,161 @@
+//! The merged view: every partition's closed windows merged into one state directory, window by
+//! window, with the same merge SQL an open window uses for its partials (`window::merge`,
+//! `window::finish`). Every statistic is a sum or a bottom-k sample, so the merge of the
+//! partitions' windows equals the window one instance would have written from all the records.
+//! Training, identifiability and the monitor read this directory as they read a one-instance state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use super::{read_window_table, Checkpoint, ClosedOutput, Manifest, StateStore};
+use crate::window::operator::{OperatorSnapshot, WindowCounters, WindowSpec};
+use crate::window::{Holdout, Tables, PARTIALS};
+
+/// What the merged state is: the settings every partition's state was written with.
+#[derive(Debug, Clone)]
+pub struct MergeTarget {
+    pub source: String,
+    pub window: WindowSpec,
+    pub holdout: Holdout,
+    pub retention_ms: Option<i64>,
+}
+
+/// What one compaction did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CompactReport {
+    pub partitions: usize,
+    pub windows: usize,
+    pub windows_merged: usize,
+    pub partition_files: usize,
+    /// Seconds merging (reading the partitions' window files, merge SQL, writing).
+    pub merge_seconds: f64,
+    /// Seconds in all, copying from the store included (set by the caller that copied).
+    pub seconds: f64,
+}
+
+/// Sums the partitions' counters and offsets: the merged view's operator snapshot. Its watermark
+/// is the slowest partition's (a window is complete only when every partition has passed it).
+fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
+    let mut counters = WindowCounters::default();
+    let mut partitions = BTreeMap::new();
+    for (_, m) in parts {
+        let c = &m.operator.counters;
+        counters.sessions += c.sessions;
+        counters.impressions += c.impressions;
+        counters.late_sessions += c.late_sessions;
+        counters.late_impressions += c.late_impressions;
+        counters.duplicate_sessions += c.duplicate_sessions;
+        counters.windows_closed += c.windows_closed;
+        partitions.extend(m.operator.partitions.clone());
+    }
+    let watermark = parts.iter().map(|(_, m)| m.operator.watermark).min().unwrap_or(i64::MIN);
+    let event_watermark = parts.iter().filter_map(|(_, m)| m.operator.event_watermark).min();
+    OperatorSnapshot { partitions, watermark, counters, event_watermark }
+}
+
+/// Merges the partition states in `parts` (local directories, each with its manifest) into the
+/// state directory `out`, re-merging only the windows whose partition windows changed since the
+/// last compaction (the manifest's `merged_from` records them).
+pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::Result<CompactReport> {
+    let started = std::time::Instant::now();
+    let mut manifests: Vec<(String, Manifest)> = Vec::new();
+    for dir in parts {
+        let m = super::read_manifest(dir)?;
+        anyhow::ensure!(
+            m.window == target.window,
+            "{}: key `window` is {:?} but the config says {:?}; every instance must run with the same window settings",
+            dir.join(super::MANIFEST).display(),
+            m.window,
+            target.window
+        );
+        manifests.push((dir.display().to_string(), m));
+    }
+    let mut store = StateStore::open(out, &target.source, target.window, target.holdout)?;
+    // Per window, the partition windows that make it up.
+    let mut groups: BTreeMap<(i64, i64), Vec<(usize, super::WindowEntry)>> = BTreeMap::new();
+    let mut partition_files = 0;
+    for (i, (_, m)) in manifests.iter().enumerate() {
+        for w in &m.windows {
+            partition_files += w.files.len();
+            groups.entry((w.start_ms, w.end_ms)).or_default().push((i, w.clone()));
+        }
+    }
+    let fingerprint = |members: &[(usize, super::WindowEntry)]| -> String {
+        let mut parts: Vec<String> = members
+            .iter()
+            .map(|(i, w)| {
+                let name = Path::new(&manifests[*i].0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                format!("{name}/{}:{}", w.dir, w.files.values().sum::<u64>())
+            })
+            .collect();
+        parts.sort();
+        parts.join(",")
+    };
+    let have: BTreeSet<(i64, i64)> = store.manifest().windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
+    let previous = store.manifest().merged_from.clone();
+    let mut merged_from = BTreeMap::new();
+    let mut closed = Vec::new();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    for ((start, end), members) in &groups {
+        let key = format!("{start}-{end}");
+        let print = fingerprint(members);
+        if have.contains(&(*start, *end)) && previous.get(&key) == Some(&print) {
+            merged_from.insert(key, print);
+            continue;
+        }
+        let mut partials: Vec<Tables> = Vec::with_capacity(members.len());
+        for (i, w) in members {
+            let dir = Path::new(&manifests[*i].0);
+            let mut tables: Tables = Vec::new();
+            for p in &PARTIALS {
+                tables.push((p.table, read_window_table(dir, w, p.table).with_context(|| format!("merging window {key}"))?));
+            }
+            partials.push(tables);
+        }
+        let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials).await?).await })?;
+        closed.push(ClosedOutput { start_ms: *start, end_ms: *end, tables });
+        merged_from.insert(key, print);
+    }
+    let windows_merged = closed.len();
+    let snapshot = merged_snapshot(&manifests);
+    let mut resume = crate::sources::ResumeOffsets::default();
+    let mut dead_letters: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, m) in &manifests {
+        resume.merge(&m.resume);
+        for (reason, n) in &m.dead_letters {
+            *dead_letters.entry(reason.clone()).or_default() += n;
+        }
+    }
+    let decoder = manifests.first().map(|(_, m)| m.decoder.clone()).unwrap_or_default();
+    let changed = windows_merged > 0
+        || store.manifest().seq == 0
+        || store.manifest().operator.counters != snapshot.counters
+        || store.manifest().resume != resume
+        || store.manifest().dead_letters != dead_letters;
+    if changed {
+        store.checkpoint(Checkpoint {
+            closed,
+            open_partials: Vec::new(),
+            admitted: Vec::new(),
+            late: Vec::new(),
+            operator: snapshot,
+            open_windows: BTreeSet::new(),
+            resume,
+            dead_letters,
+            dead_letter_file_bytes: None,
+            retention_ms: target.retention_ms,
+            decoder,
+        })?;
+        store.record_merged_from(merged_from)?;
+    }
+    Ok(CompactReport {
+        partitions: manifests.len(),
+        windows: store.manifest().windows.len(),
+        windows_merged,
+        partition_files,
+        merge_seconds: started.elapsed().as_secs_f64(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

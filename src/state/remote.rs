@@ -1,0 +1,342 @@
+//! The state in an object store (S3 or any S3-compatible server, or a local folder), through the
+//! `object_store` crate. A copy of a state directory is one record object (`state.json`: the
+//! manifest and which object holds each file) plus the files, uploaded before the record replaces
+//! the previous one, so the record always names objects that are there. Each copy has one writer:
+//! taking a copy over raises its epoch with a conditional write, and a writer whose conditional
+//! write then fails has been fenced off (`Fenced`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+
+use super::{Manifest, MANIFEST};
+
+/// `[state.object_store]`: where several instances keep their partitions' state and the merged
+/// view. Unset, the state is the local `--state` directory of one instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// `s3://bucket/prefix` (or `file:///absolute/folder`).
+    pub url: String,
+    /// Options of the store, as `object_store` names them: `aws_endpoint`, `aws_region`,
+    /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ... A value `env:NAME` is
+    /// read from environment variable NAME and `file:PATH` from a file, as Kafka properties are.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+    /// How often the lease holder merges the partitions' windows into the merged view (and the
+    /// other instances fetch it).
+    #[serde(default = "default_compact_interval")]
+    pub compact_interval: String,
+    /// How long the compactor's lease lasts without renewal; another instance takes over after it.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl: String,
+}
+
+fn default_compact_interval() -> String {
+    "30s".into()
+}
+
+fn default_lease_ttl() -> String {
+    "90s".into()
+}
+
+/// An object store opened from `[state.object_store]`, with a runtime of its own so the
+/// synchronous pipeline can call it from any thread.
+pub struct Remote {
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+    runtime: tokio::runtime::Runtime,
+    pub url: String,
+}
+
+impl Remote {
+    pub fn open(config: &ObjectStoreConfig) -> anyhow::Result<Remote> {
+        let url = url::Url::parse(&config.url).with_context(|| format!("key `state.object_store.url` = {:?} is not a URL", config.url))?;
+        let options = crate::sources::secrets::resolve_properties(&config.options).context("[state.object_store] options")?;
+        let (store, prefix) = object_store::parse_url_opts(&url, options)
+            .with_context(|| format!("key `state.object_store.url` = {:?}: cannot open this object store", config.url))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("ultr-object-store").enable_all().build()?;
+        Ok(Remote { store: Arc::from(store), prefix, runtime, url: config.url.clone() })
+    }
+
+    fn path(&self, rel: &str) -> ObjectPath {
+        let mut p = self.prefix.clone();
+        for part in rel.split('/').filter(|s| !s.is_empty()) {
+            p = p.clone().join(part);
+        }
+        p
+    }
+
+    /// The object at `rel` (under the prefix), None when absent.
+    pub fn get(&self, rel: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        let path = self.path(rel);
+        self.runtime.block_on(async {
+            match self.store.get(&path).await {
+                Ok(r) => Ok(Some(r.bytes().await.with_context(|| format!("reading {path} from {}", self.url))?.to_vec())),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(anyhow::Error::new(e).context(format!("reading {path} from {}", self.url))),
+            }
+        })
+    }
+
+    pub fn put(&self, rel: &str, bytes: Vec<u8>) -> anyhow::Result<()> {
+        let path = self.path(rel);
+        self.runtime
+            .block_on(self.store.put(&path, PutPayload::from(bytes)))
+            .with_context(|| format!("writing {path} to {}", self.url))?;
+        Ok(())
+    }
+
+    /// Relative paths of every object under `rel/`.
+    pub fn list(&self, rel: &str) -> anyhow::Result<Vec<String>> {
+        let base = self.path(rel);
+        let prefix_len = self.prefix.as_ref().len();
+        self.runtime.block_on(async {
+            let metas: Vec<object_store::ObjectMeta> =
+                self.store.list(Some(&base)).try_collect().await.with_context(|| format!("listing {base} in {}", self.url))?;
+            Ok(metas.into_iter().map(|m| m.location.as_ref()[prefix_len..].trim_start_matches('/').to_string()).collect())
+        })
+    }
+
+    fn delete(&self, rel: &str) -> anyhow::Result<()> {
+        let path = self.path(rel);
+        match self.runtime.block_on(self.store.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("deleting {path} in {}", self.url))),
+        }
+    }
+
+    /// The copy under `prefix`, with its version (e-tag); None when there is none.
+    fn record(&self, prefix: &str) -> anyhow::Result<Option<(Record, Option<String>)>> {
+        let Some((bytes, e_tag)) = self.get_versioned(&format!("{prefix}/{RECORD}"))? else { return Ok(None) };
+        let record: Record =
+            serde_json::from_slice(&bytes).with_context(|| format!("{prefix}/{RECORD} in {} is not an ultr state record", self.url))?;
+        Ok(Some((record, e_tag)))
+    }
+
+    /// The manifest of the copy under `prefix`, None when there is none.
+    pub fn manifest(&self, prefix: &str) -> anyhow::Result<Option<Manifest>> {
+        Ok(self.record(prefix)?.map(|(r, _)| r.manifest))
+    }
+
+    /// Becomes the only writer of the copy under `prefix` and replaces `dir` with it. The record's
+    /// epoch is raised with a write conditional on the version read, so a writer that held the copy
+    /// before (an instance the group gave up on, still running) fails its next push: it is fenced.
+    /// Returns the writer and whether there was a copy.
+    pub fn take_over(&self, prefix: &str, dir: &Path) -> anyhow::Result<(Writer, bool)> {
+        loop {
+            let Some((mut record, e_tag)) = self.record(prefix)? else {
+                clear_dir(dir)?;
+                return Ok((Writer { prefix: prefix.to_string(), epoch: 1, e_tag: None, objects: BTreeMap::new() }, false));
+            };
+            record.epoch += 1;
+            let bytes = serde_json::to_vec(&record)?;
+            let Some(new_tag) = self.put_if_tagged(&format!("{prefix}/{RECORD}"), bytes, Some(e_tag.context("the object store returned no e-tag: it cannot fence writers")?))? else {
+                continue; // another writer moved it on between the read and the write: read again
+            };
+            self.download(prefix, &record, dir)?;
+            return Ok((Writer { prefix: prefix.to_string(), epoch: record.epoch, e_tag: new_tag, objects: record.objects }, true));
+        }
+    }
+
+    /// Replaces `dir` with the copy under `prefix` without writing (a reader of the merged view).
+    pub fn fetch(&self, prefix: &str, dir: &Path) -> anyhow::Result<bool> {
+        let Some((record, _)) = self.record(prefix)? else { return Ok(false) };
+        self.download(prefix, &record, dir)?;
+        Ok(true)
+    }
+
+    fn download(&self, prefix: &str, record: &Record, dir: &Path) -> anyhow::Result<()> {
+        clear_dir(dir)?;
+        for (rel, object) in &record.objects {
+            let bytes = self.get(&format!("{prefix}/{}", object.key))?.with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
+            anyhow::ensure!(bytes.len() as u64 == object.bytes, "{prefix}/{} in {} is {} bytes but its record says {}", object.key, self.url, bytes.len(), object.bytes);
+            let local = dir.join(rel);
+            if let Some(parent) = local.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::write(&local, bytes).with_context(|| format!("writing {}", local.display()))?;
+        }
+        for sub in ["windows", "open", "late"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        let tmp = dir.join(".tmp-manifest.json");
+        fs::write(&tmp, serde_json::to_vec_pretty(&record.manifest)?)?;
+        fs::rename(&tmp, dir.join(MANIFEST))?;
+        super::sync_dir(dir)
+    }
+
+    /// Copies the checkpoint in `dir` to the writer's copy: the files its manifest names that the
+    /// copy lacks go to `e<epoch>/` objects, then the record (manifest + object names) is replaced
+    /// only if it is still the version this writer wrote last — otherwise the writer was fenced and
+    /// this fails with `Fenced`. Then objects of this or older epochs that the record no longer
+    /// names are deleted (never a newer writer's).
+    pub fn push(&self, w: &mut Writer, dir: &Path) -> anyhow::Result<()> {
+        let manifest = super::read_manifest(dir)?;
+        let mut files: Vec<String> = manifest.named_files().into_iter().map(|(rel, _)| rel).collect();
+        if dir.join(DEAD_LETTERS).exists() {
+            files.push(DEAD_LETTERS.to_string());
+        }
+        let mut objects = BTreeMap::new();
+        for rel in files {
+            let local = dir.join(&rel);
+            let bytes = fs::metadata(&local).with_context(|| format!("state file {} named by the manifest is missing", local.display()))?.len();
+            match w.objects.get(&rel) {
+                // State files are immutable once named; the dead-letter file only grows.
+                Some(o) if o.bytes == bytes => {
+                    objects.insert(rel, o.clone());
+                }
+                _ => {
+                    let key = format!("e{}/{rel}", w.epoch);
+                    self.put(&format!("{}/{key}", w.prefix), fs::read(&local).with_context(|| format!("reading {}", local.display()))?)?;
+                    objects.insert(rel, StoredObject { key, bytes });
+                }
+            }
+        }
+        let record = Record { epoch: w.epoch, objects, manifest };
+        let Some(tag) = self.put_if_tagged(&format!("{}/{RECORD}", w.prefix), serde_json::to_vec(&record)?, w.e_tag.clone())? else {
+            return Err(anyhow::Error::new(Fenced { prefix: w.prefix.clone() }));
+        };
+        w.e_tag = tag;
+        w.objects = record.objects;
+        let named: BTreeSet<&str> = w.objects.values().map(|o| o.key.as_str()).collect();
+        for rel in self.list(&w.prefix)? {
+            let Some(key) = rel.strip_prefix(&format!("{}/", w.prefix)) else { continue };
+            let epoch = key.strip_prefix('e').and_then(|k| k.split('/').next()).and_then(|e| e.parse::<u64>().ok());
+            if epoch.is_some_and(|e| e <= w.epoch) && !named.contains(key) {
+                self.delete(&rel)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings `dir` up to the closed windows of the copy under `prefix` (for merging): the window
+    /// files its manifest names that `dir` lacks, then the manifest; window folders it no longer
+    /// names are removed. Open windows and late segments are not copied.
+    pub fn sync_windows(&self, prefix: &str, dir: &Path) -> anyhow::Result<()> {
+        let Some((record, _)) = self.record(prefix)? else { return Ok(()) };
+        fs::create_dir_all(dir.join("windows"))?;
+        let mut keep = BTreeSet::new();
+        for w in &record.manifest.windows {
+            keep.insert(w.dir.clone());
+            for table in w.files.keys() {
+                let rel = format!("windows/{}/{table}.parquet", w.dir);
+                let object = record.objects.get(&rel).with_context(|| format!("{prefix}/{RECORD} in {} names no object for {rel}", self.url))?;
+                let local = dir.join(&rel);
+                if fs::metadata(&local).map(|m| m.len() == object.bytes).unwrap_or(false) {
+                    continue;
+                }
+                let bytes = self.get(&format!("{prefix}/{}", object.key))?.with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
+                anyhow::ensure!(bytes.len() as u64 == object.bytes, "{prefix}/{} in {} is {} bytes but its record says {}", object.key, self.url, bytes.len(), object.bytes);
+                fs::create_dir_all(local.parent().expect("a window file has a folder"))?;
+                fs::write(&local, bytes).with_context(|| format!("writing {}", local.display()))?;
+            }
+        }
+        for e in fs::read_dir(dir.join("windows"))?.flatten() {
+            if !keep.contains(e.file_name().to_string_lossy().as_ref()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+        fs::write(dir.join(MANIFEST), serde_json::to_vec_pretty(&record.manifest)?)?;
+        Ok(())
+    }
+
+    /// Writes `bytes` at `rel` only if the object is absent (`expected` None) or still the version
+    /// `expected` (an e-tag): false when another writer got there first.
+    pub fn put_if(&self, rel: &str, bytes: Vec<u8>, expected: Option<String>) -> anyhow::Result<bool> {
+        Ok(self.put_if_tagged(rel, bytes, expected)?.is_some())
+    }
+
+    /// `put_if` returning the new version's e-tag (Some) or None when another writer got there first.
+    fn put_if_tagged(&self, rel: &str, bytes: Vec<u8>, expected: Option<String>) -> anyhow::Result<Option<Option<String>>> {
+        let path = self.path(rel);
+        let mode = match expected {
+            None => PutMode::Create,
+            Some(e_tag) => PutMode::Update(UpdateVersion { e_tag: Some(e_tag), version: None }),
+        };
+        match self.runtime.block_on(self.store.put_opts(&path, PutPayload::from(bytes), PutOptions::from(mode))) {
+            Ok(r) => Ok(Some(r.e_tag)),
+            Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(None),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("writing {path} to {} conditionally", self.url))),
+        }
+    }
+
+    /// The object at `rel` with its e-tag, None when absent.
+    pub fn get_versioned(&self, rel: &str) -> anyhow::Result<Option<(Vec<u8>, Option<String>)>> {
+        let path = self.path(rel);
+        self.runtime.block_on(async {
+            match self.store.get(&path).await {
+                Ok(r) => {
+                    let e_tag = r.meta.e_tag.clone();
+                    Ok(Some((r.bytes().await.with_context(|| format!("reading {path} from {}", self.url))?.to_vec(), e_tag)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(anyhow::Error::new(e).context(format!("reading {path} from {}", self.url))),
+            }
+        })
+    }
+}
+
+/// The object naming a copy's manifest and the objects holding its files.
+pub const RECORD: &str = "state.json";
+
+/// Where one state file of a copy lives.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredObject {
+    /// Under the copy's prefix: `e<epoch of the writer that uploaded it>/<path in the state>`.
+    pub key: String,
+    pub bytes: u64,
+}
+
+/// A copy of a state directory in the store: one object, replaced atomically.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// Raised by every writer that takes the copy over (fencing the ones before it).
+    pub epoch: u64,
+    /// Path in the state directory → the object holding it.
+    pub objects: BTreeMap<String, StoredObject>,
+    pub manifest: Manifest,
+}
+
+/// The only writer of one copy (a partition task, or the compactor for the merged view).
+#[derive(Debug)]
+pub struct Writer {
+    prefix: String,
+    epoch: u64,
+    /// Version of the record this writer wrote or took over; None before its first write.
+    e_tag: Option<String>,
+    objects: BTreeMap<String, StoredObject>,
+}
+
+/// Another writer took the copy over: this one must stop writing it.
+#[derive(Debug, thiserror::Error)]
+#[error("{prefix}: another instance took this state over (its epoch is newer); this writer stops")]
+pub struct Fenced {
+    pub prefix: String,
+}
+
+fn clear_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// The dead-letter file a partition's state carries (letters go with the records they replace).
+pub const DEAD_LETTERS: &str = "dead-letters.jsonl";
+
+/// The object-store prefix of one partition's state: `partitions/<topic>/<partition>`.
+pub fn partition_prefix(topic: &str, partition: i32) -> String {
+    format!("partitions/{topic}/{partition}")
+}
+
+/// The prefix of the merged view.
+pub const MERGED_PREFIX: &str = "merged";
