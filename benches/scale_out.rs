@@ -42,10 +42,10 @@ fn store(prefix: &str) -> ObjectStoreConfig {
     }
 }
 
-fn config(topic: &str, group: &str, s: &ObjectStoreConfig, window: &str) -> String {
+fn config(topic: &str, group: &str, s: &ObjectStoreConfig, window: &str, idle_exit_ms: u64) -> String {
     let mut text = format!(
-        "batch_records = 4096\n[source.kafka]\nbrokers = {:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\nidle_exit_ms = 5000\n\
-         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"1000\"\n\
+        "batch_records = 4096\n[source.kafka]\nbrokers = {:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\nidle_exit_ms = {idle_exit_ms}\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"session.timeout.ms\" = \"90000\"\n\"heartbeat.interval.ms\" = \"3000\"\n\
          [window]\nsize = {window:?}\nallowed_lateness = \"1d\"\n[state]\ncheckpoint_every_records = 50000\ncheckpoint_interval = \"2s\"\n\
          [state.object_store]\nurl = {:?}\ncompact_interval = {:?}\nlease_ttl = {:?}\n[state.object_store.options]\n",
         env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"),
@@ -70,7 +70,9 @@ fn publish(topic: &str, sessions: u64) -> i64 {
     })
     .unwrap();
     ensure_topic(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, PARTITIONS).unwrap();
-    let mut sink = KafkaSink::new(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, &Default::default()).unwrap();
+    // One record per batch: tansu 0.6 serves fetches from batch boundaries only (tests/scale_out.rs).
+    let one_per_batch = [("batch.num.messages".to_string(), "1".to_string())].into_iter().collect();
+    let mut sink = KafkaSink::new(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, &one_per_batch).unwrap();
     let mut buf = Vec::new();
     for i in 0..sessions {
         let key = sim.session(i, &mut buf);
@@ -98,12 +100,37 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0 // utime, stime (fields 14, 15 of stat) at 100 Hz
 }
 
-fn run_instances(n: usize, topic: &str, records: i64, dir: &std::path::Path) {
+/// Partitions the instances hold now, from their logs (tasks ready minus tasks released).
+fn held(logs: &[std::path::PathBuf]) -> (usize, usize) {
+    let mut held = 0;
+    let mut events = 0;
+    for log in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let ready = text.matches("partition state ready").count();
+        let released = text.matches("partition released").count() + text.matches("partition task ended").count();
+        held += ready.saturating_sub(released);
+        events += ready + released + text.matches("revoked").count();
+    }
+    (held, events)
+}
+
+fn signal(pids: &[u32], sig: &str) {
+    for pid in pids {
+        let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+    }
+}
+
+/// `n` instances join an empty topic and settle (every partition held, no rebalance for 3 s);
+/// they are paused (SIGSTOP) while the records are published, then resumed: the clock runs from
+/// the resume to the moment the store accounts for every offset.
+fn run_instances(n: usize, sessions: u64, dir: &std::path::Path) {
+    let topic = unique("bench-scale");
+    ensure_topic(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), &topic, PARTITIONS).unwrap();
     let s = store(&unique("bench"));
     let remote = Remote::open(&s).unwrap();
     let cfg = dir.join(format!("scale-{n}.toml"));
-    std::fs::write(&cfg, config(topic, &unique("bench-group"), &s, "1h")).unwrap();
-    let started = Instant::now();
+    std::fs::write(&cfg, config(&topic, &unique("bench-group"), &s, "1h", 300_000)).unwrap();
+    let logs: Vec<_> = (0..n).map(|i| dir.join(format!("i{n}-{i}.log"))).collect();
     let mut children: Vec<Child> = (0..n)
         .map(|i| {
             Command::new(env!("CARGO_BIN_EXE_ultr"))
@@ -111,37 +138,59 @@ fn run_instances(n: usize, topic: &str, records: i64, dir: &std::path::Path) {
                 .arg(&cfg)
                 .arg("--state")
                 .arg(dir.join(format!("i{n}-{i}")))
+                .env("ULTR_LOG", "ultr=info")
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(std::fs::File::create(&logs[i]).unwrap())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    let mut cpu = vec![0.0; n];
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut last_events, mut stable_since) = (usize::MAX, Instant::now());
     loop {
-        for (i, c) in children.iter().enumerate() {
-            cpu[i] = cpu_seconds(c.id()).max(cpu[i]);
+        let (h, events) = held(&logs);
+        if events != last_events {
+            (last_events, stable_since) = (events, Instant::now());
+        }
+        if h == PARTITIONS as usize && stable_since.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} instances did not settle; logs in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&pids, "-STOP");
+    let records = publish(&topic, sessions);
+    let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
+    let started = Instant::now();
+    signal(&pids, "-CONT");
+    let mut cpu = cpu_before.clone();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        for (i, p) in pids.iter().enumerate() {
+            cpu[i] = cpu_seconds(*p).max(cpu[i]);
         }
         if stored(&remote) >= records || Instant::now() > deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(100));
     }
     let secs = started.elapsed().as_secs_f64();
-    for (i, c) in children.iter().enumerate() {
-        cpu[i] = cpu_seconds(c.id()).max(cpu[i]);
-    }
+    let read = stored(&remote);
+    assert!(read >= records, "{n} instance(s): only {read} of {records} offsets reached the store; logs in {}", dir.display());
+    let used: Vec<f64> = cpu.iter().zip(&cpu_before).map(|(a, b)| a - b).collect();
+    let total_cpu: f64 = used.iter().sum();
+    println!(
+        "{n} instance(s): {records} records in the store {secs:.1} s after resuming = {:.0} records/s; CPU per instance {:?} s = {:?} µs per record it read; all instances {:.1} µs CPU per record",
+        records as f64 / secs,
+        used.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        used.iter().map(|c| (c / (records as f64 / n as f64) * 1e6).round()).collect::<Vec<_>>(),
+        total_cpu / records as f64 * 1e6
+    );
+    signal(&pids, "-TERM");
     for c in &mut children {
         let _ = c.wait();
     }
-    let total_cpu: f64 = cpu.iter().sum();
-    println!(
-        "{n} instance(s): {records} records in the store after {secs:.1} s = {:.0} records/s; CPU per instance {:?} s; CPU per record {:.1} µs (all instances)",
-        records as f64 / secs,
-        cpu.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
-        total_cpu / records as f64 * 1e6
-    );
 }
 
 /// Compaction and merged-view query time against the number of partition window files: one
@@ -151,7 +200,7 @@ fn merged_view(window: &str, sessions: u64, dir: &std::path::Path) {
     let records = publish(&topic, sessions);
     let s = store(&unique("merge"));
     let cfg = dir.join(format!("merge-{window}.toml"));
-    std::fs::write(&cfg, config(&topic, &unique("merge-group"), &s, window)).unwrap();
+    std::fs::write(&cfg, config(&topic, &unique("merge-group"), &s, window, 8000)).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_ultr"))
         .args(["ingest", "--config"])
         .arg(&cfg)
@@ -184,13 +233,14 @@ fn merged_view(window: &str, sessions: u64, dir: &std::path::Path) {
 
 fn main() {
     let sessions: u64 = env("SCALE_SESSIONS", "200000").parse().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let topic = unique("bench-scale");
-    let records = publish(&topic, sessions);
+    // Kept after the run: the instances' logs are there.
+    let dir = std::env::temp_dir().join(unique("ultr-bench-scale"));
+    std::fs::create_dir_all(&dir).unwrap();
+    println!("work folder {}", dir.display());
     for n in 1..=3 {
-        run_instances(n, &topic, records, dir.path());
+        run_instances(n, sessions, &dir);
     }
     for window in ["1h", "10m", "1m"] {
-        merged_view(window, sessions / 4, dir.path());
+        merged_view(window, sessions / 4, &dir);
     }
 }

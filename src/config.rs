@@ -295,7 +295,13 @@ impl PipelineConfig {
             for (key, text) in [("compact_interval", &store.compact_interval), ("lease_ttl", &store.lease_ttl)] {
                 parse_duration_ms(text).map_err(|e| invalid(format!("key `state.object_store.{key}`: {e}")))?;
             }
-            url::Url::parse(&store.url).map_err(|e| invalid(format!("key `state.object_store.url` = {:?}: {e}", store.url)))?;
+            let url = url::Url::parse(&store.url).map_err(|e| invalid(format!("key `state.object_store.url` = {:?}: {e}", store.url)))?;
+            if url.scheme() != "s3" {
+                return Err(invalid(format!(
+                    "key `state.object_store.url` = {:?}: use s3://bucket/prefix (S3 or an S3-compatible store with conditional writes)",
+                    store.url
+                )));
+            }
         }
         let id = &config.identifiability;
         for (key, set, now) in [

@@ -72,6 +72,8 @@ struct Shared {
     /// Reports of finished tasks, and the first error of a failed one.
     finished: Mutex<Vec<RunReport>>,
     failure: Mutex<Option<String>>,
+    /// Partitions whose task was fenced off: restarted while the group still assigns them here.
+    fenced: Mutex<Vec<(String, i32)>>,
     last_rebalance: Mutex<Instant>,
 }
 
@@ -96,23 +98,34 @@ impl Shared {
         }
     }
 
-    /// Stops a task (it checkpoints and copies its state first) and waits for it.
-    fn release(&self, topic: &str, partition: i32) {
-        let task = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&(topic.to_string(), partition));
-        if let Some(task) = task {
+    /// Stops the tasks of `parts` (each checkpoints and copies its state first, all at once) and
+    /// waits for them.
+    fn release(&self, parts: &[(String, i32)]) {
+        let tasks: Vec<((String, i32), Task)> = {
+            let mut map = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            parts.iter().filter_map(|k| map.remove(k).map(|t| (k.clone(), t))).collect()
+        };
+        for (_, task) in &tasks {
             task.stop.store(true, Ordering::SeqCst);
-            self.reap(topic, partition, task.handle);
+        }
+        for ((topic, partition), task) in tasks {
+            self.reap(&topic, partition, task.handle);
             tracing::info!(topic, partition, "partition released");
         }
     }
 
     fn reap(&self, topic: &str, partition: i32, handle: JoinHandle<anyhow::Result<RunReport>>) {
         match handle.join() {
-            Ok(Ok(report)) => self.finished.lock().unwrap_or_else(|e| e.into_inner()).push(report),
+            Ok(Ok(report)) => {
+                tracing::info!(topic, partition, records = report.records, "partition task ended");
+                self.finished.lock().unwrap_or_else(|e| e.into_inner()).push(report)
+            }
             Ok(Err(e)) if e.chain().any(|c| c.is::<Fenced>()) => {
-                // The group gave the partition to another instance while this one still held it
-                // (a rebalance it answered too late): the newer owner's state stands.
+                // Another instance took the partition over while this one still held it (a
+                // rebalance answered late): the newer owner's state stands. If the group gives (or
+                // still gives) the partition to this instance, the main loop starts a task again.
                 tracing::warn!(topic, partition, "partition task fenced off: {e:#}");
+                self.fenced.lock().unwrap_or_else(|e| e.into_inner()).push((topic.to_string(), partition));
             }
             Ok(Err(e)) => {
                 let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
@@ -192,8 +205,8 @@ impl ConsumerContext for GroupContext {
                 // Checkpoint and copy before the partition goes to another instance.
                 for (topic, partition) in &parts {
                     tracing::info!(topic, partition, "revoked");
-                    self.shared.release(topic, *partition);
                 }
+                self.shared.release(&parts);
                 if cooperative {
                     consumer.incremental_unassign(tpl)
                 } else {
@@ -203,9 +216,7 @@ impl ConsumerContext for GroupContext {
             other => {
                 tracing::warn!("rebalance error {other:?}; releasing every partition");
                 let keys: Vec<(String, i32)> = self.shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
-                for (topic, partition) in keys {
-                    self.shared.release(&topic, partition);
-                }
+                self.shared.release(&keys);
                 consumer.unassign()
             }
         };
@@ -309,6 +320,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
         durable: Mutex::new(ResumeOffsets::default()),
         finished: Mutex::new(Vec::new()),
         failure: Mutex::new(None),
+        fenced: Mutex::new(Vec::new()),
         last_rebalance: Mutex::new(Instant::now()),
     });
     let properties = crate::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
@@ -354,8 +366,20 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
             for r in shared.finished.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
                 add(&mut total, &r);
             }
+            let fenced: Vec<(String, i32)> = shared.fenced.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+            if !fenced.is_empty() {
+                let assigned: Vec<(String, i32)> =
+                    consumer.assignment().map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()).unwrap_or_default();
+                for (topic, partition) in fenced {
+                    if assigned.contains(&(topic.clone(), partition)) {
+                        tracing::info!(topic, partition, "the group still assigns this partition here: taking it over again");
+                        shared.start(&topic, partition);
+                    }
+                }
+            }
             if last_compaction.is_none_or(|t| t.elapsed() >= compact_every) {
                 last_compaction = Some(Instant::now());
+                total.lag = lag(&consumer, &shared);
                 leader = compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
                 observer.on_lease(leader);
             }
@@ -375,9 +399,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     // Stop every task (each checkpoints and copies its state), commit, leave the group.
     shared.stop.store(true, Ordering::SeqCst);
     let keys: Vec<(String, i32)> = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
-    for (topic, partition) in keys {
-        shared.release(&topic, partition);
-    }
+    shared.release(&keys);
     for r in shared.finished.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
         add(&mut total, &r);
     }
@@ -443,6 +465,22 @@ fn compaction_round(
         Err(e) => tracing::warn!("merged view: {e:#}"),
     }
     Ok(leader)
+}
+
+/// Messages behind the end of each partition this instance holds, from the offsets its tasks have
+/// made durable (a partition not yet copied counts from its start).
+fn lag(consumer: &BaseConsumer<GroupContext>, shared: &Shared) -> Vec<(String, i32, i64)> {
+    let durable = shared.durable.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let Ok(assignment) = consumer.assignment() else { return Vec::new() };
+    assignment
+        .elements()
+        .iter()
+        .filter_map(|e| {
+            let (_, high) = consumer.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(1)).ok()?;
+            let next = durable.get(&format!("kafka:{}", e.topic()), e.partition()).unwrap_or(0);
+            Some((e.topic().to_string(), e.partition(), (high - next).max(0)))
+        })
+        .collect()
 }
 
 /// Commits the offsets whose state is in the store (the group's offsets report lag; the partition

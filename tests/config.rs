@@ -32,3 +32,21 @@ fn unknown_key_is_named_with_the_file() {
     let err = PipelineConfig::parse("source = \"simulator\"\n[train]\nkeep_checkpoints = 0\n", "z.toml").unwrap_err().to_string();
     assert!(err.contains("z.toml") && err.contains("train.keep_checkpoints"), "{err}");
 }
+
+#[test]
+fn object_store_settings_are_checked_naming_the_key() {
+    let kafka = "[source.kafka]\nbrokers = \"b:9092\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n";
+    let ok = format!("{kafka}[state.object_store]\nurl = \"s3://bucket/prefix\"\n");
+    PipelineConfig::parse(&ok, "ok.toml").unwrap();
+    let cases = [
+        ("source = \"simulator\"\n[state.object_store]\nurl = \"s3://b/p\"\n".to_string(), "state.object_store"),
+        (format!("{kafka}[state.object_store]\nurl = \"file:///shared/ultr\"\n"), "state.object_store.url"),
+        (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\nlease_ttl = \"soon\"\n"), "state.object_store.lease_ttl"),
+        (format!("{kafka}[dead_letter.file]\npath = \"dead.jsonl\"\n[state.object_store]\nurl = \"s3://b/p\"\n"), "dead_letter.file"),
+        (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\nbucket = \"x\"\n"), "bucket"),
+    ];
+    for (text, key) in cases {
+        let err = PipelineConfig::parse(&text, "scaled.toml").unwrap_err().to_string();
+        assert!(err.contains("scaled.toml") && err.contains(key), "{key}: {err}");
+    }
+}

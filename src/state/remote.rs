@@ -23,7 +23,8 @@ use super::{Manifest, MANIFEST};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectStoreConfig {
-    /// `s3://bucket/prefix` (or `file:///absolute/folder`).
+    /// `s3://bucket/prefix`: S3 or an S3-compatible server that honours conditional writes
+    /// (If-None-Match, If-Match), which the lease and the fencing rely on.
     pub url: String,
     /// Options of the store, as `object_store` names them: `aws_endpoint`, `aws_region`,
     /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ... A value `env:NAME` is
@@ -194,7 +195,10 @@ impl Remote {
                     objects.insert(rel, o.clone());
                 }
                 _ => {
-                    let key = format!("e{}/{rel}", w.epoch);
+                    // Every object is written once: the dead-letter file, the one state file that
+                    // changes, gets a key per checkpoint, so a fenced writer still uploading can never
+                    // overwrite an object the current record names.
+                    let key = if rel == DEAD_LETTERS { format!("e{}/{rel}.{}", w.epoch, manifest.seq) } else { format!("e{}/{rel}", w.epoch) };
                     self.put(&format!("{}/{key}", w.prefix), fs::read(&local).with_context(|| format!("reading {}", local.display()))?)?;
                     objects.insert(rel, StoredObject { key, bytes });
                 }
