@@ -196,6 +196,22 @@ impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
     }
 }
 
+/// After the source ended (and unless SIGTERM already came): keep serving `/metrics`, `/healthz` and
+/// the schedule until SIGTERM.
+fn idle_until_stopped(stop: &AtomicBool, health: &Health, why: &str) {
+    if stop.load(Ordering::SeqCst) {
+        return;
+    }
+    eprintln!("ultr run: {why}");
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+        // The source is done: the loop is idle by design, not stuck.
+        let now = chrono::Utc::now().timestamp_millis();
+        health.last_progress_ms.store(now, Ordering::Relaxed);
+        health.last_checkpoint_ms.store(now, Ordering::Relaxed);
+    }
+}
+
 /// `ultr run` with `[state.object_store]`: this instance's share of the group's partitions; the
 /// monitor and the schedule read the merged view (`<state>/merged`), and only the compactor-lease
 /// holder trains. Models go to `[train] models_dir`, else `<state>/models`.
@@ -219,13 +235,8 @@ fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<
         &opts.state_dir,
         &mut ScaledServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone(), leader },
     )?;
-    if !stop.load(Ordering::SeqCst) && !opts.exit_when_done {
-        eprintln!("ultr run: every partition task ended; serving metrics until SIGTERM");
-        while !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(200));
-            health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-            health.last_checkpoint_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-        }
+    if !opts.exit_when_done {
+        idle_until_stopped(&stop, &health, "every partition task ended; serving metrics until SIGTERM");
     }
     health.stopping.store(true, Ordering::SeqCst);
     drop(scheduler);
@@ -258,14 +269,8 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
         &opts.state_dir,
         &mut ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone() },
     )?;
-    if !stop.load(Ordering::SeqCst) && !opts.exit_when_done {
-        eprintln!("ultr run: the source ended; serving metrics and the schedule until SIGTERM");
-        while !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(200));
-            // The source is done: the loop is idle by design, not stuck.
-            health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-            health.last_checkpoint_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-        }
+    if !opts.exit_when_done {
+        idle_until_stopped(&stop, &health, "the source ended; serving metrics and the schedule until SIGTERM");
     }
     health.stopping.store(true, Ordering::SeqCst);
     drop(scheduler); // cancels a training in progress and waits for it
