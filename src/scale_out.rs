@@ -298,7 +298,9 @@ fn add(total: &mut RunReport, r: &RunReport) {
 }
 
 /// Runs this instance's share of the group until the instance is stopped, or — with
-/// `idle_exit_ms` — until every task it ran has ended and the group has been quiet that long.
+/// `idle_exit_ms` — until every task it ran has ended, the group has been quiet that long and the
+/// store holds every partition of the topics read to its end (so an instance does not leave while
+/// a killed member's partitions still wait to be reassigned).
 /// The report sums the partition tasks this instance ran.
 pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserver) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
@@ -345,6 +347,8 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     let mut last_compaction: Option<Instant> = None;
     let mut leader = false;
     let mut merged_writer: Option<Writer> = None;
+    let mut last_done_check: Option<Instant> = None;
+    let mut reported_unread: Option<Vec<(String, i32, i64, i64)>> = None;
     let result: anyhow::Result<()> = (|| {
         loop {
             // Serves the group's callbacks (assignments start tasks, revocations stop them).
@@ -390,8 +394,19 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
             let idle = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
             let quiet = shared.last_rebalance.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
             if let Some(limit) = idle_exit {
-                if idle && quiet >= limit {
-                    return Ok(());
+                // Idle is not done: partitions a dead member held wait for the group to notice.
+                if idle && quiet >= limit && last_done_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    last_done_check = Some(Instant::now());
+                    match unread_partitions(&consumer, &remote, &kafka.topics) {
+                        Ok(unread) if unread.is_empty() => return Ok(()),
+                        Ok(unread) => {
+                            if reported_unread.as_ref() != Some(&unread) {
+                                tracing::info!(?unread, "no partition task runs here, but the group has not stored these partitions to their end: waiting");
+                                reported_unread = Some(unread);
+                            }
+                        }
+                        Err(e) => tracing::warn!("checking whether the topic is read to its end: {e:#}"),
+                    }
                 }
             }
         }
@@ -465,6 +480,28 @@ fn compaction_round(
         Err(e) => tracing::warn!("merged view: {e:#}"),
     }
     Ok(leader)
+}
+
+/// The partitions of `topics` whose state in the store does not reach the partition's end, as
+/// (topic, partition, stored next offset, end offset).
+fn unread_partitions(consumer: &BaseConsumer<GroupContext>, remote: &Remote, topics: &[String]) -> anyhow::Result<Vec<(String, i32, i64, i64)>> {
+    let mut unread = Vec::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).with_context(|| format!("metadata of topic {topic:?}"))?;
+        let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+        for partition in partitions {
+            let (low, high) =
+                consumer.fetch_watermarks(topic, partition, Duration::from_secs(5)).with_context(|| format!("end offset of {topic:?} partition {partition}"))?;
+            if high <= low {
+                continue;
+            }
+            let stored = remote.manifest(&partition_prefix(topic, partition))?.and_then(|m| m.resume.get(&format!("kafka:{topic}"), partition)).unwrap_or(0);
+            if stored < high {
+                unread.push((topic.clone(), partition, stored, high));
+            }
+        }
+    }
+    Ok(unread)
 }
 
 /// Messages behind the end of each partition this instance holds, from the offsets its tasks have

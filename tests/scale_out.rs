@@ -2,7 +2,8 @@
 //! scripts/test.sh): three `ultr run` instances in one consumer group over a 6-partition topic keyed
 //! by query_id; one is SIGKILLed mid-stream and one joins later. The merged view must equal a
 //! single-instance run over the same records row for row — cumulative π, swap graph, counters, dead
-//! letters — with every record read once.
+//! letters — with every record read once. And a bounded instance does not leave while another
+//! member of its group still holds unread partitions.
 
 mod common;
 
@@ -77,11 +78,15 @@ fn config_text(topic: &str, group: &str, store: Option<&ObjectStoreConfig>) -> S
 
 /// Publishes the stream keyed by query_id, with a malformed record every 1000 sessions.
 fn publish(topic: &str) -> u64 {
+    publish_sessions(topic, SESSIONS)
+}
+
+fn publish_sessions(topic: &str, sessions: u64) -> u64 {
     let sim = Simulator::new(SimConfig {
         synthetic: SyntheticData { queries: 60, docs_per_query: 8, features: 3 },
         relevance: RelevanceKind::Linear,
         policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
-        sessions: SESSIONS,
+        sessions,
         seed: 57,
         ..SimConfig::default()
     })
@@ -94,7 +99,7 @@ fn publish(topic: &str) -> u64 {
     let mut sink = KafkaSink::new(&brokers(), topic, &one_per_batch).unwrap();
     let mut buf = Vec::new();
     let mut records = 0;
-    for i in 0..SESSIONS {
+    for i in 0..sessions {
         let key = sim.session(i, &mut buf);
         sink.send(&key, &buf).unwrap();
         records += 1;
@@ -265,4 +270,95 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
         got_pi.len(),
         got_swaps.len()
     );
+}
+
+/// Regression test (an instance exited with a third of the topic unread when a killed member's
+/// partitions had not yet been reassigned): with `idle_exit_ms`, an instance whose own partitions
+/// are done waits while a stalled group member holds the others, then reads them when that member
+/// leaves, and exits with every record stored.
+#[test]
+fn a_bounded_instance_waits_for_partitions_a_stalled_member_holds() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let t0 = Instant::now();
+    let topic = unique("stalled");
+    ensure_topic(&brokers(), &topic, PARTITIONS).unwrap();
+    let records = publish_sessions(&topic, 3_000);
+    let group = unique("group");
+    let store = store_config(&unique("stalled"));
+    let remote = Remote::open(&store).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("scaled.toml");
+    std::fs::write(&config, config_text(&topic, &group, Some(&store))).unwrap();
+
+    // The stalled member: joins the group first, takes partitions, never reads or commits them.
+    let stop = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(AtomicUsize::new(0));
+    let member = {
+        let (stop, held, topic, group) = (stop.clone(), held.clone(), topic.clone(), group.clone());
+        std::thread::spawn(move || {
+            let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", brokers())
+                .set("group.id", &group)
+                .set("enable.auto.commit", "false")
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set("session.timeout.ms", "6000")
+                .set("heartbeat.interval.ms", "1000")
+                .create()
+                .unwrap();
+            consumer.subscribe(&[&topic]).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let _ = consumer.poll(Duration::from_millis(100));
+                held.store(consumer.assignment().map(|a| a.count()).unwrap_or(0), Ordering::SeqCst);
+            }
+            consumer.unsubscribe();
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while held.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the stalled member never got partitions");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = work.path().join("b.log");
+    let mut b = spawn_instance(&config, &work.path().join("b"), &log);
+    eprintln!("[{:5.1}s] the stalled member holds {} partitions; started instance B", t0.elapsed().as_secs_f64(), held.load(Ordering::SeqCst));
+
+    // B gets its share, reads it, and then has nothing to do for longer than idle_exit_ms (12 s).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (progress, partitions) = stored_progress(&remote);
+        if partitions > 0 && progress > 0 {
+            break;
+        }
+        assert!(b.try_wait().unwrap().is_none(), "B exited before storing anything:\n{}", std::fs::read_to_string(&log).unwrap());
+        assert!(Instant::now() < deadline, "B stored nothing");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(25));
+    let still_held = held.load(Ordering::SeqCst);
+    let (progress, _) = stored_progress(&remote);
+    eprintln!("[{:5.1}s] B has stored {progress} of {records} offsets; the stalled member holds {still_held} partitions", t0.elapsed().as_secs_f64());
+    assert!(still_held > 0 && progress < records as i64, "the stalled member must still hold unread partitions for this test to mean anything");
+    assert!(b.try_wait().unwrap().is_none(), "B left with {} of {records} offsets stored:\n{}", progress, std::fs::read_to_string(&log).unwrap());
+
+    // The stalled member leaves; B takes its partitions over and finishes the topic.
+    stop.store(true, Ordering::SeqCst);
+    member.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(s) = b.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = b.kill();
+            panic!("B did not finish after the stalled member left:\n{}", std::fs::read_to_string(&log).unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap());
+    let (progress, partitions) = stored_progress(&remote);
+    eprintln!("[{:5.1}s] B exited; the store holds {progress} of {records} offsets over {partitions} partitions", t0.elapsed().as_secs_f64());
+    assert_eq!((progress, partitions), (records as i64, PARTITIONS as usize), "every partition stored to its end");
 }
