@@ -100,18 +100,51 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0 // utime, stime (fields 14, 15 of stat) at 100 Hz
 }
 
-/// Partitions the instances hold now, from their logs (tasks ready minus tasks released).
+/// Partitions the instances hold now, from their logs (a partition is held from "partition state
+/// ready" to "partition task ended" or "partition released", which a revocation logs both of), and
+/// how many such events there were.
 fn held(logs: &[std::path::PathBuf]) -> (usize, usize) {
     let mut held = 0;
     let mut events = 0;
     for log in logs {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let ready = text.matches("partition state ready").count();
-        let released = text.matches("partition released").count() + text.matches("partition task ended").count();
-        held += ready.saturating_sub(released);
-        events += ready + released + text.matches("revoked").count();
+        let mut mine = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let line = strip_ansi(line);
+            let line = line.as_str();
+            let Some(partition) = line.rsplit("partition=").next().and_then(|p| p.split_whitespace().next()).map(|p| p.trim_matches(|c: char| !c.is_ascii_digit()).to_string())
+            else {
+                continue;
+            };
+            if line.contains("partition state ready") {
+                mine.insert(partition);
+                events += 1;
+            } else if line.contains("partition released") || line.contains("partition task ended") || line.contains("revoked") {
+                mine.remove(&partition);
+                events += 1;
+            }
+        }
+        held += mine.len();
     }
     (held, events)
+}
+
+/// The text of a log line without its terminal colour codes.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn signal(pids: &[u32], sig: &str) {
