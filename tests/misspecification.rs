@@ -290,10 +290,11 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
 
 /// Yan 2022's 0:1:1:0 mixture at τ = 0.333: half the sessions click by position alone (RCTR), half by
 /// relevance alone (DCTR), so clicks do not factorise into examination × relevance. The additive
-/// model (per-document γ: nothing else is misspecified) fires within two held-out windows, and the
-/// rule with it. (MixEM trained from the session stores on the same stream does not yet stay at the
-/// null — z ≈ 16 — see README "The models"; and the embedding tower's own null on a well-specified
-/// stream is z ≈ 9 (shrunk per-document γ), so that is open work, not asserted.)
+/// model with per-document γ (nothing else can be misspecified) fires within two held-out windows,
+/// and the rule with it. The test is the per-document one (levels per (q, d) and per position refit
+/// on the held-out rows), which stays at its null on a stream this model fits exactly (measured
+/// with `explore_mixture`, README "Misspecification"). MixEM trained on the same stream scores
+/// almost the same z per window (see README "The models"), so it is not asserted to be silent.
 #[test]
 fn a_non_factorising_mixture_fires_for_the_additive_model() {
     let dir = tempfile::tempdir().unwrap();
@@ -313,8 +314,11 @@ fn a_non_factorising_mixture_fires_for_the_additive_model() {
     let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
     let zs: Vec<f64> = o.scored[first..].iter().map(|w| w.misspecification.z).collect();
     assert!(o.scored[first..].iter().all(|w| w.misspecification.assessable), "assessable");
-    assert!(zs.iter().take(2).any(|z| *z > threshold()), "additive on 0:1:1:0: z {zs:.2?}");
-    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &[((first + 2) * 10 - 1, "MisspecificationSuspected", true)]);
+    let crossed = zs.iter().take(2).position(|z| *z > threshold());
+    assert!(crossed.is_some(), "additive on 0:1:1:0: z {zs:.2?}");
+    // The alert is firing in the last minute of the window that crossed.
+    let window = first + crossed.unwrap();
+    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &[((window + 1) * 10 - 1, "MisspecificationSuspected", true)]);
 }
 
 /// A measurement, not a check (hence ignored): z per held-out window for any model, tower, click

@@ -19,7 +19,8 @@ use crate::train::data::examples_for_windows;
 use crate::train::fit::Trained;
 use drift::{psi, PageHinkley};
 use metrics::Metrics;
-use misspecification::{score_test, MisspecificationTest};
+use misspecification::{score_test, MisspecificationTest, Nuisance};
+use crate::train::config::TowerKind;
 use residuals::{summarize, ResidualSummary, BINS};
 use crate::train::data::{Split, split_of};
 
@@ -233,7 +234,10 @@ impl Monitor {
                     }
                 }
             }
-            let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation);
+            // A per-document tower's own estimation noise correlates with π; the test takes its
+            // per-document levels out (see misspecification.rs).
+            let nuisance = if model.meta.architecture.tower == TowerKind::Embedding { Nuisance::PerDocument } else { Nuisance::PositionLogit };
+            let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation, nuisance);
             let label = self.config.train.model_label();
             let tower = label.as_str();
             m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
