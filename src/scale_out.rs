@@ -299,8 +299,9 @@ fn add(total: &mut RunReport, r: &RunReport) {
 
 /// Runs this instance's share of the group until the instance is stopped, or — with
 /// `idle_exit_ms` — until every task it ran has ended, the group has been quiet that long and the
-/// store holds every partition of the topics read to its end (so an instance does not leave while
-/// a killed member's partitions still wait to be reassigned).
+/// store holds every partition of the topics finished (`unfinished`: read to its end, windows
+/// closed), so an instance does not leave while a killed member's partitions still wait to be
+/// reassigned, nor while a revoked partition's windows are still open.
 /// The report sums the partition tasks this instance ran.
 pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserver) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
@@ -348,7 +349,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     let mut leader = false;
     let mut merged_writer: Option<Writer> = None;
     let mut last_done_check: Option<Instant> = None;
-    let mut reported_unread: Option<Vec<(String, i32, i64, i64)>> = None;
+    let mut reported_unfinished: Option<Vec<(String, i32, String)>> = None;
     let result: anyhow::Result<()> = (|| {
         loop {
             // Serves the group's callbacks (assignments start tasks, revocations stop them).
@@ -397,12 +398,24 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
                 // Idle is not done: partitions a dead member held wait for the group to notice.
                 if idle && quiet >= limit && last_done_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     last_done_check = Some(Instant::now());
-                    match unread_partitions(&consumer, &remote, &kafka.topics) {
-                        Ok(unread) if unread.is_empty() => return Ok(()),
-                        Ok(unread) => {
-                            if reported_unread.as_ref() != Some(&unread) {
-                                tracing::info!(?unread, "no partition task runs here, but the group has not stored these partitions to their end: waiting");
-                                reported_unread = Some(unread);
+                    match unfinished_partitions(&consumer, &remote, &kafka.topics) {
+                        Ok(unfinished) if unfinished.is_empty() => return Ok(()),
+                        Ok(unfinished) => {
+                            // One assigned here has no task (its last one was stopped, not ended):
+                            // a task restores it, reads to the end and closes its windows.
+                            let assigned: Vec<(String, i32)> = consumer
+                                .assignment()
+                                .map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect())
+                                .unwrap_or_default();
+                            for (topic, partition, reason) in &unfinished {
+                                if assigned.contains(&(topic.clone(), *partition)) {
+                                    tracing::info!(topic, partition, reason, "assigned here and not finished: running it to its end");
+                                    shared.start(topic, *partition);
+                                }
+                            }
+                            if reported_unfinished.as_ref() != Some(&unfinished) {
+                                tracing::info!(?unfinished, "no partition task runs here, but the group has not finished these partitions: waiting");
+                                reported_unfinished = Some(unfinished);
                             }
                         }
                         Err(e) => tracing::warn!("checking whether the topic is read to its end: {e:#}"),
@@ -482,10 +495,24 @@ fn compaction_round(
     Ok(leader)
 }
 
-/// The partitions of `topics` whose state in the store does not reach the partition's end, as
-/// (topic, partition, stored next offset, end offset).
-fn unread_partitions(consumer: &BaseConsumer<GroupContext>, remote: &Remote, topics: &[String]) -> anyhow::Result<Vec<(String, i32, i64, i64)>> {
-    let mut unread = Vec::new();
+/// Why a partition's state in the store is not yet the end of a bounded run, if it is not: it must
+/// be read to the partition's end offset `high` and its windows closed — the state a task leaves
+/// when its source ends. A task stopped by a revocation checkpoints its windows open, even when
+/// it had read everything, and the member that receives the partition closes them; offsets alone
+/// do not tell that this happened.
+pub fn unfinished(manifest: Option<&crate::state::Manifest>, topic: &str, partition: i32, high: i64) -> Option<String> {
+    let stored = manifest.and_then(|m| m.resume.get(&format!("kafka:{topic}"), partition)).unwrap_or(0);
+    if stored < high {
+        return Some(format!("stored to offset {stored} of {high}"));
+    }
+    let open = manifest.map_or(0, |m| m.open_windows.len());
+    (open > 0).then(|| format!("read to its end ({high}) but {open} windows still open"))
+}
+
+/// The partitions of `topics` whose state in the store is not finished (`unfinished`), as
+/// (topic, partition, reason).
+fn unfinished_partitions(consumer: &BaseConsumer<GroupContext>, remote: &Remote, topics: &[String]) -> anyhow::Result<Vec<(String, i32, String)>> {
+    let mut out = Vec::new();
     for topic in topics {
         let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).with_context(|| format!("metadata of topic {topic:?}"))?;
         let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
@@ -495,13 +522,13 @@ fn unread_partitions(consumer: &BaseConsumer<GroupContext>, remote: &Remote, top
             if high <= low {
                 continue;
             }
-            let stored = remote.manifest(&partition_prefix(topic, partition))?.and_then(|m| m.resume.get(&format!("kafka:{topic}"), partition)).unwrap_or(0);
-            if stored < high {
-                unread.push((topic.clone(), partition, stored, high));
+            let manifest = remote.manifest(&partition_prefix(topic, partition))?;
+            if let Some(reason) = unfinished(manifest.as_ref(), topic, partition, high) {
+                out.push((topic.clone(), partition, reason));
             }
         }
     }
-    Ok(unread)
+    Ok(out)
 }
 
 /// Messages behind the end of each partition this instance holds, from the offsets its tasks have
@@ -545,4 +572,28 @@ fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, commit
         }
     }
     *committed = durable;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Manifest, OpenWindowEntry, StateStore};
+
+    /// Regression test: a clean-clone CI run merged 3 of 6 partitions' windows. Those partitions'
+    /// last tasks had been stopped by a revocation after reading everything, so their states held
+    /// every offset with the windows open, and the offset-only exit rule let both instances leave.
+    #[test]
+    fn a_state_read_to_the_end_with_open_windows_is_not_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = PipelineConfig::parse("source = \"simulator\"\n", "test.toml").unwrap();
+        let store = StateStore::open(dir.path(), "test", config.window_spec().unwrap(), config.train.holdout()).unwrap();
+        let mut m: Manifest = store.manifest().clone();
+        assert_eq!(unfinished(None, "t", 0, 10).as_deref(), Some("stored to offset 0 of 10"));
+        m.resume.merge(&crate::sources::ResumeOffsets([("kafka:t".to_string(), [(0, 10)].into_iter().collect())].into_iter().collect()));
+        assert_eq!(unfinished(Some(&m), "t", 0, 10), None, "read to the end, nothing open");
+        assert!(unfinished(Some(&m), "t", 0, 11).is_some(), "one record short");
+        m.open_windows.push(OpenWindowEntry { start_ms: 0, dir: "open-0".into(), files: Default::default() });
+        let reason = unfinished(Some(&m), "t", 0, 10).expect("windows open");
+        assert!(reason.contains("1 windows still open"), "{reason}");
+    }
 }

@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -124,6 +124,19 @@ fn spawn_instance(config: &Path, state: &Path, log: &Path) -> Child {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .expect("starting ultr run")
+}
+
+/// What each instance did with each partition (for a failing comparison: the group's decisions
+/// are not reproducible, so the history is printed when it matters).
+fn print_partition_history(logs: &[PathBuf]) {
+    let events = ["assigned", "revoked", "partition task ended", "fenced", "state ready", "not finished", "running it to its end"];
+    for log in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        eprintln!("--- {}", log.display());
+        for line in text.lines().filter(|l| events.iter().any(|e| l.contains(e))) {
+            eprintln!("{}", line.chars().take(220).collect::<String>());
+        }
+    }
 }
 
 /// Sum of the next offsets every partition manifest in the store records, and how many exist.
@@ -253,6 +266,9 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
     let (want_pi, want_swaps, want_counters, want_windows, want_rest) = snapshot(&reference);
     let (got_pi, got_swaps, got_counters, got_windows, got_rest) = snapshot(&merged);
     assert!(want_pi.len() > 100 && want_swaps.len() > 10, "a non-trivial reference: {} π rows, {} swap edges", want_pi.len(), want_swaps.len());
+    if (&got_counters, &got_windows, &got_rest) != (&want_counters, &want_windows, &want_rest) {
+        print_partition_history(&logs);
+    }
     assert_eq!(got_counters, want_counters);
     assert_eq!(got_windows, want_windows);
     assert_eq!(got_rest, want_rest, "dead letters and offsets read");

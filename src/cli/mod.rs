@@ -296,6 +296,8 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ULTR_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: a log file or a collector gets plain lines.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
