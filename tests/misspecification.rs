@@ -109,8 +109,16 @@ fn run(s: &Scenario, dir: &Path) -> Outcome {
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
             if !self.trained && latest >= T0 + 6 * WINDOW_MS {
                 let req = ultr::train::TrainRequest { state_dir: store.dir(), config: self.config, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
-                ultr::train::train_from_state(&req).unwrap();
+                let outcome = ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
+                // What the mixture learnt (a measurement for issue 14's note).
+                let device = self.config.train.backend.device().unwrap();
+                let trained = ultr::train::checkpoint::ModelStore::open(&outcome.models_dir).unwrap().load(&outcome.id, &device).unwrap();
+                if let ultr::train::models::ClickModel::MixEm(m) = &trained.model {
+                    eprintln!("MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?})", m.mixing_weights(), m.position_bias(), outcome.fit.epochs.len(), outcome.fit.best_epoch, outcome.fit.stop);
+                } else {
+                    eprintln!("θ_k − θ_1 {:.2?}; epochs {}", outcome.theta, outcome.fit.epochs.len());
+                }
             }
             self.monitor.observe(store.dir(), store.manifest(), report).unwrap();
             let scored = self.monitor.metrics.residual_windows.get() as usize;
