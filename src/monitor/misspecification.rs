@@ -359,6 +359,31 @@ mod tests {
         (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 
+    /// The production ranker of a simulated window: each query's documents (`relevance` holds
+    /// `docs` per query) sorted by relevance + N(0, noise²).
+    fn noisy_rankings(relevance: &[f64], docs: usize, noise: f64, rng: &mut rand::rngs::StdRng) -> Vec<Vec<usize>> {
+        relevance
+            .chunks(docs)
+            .map(|of_query| {
+                let score: Vec<f64> = of_query.iter().map(|r| r + noise * normal(rng)).collect();
+                let mut order: Vec<usize> = (0..docs).collect();
+                order.sort_by(|a, b| score[*b].total_cmp(&score[*a]));
+                order
+            })
+            .collect()
+    }
+
+    /// One session's list: the ranking, or with probability τ a uniform shuffle (ε-greedy).
+    fn explored(ranking: &[usize], tau: f64, rng: &mut rand::rngs::StdRng) -> Vec<usize> {
+        let mut shown = ranking.to_vec();
+        if rng.random_bool(tau) {
+            for i in (1..shown.len()).rev() {
+                shown.swap(i, rng.random_range(0..=i));
+            }
+        }
+        shown
+    }
+
     /// A per-document model as training leaves it: 400 queries × 15 documents, 10 positions, a
     /// noisy production ranker explored with τ = 1/3 (π exact), clicks σ(θ_k + γ_qd + leak·π). Each
     /// γ̂_qd is fitted by maximum likelihood (θ known, ridge 0.01) on 16,000 training sessions; the
@@ -372,25 +397,13 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let theta: Vec<f64> = (1..=K).map(|k| -(k as f64).ln()).collect();
         let gamma: Vec<f64> = (0..Q * D).map(|_| -1.0 + normal(&mut rng)).collect();
-        let ranking: Vec<Vec<usize>> = (0..Q)
-            .map(|q| {
-                let score: Vec<f64> = (0..D).map(|d| gamma[q * D + d] + normal(&mut rng)).collect();
-                let mut order: Vec<usize> = (0..D).collect();
-                order.sort_by(|a, b| score[*b].total_cmp(&score[*a]));
-                order
-            })
-            .collect();
+        let ranking = noisy_rankings(&gamma, D, 1.0, &mut rng);
         let propensity = |q: usize, d: usize, k: usize| (1.0 - tau) * (ranking[q][k] == d) as u8 as f64 + tau / D as f64;
         let simulate = |sessions: usize, rng: &mut rand::rngs::StdRng| {
             let (mut n, mut c) = (vec![0u32; Q * D * K], vec![0u32; Q * D * K]);
             for _ in 0..sessions {
                 let q = rng.random_range(0..Q);
-                let mut shown = ranking[q].clone();
-                if rng.random_bool(tau) {
-                    for i in (1..D).rev() {
-                        shown.swap(i, rng.random_range(0..=i));
-                    }
-                }
+                let shown = explored(&ranking[q], tau, rng);
                 for (k, &d) in shown.iter().take(K).enumerate() {
                     let p = sigmoid(theta[k] + gamma[q * D + d] + leak * propensity(q, d, k));
                     let cell = (q * D + d) * K + k;
@@ -465,24 +478,12 @@ mod tests {
         let tau = 1.0 / 3.0;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let omega: Vec<f64> = (0..Q * D).map(|_| 0.1 + 0.9 * ((1u32 << rng.random_range(0..3u32)) - 1) as f64 / 3.0).collect();
-        let ranking: Vec<Vec<usize>> = (0..Q)
-            .map(|q| {
-                let score: Vec<f64> = (0..D).map(|d| omega[q * D + d] + 0.3 * normal(&mut rng)).collect();
-                let mut order: Vec<usize> = (0..D).collect();
-                order.sort_by(|a, b| score[*b].total_cmp(&score[*a]));
-                order
-            })
-            .collect();
+        let ranking = noisy_rankings(&omega, D, 0.3, &mut rng);
         let propensity = |q: usize, d: usize, k: usize| (1.0 - tau) * (ranking[q][k] == d) as u8 as f64 + tau / D as f64;
         let (mut n, mut c) = (vec![0u32; Q * D * K], vec![0u32; Q * D * K]);
         for _ in 0..sessions {
             let q = rng.random_range(0..Q);
-            let mut shown = ranking[q].clone();
-            if rng.random_bool(tau) {
-                for i in (1..D).rev() {
-                    shown.swap(i, rng.random_range(0..=i));
-                }
-            }
+            let shown = explored(&ranking[q], tau, &mut rng);
             let position_driven = rng.random_bool(0.5);
             for (k, &d) in shown.iter().take(K).enumerate() {
                 let p = if position_driven { 0.5 / (k + 1) as f64 } else { 0.5 * omega[q * D + d] };
