@@ -384,6 +384,11 @@ mod tests {
         shown
     }
 
+    /// The shown cells (cell, query, document, position) of a count table indexed (q·docs + d)·positions + k.
+    fn shown_cells(impressions: &[u32], docs: usize, positions: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> + '_ {
+        (0..impressions.len()).filter(move |&cell| impressions[cell] > 0).map(move |cell| (cell, cell / (docs * positions), cell / positions % docs, cell % positions))
+    }
+
     /// A per-document model as training leaves it: 400 queries × 15 documents, 10 positions, a
     /// noisy production ranker explored with τ = 1/3 (π exact), clicks σ(θ_k + γ_qd + leak·π). Each
     /// γ̂_qd is fitted by maximum likelihood (θ known, ridge 0.01) on 16,000 training sessions; the
@@ -429,17 +434,10 @@ mod tests {
             }
         }
         let (mut rows, mut logits) = (Vec::new(), Vec::new());
-        for q in 0..Q {
-            for d in 0..D {
-                for k in 0..K {
-                    let cell = (q * D + d) * K + k;
-                    if n_test[cell] > 0 {
-                        let qd = (q * D + d) as u32;
-                        rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: n_test[cell], clicks: c_test[cell], propensity: propensity(q, d, k) });
-                        logits.push((theta[k] + gamma_hat[q * D + d]) as f32);
-                    }
-                }
-            }
+        for (cell, q, d, k) in shown_cells(&n_test, D, K) {
+            let qd = (q * D + d) as u32;
+            rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: n_test[cell], clicks: c_test[cell], propensity: propensity(q, d, k) });
+            logits.push((theta[k] + gamma_hat[q * D + d]) as f32);
         }
         (rows, logits)
     }
@@ -493,19 +491,12 @@ mod tests {
             }
         }
         let (mut rows, mut marginal, mut additive) = (Vec::new(), Vec::new(), Vec::new());
-        for q in 0..Q {
-            for d in 0..D {
-                for k in 0..K {
-                    let cell = (q * D + d) * K + k;
-                    if n[cell] > 0 {
-                        let qd = (q * D + d) as u32;
-                        rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: n[cell], clicks: c[cell], propensity: propensity(q, d, k) });
-                        let p = 0.25 / (k + 1) as f64 + 0.25 * omega[q * D + d];
-                        marginal.push((p / (1.0 - p)).ln() as f32);
-                        additive.push(-((k + 1) as f64).ln() as f32);
-                    }
-                }
-            }
+        for (cell, q, d, k) in shown_cells(&n, D, K) {
+            let qd = (q * D + d) as u32;
+            rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: n[cell], clicks: c[cell], propensity: propensity(q, d, k) });
+            let p = 0.25 / (k + 1) as f64 + 0.25 * omega[q * D + d];
+            marginal.push((p / (1.0 - p)).ln() as f32);
+            additive.push(-((k + 1) as f64).ln() as f32);
         }
         (rows, marginal, additive)
     }
