@@ -302,7 +302,7 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
 /// and the rule with it. The test is the per-document one (levels per (q, d) and per position refit
 /// on the held-out rows), which stays at its null on a stream this model fits exactly (measured
 /// with `explore_mixture`, README "Misspecification"). MixEM trained on the same stream scores
-/// almost the same z per window (see README "The models"), so it is not asserted to be silent.
+/// almost the same z per window (README "Misspecification", "The 0:1:1:0 mixture, model by model"), so it is not asserted to be silent.
 #[test]
 fn a_non_factorising_mixture_fires_for_the_additive_model() {
     let dir = tempfile::tempdir().unwrap();
