@@ -6,8 +6,10 @@
 //!
 //! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS [aggregated]`;
 //! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling; `chunked [VISITS]` compares the
-//! aggregated path in memory with the same streamed in chunks of an eighth of its size). Both paths run the same
-//! number of epochs (the same number of optimizer steps) so θ is compared like for like.
+//! aggregated path in memory with the same streamed in chunks of an eighth of its size; `converged`
+//! trains the raw path and both kinds of aggregated epoch to early stopping, EPOCHS the cap, and
+//! reports the wall time of each fit). Otherwise both paths run the same number of epochs (the same
+//! number of optimizer steps) so θ is compared like for like.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use ultr::session::DecodeLimits;
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sources::simulator::SimulatorSource;
-use ultr::train::config::TrainConfig;
+use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::chunks::load_training_data;
 use ultr::train::data::{load_from_state, ExamplesBuilder, Horizon};
 use ultr::train::fit::{fit, fit_chunks, FitReport};
@@ -126,6 +128,29 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
+    if args.get(3).is_some_and(|a| a == "converged") {
+        // Each path trained to early stopping (patience as the default config, EPOCHS the cap): the
+        // raw impressions, the aggregated rows drawn ∝ impressions (the raw path's steps per epoch)
+        // and the aggregated rows walked once per epoch, count-weighted (`aggregated_epoch = "rows"`).
+        let cfg = TrainConfig { max_epochs: epochs, patience: TrainConfig::default().patience, batch_rows, ..TrainConfig::default() };
+        let rows = TrainConfig { aggregated_epoch: AggregatedEpoch::Rows, ..cfg.clone() };
+        let mut figures = Vec::new();
+        for (name, ex, c) in [("raw", &raw, &cfg), ("aggregated, drawn ∝ impressions", &agg, &cfg), ("aggregated, every row once", &agg, &rows)] {
+            let t = Instant::now();
+            let (model, r) = fit(ex, c, None, false).unwrap();
+            figures.push((name, r, t.elapsed().as_secs_f64(), model.position_bias()));
+        }
+        println!("\n| path | s/epoch | epochs (best) | fit wall s | best val loss | max |Δθ| vs raw, k ≤ 10 |");
+        println!("|---|---|---|---|---|---|");
+        for (name, r, wall, theta) in &figures {
+            let d = figures[0].3[..10].iter().zip(&theta[..10]).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
+            println!("| {name} | {:.2} | {} ({}, {:?}) | {wall:.1} | {:.5} | {d:.4} |", per_epoch(r), r.epochs.len(), r.best_epoch, r.stop, r.best_validation_loss);
+        }
+        for (name, _, _, theta) in &figures {
+            println!("θ_k − θ_1, k = 1..10, {name}: {:.3?}", &theta[..10]);
+        }
+        return;
+    }
     let (raw_model, raw_report) = fit(&raw, &cfg, None, false).unwrap();
     let (agg_model, agg_report) = fit(&agg, &cfg, None, false).unwrap();
     let (tr, ta) = (raw_model.position_bias(), agg_model.position_bias());

@@ -15,7 +15,7 @@ use ultr::session::DecodeLimits;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
 use ultr::sources::simulator::SimulatorSource;
-use ultr::train::config::{TowerKind, TrainConfig};
+use ultr::train::config::{AggregatedEpoch, TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::{fit, make_batch};
 use ultr::train::models::ClickModel;
@@ -87,11 +87,12 @@ fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
     let labels = labels_from_truth(sim.truth());
     let truth = truth_theta(sim.truth());
     let heldout = raw.filter_sessions(|s| ultr::train::data::split_of(s, HOLDOUT) == ultr::window::Split::Evaluation);
-    let run = |ex: &Examples, seed: u64| {
-        let (t, _) = fit(ex, &config(seed), None, false).unwrap();
+    let run_with = |ex: &Examples, cfg: &TrainConfig| {
+        let (t, _) = fit(ex, cfg, None, false).unwrap();
         let r = evaluate(&t, &heldout, Some(&labels), Some(&truth), 10, &device);
         (t.position_bias()[..10].to_vec(), r.ndcg[&10])
     };
+    let run = |ex: &Examples, seed: u64| run_with(ex, &config(seed));
     let (theta_a, ndcg_a) = run(&raw, 1);
     let (theta_b, ndcg_b) = run(&raw, 2);
     let (theta_g, ndcg_g) = run(&agg, 1);
@@ -110,6 +111,14 @@ fn a_model_trained_on_aggregated_rows_matches_the_raw_path_within_seed_noise() {
     assert!(diff(&theta_a, &theta_g) <= noise, "θ aggregated vs raw {:.4} beyond seed noise {noise:.4}", diff(&theta_a, &theta_g));
     let ndcg_noise = (ndcg_a - ndcg_b).abs();
     assert!((ndcg_a - ndcg_g).abs() <= (3.0 * ndcg_noise).max(0.01), "nDCG@10 raw {ndcg_a} vs aggregated {ndcg_g}");
+
+    // `aggregated_epoch = "rows"`: every aggregated row once per epoch, count-weighted, so an epoch
+    // costs the unique keys; fewer steps per epoch, hence the higher cap.
+    let rows = TrainConfig { aggregated_epoch: AggregatedEpoch::Rows, max_epochs: 400, ..config(1) };
+    let (theta_r, ndcg_r) = run_with(&agg, &rows);
+    eprintln!("θ aggregated, every row once {theta_r:.3?}; nDCG@10 {ndcg_r:.4}");
+    assert!(diff(&theta_a, &theta_r) <= noise, "θ aggregated (rows per epoch) vs raw {:.4} beyond seed noise {noise:.4}", diff(&theta_a, &theta_r));
+    assert!((ndcg_a - ndcg_r).abs() <= (3.0 * ndcg_noise).max(0.01), "nDCG@10 raw {ndcg_a} vs aggregated (rows per epoch) {ndcg_r}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use ultr::config::PipelineConfig;
 use ultr::eval::truth_theta;
 use ultr::simulate::Simulator;
-use ultr::train::config::TrainConfig;
+use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::chunks::{load_training_data, ExampleChunks, TrainingData};
 use ultr::train::data::{load_from_state, Examples, Horizon, Split};
 use ultr::train::fit::{fit, fit_chunks};
@@ -111,6 +111,17 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     let (error_a, error_c) = (diff(&theta(&a), &truth[..6]), diff(&theta(&c), &truth[..6]));
     assert!(error_c <= error_a + noise.max(0.02), "θ chunked is {error_c:.4} from the truth, in memory {error_a:.4}");
     assert!((ra.best_validation_loss - rc.best_validation_loss).abs() < 0.005 * ra.best_validation_loss);
+
+    // `aggregated_epoch = "rows"` (every row once per epoch, count-weighted; each chunk's share of
+    // its shuffled rows per visit), in memory and over the chunks: θ as above.
+    let rows_cfg = TrainConfig { aggregated_epoch: AggregatedEpoch::Rows, max_epochs: 400, ..pipeline.train.clone() };
+    let (d, rd) = fit(&all, &rows_cfg, None, false).unwrap();
+    let (e, re) = fit_chunks(spilled, &rows_cfg, None, false, None).unwrap();
+    for (name, t, r) in [("in memory", &d, &rd), ("chunked", &e, &re)] {
+        eprintln!("every row once per epoch, {name}: θ {:.3?}, {} epochs (best {}), best validation loss {:.5}", theta(t), r.epochs.len(), r.best_epoch, r.best_validation_loss);
+        assert!(diff(&theta(&a), &theta(t)) <= (2.0 * noise).max(0.05), "θ rows per epoch ({name}) vs in memory beyond seed noise {noise:.4}");
+        assert!(diff(&theta(t), &truth[..6]) <= error_a + noise.max(0.02), "θ rows per epoch ({name}) from the truth vs {error_a:.4}");
+    }
 
     // The spill folder goes with the data.
     let folder = spilled.dir().to_path_buf();

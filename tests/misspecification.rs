@@ -115,7 +115,7 @@ fn run(s: &Scenario, dir: &Path) -> Outcome {
                 let device = self.config.train.backend.device().unwrap();
                 let trained = ultr::train::checkpoint::ModelStore::open(&outcome.models_dir).unwrap().load(&outcome.id, &device).unwrap();
                 if let ultr::train::models::ClickModel::MixEm(m) = &trained.model {
-                    eprintln!("MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?})", m.mixing_weights(), m.position_bias(), outcome.fit.epochs.len(), outcome.fit.best_epoch, outcome.fit.stop);
+                    eprintln!("MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?}); best validation loss {:.6}", m.mixing_weights(), m.position_bias(), outcome.fit.epochs.len(), outcome.fit.best_epoch, outcome.fit.stop, outcome.fit.best_validation_loss);
                 } else {
                     eprintln!("θ_k − θ_1 {:.2?}; epochs {}", outcome.theta, outcome.fit.epochs.len());
                 }
@@ -331,7 +331,8 @@ fn a_non_factorising_mixture_fires_for_the_additive_model() {
 
 /// A measurement, not a check (hence ignored): z per held-out window for any model, tower, click
 /// mixture and traffic, from the environment — `EXPLORE_MODEL` (mixem), `EXPLORE_TOWER`
-/// (embedding), `EXPLORE_MIX` (0,1,1,0; `none` for additive PBM clicks), `EXPLORE_SPW` (15000).
+/// (embedding), `EXPLORE_MIX` (0,1,1,0; `none` for additive PBM clicks), `EXPLORE_SPW` (15000),
+/// `EXPLORE_SEED` (16).
 /// The README's false-alarm row for the embedding tower and the MixEM figures in issue 14's note
 /// come from it.
 #[test]
@@ -343,7 +344,8 @@ fn explore_mixture() {
     let mix = std::env::var("EXPLORE_MIX").unwrap_or("0,1,1,0".into());
     let mixture: Vec<f64> = if mix == "none" { vec![] } else { mix.split(',').map(|v| v.parse().unwrap()).collect() };
     let tower: &'static str = Box::leak(std::env::var("EXPLORE_TOWER").unwrap_or("embedding".into()).into_boxed_str());
-    let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower, feature_limit: None, windows_after: 4, sessions_per_window: spw, seed: 16, click_mixture: (mixture.len() == 4).then(|| [mixture[0], mixture[1], mixture[2], mixture[3]]), model };
+    let seed: u64 = std::env::var("EXPLORE_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower, feature_limit: None, windows_after: 4, sessions_per_window: spw, seed, click_mixture: (mixture.len() == 4).then(|| [mixture[0], mixture[1], mixture[2], mixture[3]]), model };
     let o = run(&s, dir.path());
     let zs: Vec<f64> = o.scored.iter().map(|w| w.misspecification.z).collect();
     eprintln!("EXPLORE {model} spw {spw}: z {zs:.2?}");

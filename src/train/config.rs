@@ -12,6 +12,16 @@ use super::models::zhang2023::{GradientReversalConfig, ObservationDropoutConfig,
 pub use super::models::ModelKind;
 use super::models::ObjectiveSettings;
 
+/// `[train] aggregated_epoch`: what one epoch over aggregated rows is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AggregatedEpoch {
+    /// As many steps as the raw path, rows drawn ∝ impressions.
+    Impressions,
+    /// Every row once, count-weighted.
+    Rows,
+}
+
 /// The relevance tower r(x).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -135,6 +145,14 @@ pub struct TrainConfig {
     /// Aggregated rows per optimizer step, drawn ∝ impressions: as many distinct keys per step as
     /// `batch_impressions / 10` raw sessions bring queries.
     pub batch_rows: usize,
+    /// How an epoch walks aggregated rows of a pointwise model (raw rows and session models are
+    /// unaffected). `impressions` (the default): the raw path's number of steps, impressions /
+    /// `batch_impressions`, each drawing `batch_rows` rows ∝ impressions, so an epoch costs as many
+    /// steps as the stream has events. `rows`: one pass over the rows in shuffled order, `batch_rows`
+    /// rows per step, each entering with its count (the binomial loss of its impressions), so an
+    /// epoch costs as many rows as the horizon has unique keys; it takes fewer steps per epoch and
+    /// so more epochs (raise `max_epochs`).
+    pub aggregated_epoch: AggregatedEpoch,
     pub max_epochs: usize,
     /// Stop after this many epochs without a better validation loss.
     pub patience: usize,
@@ -196,6 +214,7 @@ impl Default for TrainConfig {
             weight_decay: 0.01,
             batch_impressions: 5_120,
             batch_rows: 512,
+            aggregated_epoch: AggregatedEpoch::Impressions,
             max_epochs: 50,
             patience: 3,
             early_stopping: true,

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::config::{Architecture, TowerKind, TrainConfig};
+use super::config::{AggregatedEpoch, Architecture, TowerKind, TrainConfig};
 use super::data::{split_of, Examples, Split};
 use super::models::{BatchTensors, ClickModel, Lists};
 use super::chunks::ExampleChunks;
@@ -499,7 +499,8 @@ impl Survey {
         self.train_impressions += train;
         self.validation_impressions += split.impressions(ex, &split.validation);
         self.validation_weight += split.weight(ex, &split.validation, &w);
-        self.steps += (train as u64).div_ceil(cfg.batch_impressions as u64);
+        let one_pass = !cfg.model.listwise() && cfg.aggregated_epoch == AggregatedEpoch::Rows && ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        self.steps += if one_pass { split.train.len().div_ceil(cfg.batch_rows) as u64 } else { (train as u64).div_ceil(cfg.batch_impressions as u64) };
         Ok(())
     }
 
@@ -605,6 +606,9 @@ struct Chunk<'a> {
     aggregated: bool,
     /// Lists drawn per step of a listwise model (about `batch_rows` rows).
     lists_per_step: usize,
+    /// Aggregated rows of a pointwise model walked once per epoch, count-weighted
+    /// (`aggregated_epoch = "rows"`) instead of drawn.
+    one_pass: bool,
 }
 
 impl<'a> Chunk<'a> {
@@ -625,6 +629,8 @@ impl<'a> Chunk<'a> {
         let aggregated = listwise || ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
         let train_rows: usize = split.train.iter().map(|&s| ex.sessions[s].len).sum();
         let mean_list = (train_rows as f64 / split.train.len().max(1) as f64).max(1.0);
+        let one_pass = aggregated && !listwise && cfg.aggregated_epoch == AggregatedEpoch::Rows;
+        let steps = if one_pass { split.train.len().div_ceil(cfg.batch_rows) as u64 } else { (train_impressions as u64).div_ceil(cfg.batch_impressions as u64) };
         Chunk {
             weights,
             qd_map,
@@ -634,9 +640,10 @@ impl<'a> Chunk<'a> {
             span_impressions,
             cumulative,
             train_impressions,
-            steps: (train_impressions as u64).div_ceil(cfg.batch_impressions as u64),
+            steps,
             aggregated,
             lists_per_step: (cfg.batch_rows as f64 / mean_list).ceil().max(1.0) as usize,
+            one_pass,
             ex,
         }
     }
@@ -835,7 +842,12 @@ pub fn fit_chunks(
             // rows: `steps` draws of `batch_rows` rows ∝ impressions, each entering with its mean loss —
             // as many steps and as many distinct keys per step as the raw path, on fewer rows.
             let per_step = if listwise { chunk.lists_per_step } else { cfg.batch_rows };
-            let drawn: Vec<Vec<usize>> = if chunk.aggregated {
+            let drawn: Vec<Vec<usize>> = if chunk.one_pass {
+                // This round's share of the shuffled rows, `batch_rows` at a time.
+                let (len, round, visits) = (chunk.order.len() as u64, round, visits);
+                let share = &chunk.order[(len * round / visits) as usize..(len * (round + 1) / visits) as usize];
+                share.chunks(per_step).map(<[usize]>::to_vec).collect()
+            } else if chunk.aggregated {
                 (0..steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, per_step, &mut rng)).collect()
             } else if round > 0 {
                 Vec::new() // raw sessions are never spilled; their one round takes every batch
@@ -846,8 +858,10 @@ pub fn fit_chunks(
                 if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                     return Err(Cancelled.into());
                 }
-                let (b, n) = build_batch(ex, batch, &chunk.weights, &chunk.qd_map, &trained.meta, chunk.inputs.as_deref(), &device, !chunk.aggregated, listwise);
-                let denominator = match (chunk.aggregated, cfg.ips.self_normalize) {
+                let (b, n) = build_batch(ex, batch, &chunk.weights, &chunk.qd_map, &trained.meta, chunk.inputs.as_deref(), &device, !chunk.aggregated || chunk.one_pass, listwise);
+                // Count-weighted rows (raw, or aggregated in one pass) are normalised like impressions.
+                let drawn_rows = chunk.aggregated && !chunk.one_pass;
+                let denominator = match (drawn_rows, cfg.ips.self_normalize) {
                     (false, true) => chunk.split.weight(ex, batch, &chunk.weights),
                     (false, false) => n as f64,
                     (true, true) => batch.iter().map(|&s| chunk.weights[ex.sessions[s].start] as f64).sum(),
@@ -859,7 +873,7 @@ pub fn fit_chunks(
                     stop = StopReason::Diverged;
                     break 'epochs;
                 }
-                train_total += value * if chunk.aggregated { chunk.train_impressions as f64 / chunk.steps as f64 } else { n as f64 };
+                train_total += value * if drawn_rows { chunk.train_impressions as f64 / chunk.steps as f64 } else { n as f64 };
                 let grads = GradientsParams::from_grads(loss.backward(), &model);
                 model = optim.step(cfg.learning_rate, model, grads);
                 if let Some(bar) = &bar {
