@@ -282,6 +282,19 @@ fn draw_spans(cumulative: &[u64], spans: &[usize], rows: usize, rng: &mut ChaCha
         .collect()
 }
 
+/// `aggregated_epoch = "rows"`: visit `round` of `visits` in an epoch's one pass over a chunk's
+/// training rows, `per_step` rows per batch. The permutation depends on (seed, epoch, chunk) alone:
+/// a spilled chunk is read afresh for every visit, and its visits must split one permutation for the
+/// epoch to take every row exactly once.
+fn one_pass_batches(train: &[usize], seed: u64, epoch: usize, chunk: usize, round: u64, visits: u64, per_step: usize) -> Vec<Vec<usize>> {
+    let mut order = train.to_vec();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(((epoch as u64) << 32) | chunk as u64);
+    order.shuffle(&mut rng);
+    let len = order.len() as u64;
+    order[(len * round / visits) as usize..(len * (round + 1) / visits) as usize].chunks(per_step.max(1)).map(<[usize]>::to_vec).collect()
+}
+
 /// `count_weighted`: a row's weight is w·n (its impressions' summed loss); otherwise w (its
 /// impressions' mean loss, for rows drawn ∝ n). `inputs`: `tower_inputs`, when computed. `listwise`:
 /// every span becomes a list of `width` slots (its rows by position, then padding with weight 0).
@@ -835,7 +848,7 @@ pub fn fit_chunks(
                 continue;
             }
             let ex: &Examples = &chunk.ex;
-            if round == 0 {
+            if round == 0 && !chunk.one_pass {
                 chunk.order.shuffle(&mut rng);
             }
             // Raw sessions: shuffled whole sessions until a batch holds `batch_impressions`. Aggregated
@@ -843,10 +856,7 @@ pub fn fit_chunks(
             // as many steps and as many distinct keys per step as the raw path, on fewer rows.
             let per_step = if listwise { chunk.lists_per_step } else { cfg.batch_rows };
             let drawn: Vec<Vec<usize>> = if chunk.one_pass {
-                // This round's share of the shuffled rows, `batch_rows` at a time.
-                let (len, round, visits) = (chunk.order.len() as u64, round, visits);
-                let share = &chunk.order[(len * round / visits) as usize..(len * (round + 1) / visits) as usize];
-                share.chunks(per_step).map(<[usize]>::to_vec).collect()
+                one_pass_batches(&chunk.split.train, cfg.seed, epoch, c, round, visits, per_step)
             } else if chunk.aggregated {
                 (0..steps).map(|_| draw_spans(&chunk.cumulative, &chunk.split.train, per_step, &mut rng)).collect()
             } else if round > 0 {
@@ -933,6 +943,29 @@ pub fn fit_chunks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: the visits of a spilled chunk each reshuffled its rows, so an epoch of
+    /// `aggregated_epoch = "rows"` took some rows twice and others never. Now every visit splits
+    /// one permutation per (epoch, chunk): each row exactly once, in `per_step` batches, and the next
+    /// epoch in another order.
+    #[test]
+    fn the_visits_of_a_one_pass_epoch_take_every_row_exactly_once() {
+        let train: Vec<usize> = (0..1_003).map(|i| i * 3 + 1).collect();
+        for visits in [1u64, 2, 3, 7] {
+            let mut seen: Vec<usize> = Vec::new();
+            for round in 0..visits {
+                let batches = one_pass_batches(&train, 9, 4, 2, round, visits, 64);
+                assert!(batches.iter().all(|b| !b.is_empty() && b.len() <= 64));
+                seen.extend(batches.into_iter().flatten());
+            }
+            assert_ne!(seen, train, "shuffled");
+            let mut sorted = seen.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, train, "{visits} visits: every row once");
+            let next: Vec<usize> = (0..visits).flat_map(|r| one_pass_batches(&train, 9, 5, 2, r, visits, 64)).flatten().collect();
+            assert_ne!(next, seen, "another order next epoch");
+        }
+    }
 
     /// The galloping search returns, draw for draw, what a binary search over the whole cumulative
     /// table returns (including zero-impression spans, which are never drawn).
