@@ -31,6 +31,10 @@ fn unknown_key_is_named_with_the_file() {
     assert!(err.contains("y.toml") && err.contains("batch_records"), "{err}");
     let err = PipelineConfig::parse("source = \"simulator\"\n[train]\nkeep_checkpoints = 0\n", "z.toml").unwrap_err().to_string();
     assert!(err.contains("z.toml") && err.contains("train.keep_checkpoints"), "{err}");
+    let err = PipelineConfig::parse("source = \"simulator\"\n[train]\naggregated_epoch = \"sessions\"\n", "e.toml").unwrap_err().to_string();
+    assert!(err.contains("e.toml") && err.contains("aggregated_epoch") && err.contains("rows"), "{err}");
+    let ok = PipelineConfig::parse("source = \"simulator\"\n[train]\naggregated_epoch = \"rows\"\n", "e.toml").unwrap();
+    assert_eq!(ok.train.aggregated_epoch, ultr::train::config::AggregatedEpoch::Rows);
 }
 
 #[test]

@@ -282,6 +282,11 @@ fn draw_spans(cumulative: &[u64], spans: &[usize], rows: usize, rng: &mut ChaCha
         .collect()
 }
 
+/// Every span is one aggregated row (rows stored with their split), not a raw session.
+fn aggregated_rows(ex: &Examples) -> bool {
+    ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1)
+}
+
 /// `aggregated_epoch = "rows"`: visit `round` of `visits` in an epoch's one pass over a chunk's
 /// training rows, `per_step` rows per batch. The permutation depends on (seed, epoch, chunk) alone:
 /// a spilled chunk is read afresh for every visit, and its visits must split one permutation for the
@@ -487,7 +492,7 @@ impl Survey {
             }
         }
         self.rows += ex.rows.len();
-        self.rows_only &= ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        self.rows_only &= aggregated_rows(ex);
         self.labels &= !ex.doc_labels.is_empty();
         self.impressions += ex.impressions();
         self.clicks += ex.clicks();
@@ -512,7 +517,7 @@ impl Survey {
         self.train_impressions += train;
         self.validation_impressions += split.impressions(ex, &split.validation);
         self.validation_weight += split.weight(ex, &split.validation, &w);
-        let one_pass = !cfg.model.listwise() && cfg.aggregated_epoch == AggregatedEpoch::Rows && ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        let one_pass = !cfg.model.listwise() && cfg.aggregated_epoch == AggregatedEpoch::Rows && aggregated_rows(ex);
         self.steps += if one_pass { split.train.len().div_ceil(cfg.batch_rows) as u64 } else { (train as u64).div_ceil(cfg.batch_impressions as u64) };
         Ok(())
     }
@@ -639,7 +644,7 @@ impl<'a> Chunk<'a> {
         let multiplicity = |s: usize| ex.rows.get(ex.sessions[s].start).map_or(0, |r| r.impressions as u64);
         let cumulative: Vec<u64> = split.train.iter().scan(0u64, |acc, &s| { *acc += multiplicity(s); Some(*acc) }).collect();
         let train_impressions = split.impressions(&ex, &split.train);
-        let aggregated = listwise || ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1);
+        let aggregated = listwise || aggregated_rows(&ex);
         let train_rows: usize = split.train.iter().map(|&s| ex.sessions[s].len).sum();
         let mean_list = (train_rows as f64 / split.train.len().max(1) as f64).max(1.0);
         let one_pass = aggregated && !listwise && cfg.aggregated_epoch == AggregatedEpoch::Rows;
@@ -844,7 +849,8 @@ pub fn fit_chunks(
                 }
             };
             let steps = chunk.steps * (round + 1) / visits - chunk.steps * round / visits;
-            if steps == 0 {
+            // A one-pass visit takes its share of the rows whatever the step count rounds to.
+            if steps == 0 && !chunk.one_pass {
                 continue;
             }
             let ex: &Examples = &chunk.ex;
