@@ -287,6 +287,21 @@ fn aggregated_rows(ex: &Examples) -> bool {
     ex.sessions.iter().all(|s| s.split.is_some() && s.len == 1)
 }
 
+/// An epoch walks each aggregated row of a pointwise model once (`aggregated_epoch = "rows"`)
+/// instead of drawing rows ∝ impressions.
+fn walks_rows_once(cfg: &TrainConfig, listwise: bool, aggregated: bool) -> bool {
+    aggregated && !listwise && cfg.aggregated_epoch == AggregatedEpoch::Rows
+}
+
+/// Optimizer steps in an epoch over `spans` training spans holding `impressions`.
+fn epoch_steps(cfg: &TrainConfig, one_pass: bool, spans: usize, impressions: usize) -> u64 {
+    if one_pass {
+        spans.div_ceil(cfg.batch_rows) as u64
+    } else {
+        (impressions as u64).div_ceil(cfg.batch_impressions as u64)
+    }
+}
+
 /// `aggregated_epoch = "rows"`: visit `round` of `visits` in an epoch's one pass over a chunk's
 /// training rows, `per_step` rows per batch. The permutation depends on (seed, epoch, chunk) alone:
 /// a spilled chunk is read afresh for every visit, and its visits must split one permutation for the
@@ -517,8 +532,7 @@ impl Survey {
         self.train_impressions += train;
         self.validation_impressions += split.impressions(ex, &split.validation);
         self.validation_weight += split.weight(ex, &split.validation, &w);
-        let one_pass = !cfg.model.listwise() && cfg.aggregated_epoch == AggregatedEpoch::Rows && aggregated_rows(ex);
-        self.steps += if one_pass { split.train.len().div_ceil(cfg.batch_rows) as u64 } else { (train as u64).div_ceil(cfg.batch_impressions as u64) };
+        self.steps += epoch_steps(cfg, walks_rows_once(cfg, cfg.model.listwise(), aggregated_rows(ex)), split.train.len(), train);
         Ok(())
     }
 
@@ -647,8 +661,8 @@ impl<'a> Chunk<'a> {
         let aggregated = listwise || aggregated_rows(&ex);
         let train_rows: usize = split.train.iter().map(|&s| ex.sessions[s].len).sum();
         let mean_list = (train_rows as f64 / split.train.len().max(1) as f64).max(1.0);
-        let one_pass = aggregated && !listwise && cfg.aggregated_epoch == AggregatedEpoch::Rows;
-        let steps = if one_pass { split.train.len().div_ceil(cfg.batch_rows) as u64 } else { (train_impressions as u64).div_ceil(cfg.batch_impressions as u64) };
+        let one_pass = walks_rows_once(cfg, listwise, aggregated);
+        let steps = epoch_steps(cfg, one_pass, split.train.len(), train_impressions);
         Chunk {
             weights,
             qd_map,
