@@ -203,3 +203,79 @@ fn config_parser_survives_mutation_fuzzing() {
     eprintln!("config fuzz: {execs} execs, 0 panics, {ok} parsed, {refused} refused");
     assert!(ok > 0 && refused > 0);
 }
+
+/// The decoder's single-pass reader against serde_json alone (`Decoder::serde_json_only`): on every
+/// mutated input both accept the same rows or refuse with the same reason and detail, and the
+/// batches they build are equal bit for bit (features and propensities compared as bit patterns).
+/// `ULTR_FUZZ_DIFFERENTIAL_EXECS` sets the budget.
+#[test]
+fn single_pass_reader_decodes_every_mutated_input_like_serde_json() {
+    use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::{Float32Type, Float64Type};
+
+    let execs = budget("ULTR_FUZZ_DIFFERENTIAL_EXECS", 500_000);
+    let mut rng = ChaCha8Rng::seed_from_u64(budget("ULTR_FUZZ_SEED", 1));
+    let mut corpus = decoder_corpus();
+    // Long feature vectors (the eight-digit steps) and every number spelling the reader takes or declines.
+    let wide = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 5, docs_per_query: 4, features: 46 },
+        relevance: RelevanceKind::Linear,
+        sessions: 10,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    for i in 0..10 {
+        let mut b = Vec::new();
+        wide.session(i, &mut b);
+        corpus.push(b);
+    }
+    corpus.push(
+        br#" { "schema_version" : 1 , "session_id" : 17 , "query_id" : "q\u0031" , "event_time" : "2026-01-01T00:00:00Z" , "policy_id" : "p" ,
+        "context" : { "a" : -3 , "b" : 1.5 , "a" : null , "c" : false } , "extra" : [1, {"x": 2}] ,
+        "items" : [ { "doc_id" : "d1" , "position" : 1 , "clicked" : 0 , "features" : [ -0 , 1E+2 , 2.5e-3 , 12345678901234567890 , 0.1234567890123456789 , 1e-30 , -7 ] ,
+        "propensity" : 1 , "bias_features" : null , "note" : "x" } ] }
+        "#
+        .to_vec(),
+    );
+    let limits = DecodeLimits { max_items: 50, max_features: 64, max_record_bytes: 1 << 16, ..DecodeLimits::default() };
+    let ceiling = Some(chrono::Utc::now().timestamp_millis() + 3_600_000);
+    let mut single = Decoder::new(limits.clone());
+    let mut reference = Decoder::new(limits).serde_json_only();
+    single.set_event_time_ceiling(ceiling);
+    reference.set_event_time_ceiling(ceiling);
+
+    fn same_batches(a: &RecordBatch, b: &RecordBatch) {
+        assert_eq!(a, b, "same columns");
+        let bits32 = |batch: &RecordBatch, name: &str| -> Vec<u32> {
+            let list = batch.column_by_name(name).unwrap().as_list::<i32>();
+            list.values().as_primitive::<Float32Type>().values().iter().map(|v| v.to_bits()).collect()
+        };
+        for name in ["features", "bias_features"] {
+            assert_eq!(bits32(a, name), bits32(b, name), "{name}, bit for bit");
+        }
+        let bits64 = |batch: &RecordBatch| -> Vec<Option<u64>> {
+            let p = batch.column_by_name("propensity").unwrap().as_primitive::<Float64Type>();
+            (0..p.len()).map(|i| p.is_valid(i).then(|| p.value(i).to_bits())).collect()
+        };
+        assert_eq!(bits64(a), bits64(b), "propensity, bit for bit");
+    }
+
+    let (mut accepted, mut refused) = (0u64, 0u64);
+    for exec in 0..execs {
+        let input = mutate(&mut rng, &corpus);
+        let ours = single.decode(&input);
+        let theirs = reference.decode(&input);
+        assert_eq!(ours, theirs, "input #{exec}: {:?}", String::from_utf8_lossy(&input));
+        if ours.is_ok() {
+            accepted += 1;
+        } else {
+            refused += 1;
+        }
+        if single.rows() > 50_000 {
+            same_batches(&single.finish(), &reference.finish());
+        }
+    }
+    same_batches(&single.finish(), &reference.finish());
+    eprintln!("differential decode: {execs} inputs, {accepted} accepted and {refused} refused alike");
+    assert!(accepted > execs / 200 && refused > execs / 200, "both outcomes are exercised: {accepted} / {refused}");
+}

@@ -17,6 +17,8 @@ use super::reason::Reason;
 use super::schema::impressions_schema;
 use super::SCHEMA_VERSION;
 
+mod single_pass;
+
 /// Limits that keep one absurd record from costing the pipeline memory or time.
 /// Lives under `[decode]` in a pipeline config.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
@@ -422,6 +424,8 @@ pub struct Decoder {
     event_time_ceiling: Option<i64>,
     /// Event time of the last accepted session.
     last_event_ms: Option<i64>,
+    /// Read every record with serde_json, skipping the single-pass reader (the reference it is tested against).
+    serde_json_only: bool,
 }
 
 impl Decoder {
@@ -449,7 +453,15 @@ impl Decoder {
             positions_scratch: Vec::new(),
             event_time_ceiling: None,
             last_event_ms: None,
+            serde_json_only: false,
         }
+    }
+
+    /// A decoder that reads every record with serde_json alone: the reference the single-pass
+    /// reader must match (same rows, same refusals), used by the differential tests and benches.
+    pub fn serde_json_only(mut self) -> Self {
+        self.serde_json_only = true;
+        self
     }
 
     /// Refuse sessions whose event time exceeds `ceiling` (epoch ms); `None` accepts any time.
@@ -497,8 +509,14 @@ impl Decoder {
                 format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes),
             ));
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
-        let raw: RawSession = serde_json::from_str(text).map_err(classify)?;
+        let fast = if self.serde_json_only { None } else { single_pass::read(bytes, self.feature_dim.unwrap_or(64)) };
+        let raw: RawSession = match fast {
+            Some(raw) => raw,
+            None => {
+                let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
+                serde_json::from_str(text).map_err(classify)?
+            }
+        };
         let checked = self.validate(&raw)?;
         self.append(&raw, checked);
         Ok(raw.items.len())
