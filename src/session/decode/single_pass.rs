@@ -91,22 +91,21 @@ fn u64_to_f64(v: u64) -> f64 {
     if (v as i64) >= 0 { v as i64 as f64 } else { v as f64 }
 }
 
-/// `significand` followed by the digits at `bytes[*at..]`, eight or four at a time where it can.
+/// `significand` followed by the digits at `bytes[*at..]`, read eight bytes at a time: one load
+/// finds how many leading bytes are digits and their value, without a branch per digit.
 /// Wrapping: the caller refuses numbers of more than 19 digits, which are the only ones that can
 /// overflow (serde_json leaves its fast cases for those too).
 #[inline(always)]
 fn accumulate_digits(mut significand: u64, bytes: &[u8], at: &mut usize) -> u64 {
     while let Some(chunk) = bytes.get(*at..*at + 8) {
-        let Some(eight) = eight_digits(u64::from_le_bytes(chunk.try_into().expect("eight bytes"))) else { break };
-        significand = significand.wrapping_mul(100_000_000).wrapping_add(eight);
-        *at += 8;
-    }
-    if let Some(chunk) = bytes.get(*at..*at + 4) {
-        if let Some(four) = four_digits(u32::from_le_bytes(chunk.try_into().expect("four bytes"))) {
-            significand = significand.wrapping_mul(10_000).wrapping_add(four);
-            *at += 4;
+        let (count, value) = leading_digits(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+        significand = significand.wrapping_mul(POW10_U64[count]).wrapping_add(value);
+        *at += count;
+        if count < 8 {
+            return significand;
         }
     }
+    // The record's last few bytes.
     while let Some(&c @ b'0'..=b'9') = bytes.get(*at) {
         significand = significand.wrapping_mul(10).wrapping_add((c - b'0') as u64);
         *at += 1;
@@ -117,37 +116,27 @@ fn accumulate_digits(mut significand: u64, bytes: &[u8], at: &mut usize) -> u64 
 /// Most digits a significand may have here: 10¹⁹ − 1 < u64::MAX.
 const MAX_DIGITS: usize = 19;
 
-/// `eight_digits`' 32-bit sibling: four ASCII digits packed little-endian, or `None`.
-#[inline(always)]
-fn four_digits(word: u32) -> Option<u64> {
-    const LOW: u32 = 0x0F0F_0F0F;
-    let high = word & !LOW;
-    let high_after_six = word.wrapping_add(0x0606_0606) & !LOW;
-    if high | (high_after_six >> 4) != 0x3333_3333 {
-        return None;
-    }
-    let d = word & LOW;
-    let pairs = (d * 10 + (d >> 8)) & 0x00FF_00FF;
-    Some(((pairs * 100 + (pairs >> 16)) & 0xFFFF) as u64)
-}
+const POW10_U64: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
 
-/// The value of eight ASCII digits packed little-endian in `word` (the first digit in the low byte),
-/// or `None` unless all eight bytes are digits.
+/// How many of the eight bytes packed little-endian in `word` (the first in the low byte) are ASCII
+/// digits before the first other byte, and the value of those digits.
 #[inline(always)]
-fn eight_digits(word: u64) -> Option<u64> {
-    // A byte is a digit when its high nibble is 3 and adding 6 keeps it so (low nibble ≤ 9); with
-    // every high nibble 3, no byte carries into the next.
-    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
-    let high = word & !LOW;
-    let high_after_six = word.wrapping_add(0x0606_0606_0606_0606) & !LOW;
-    if high | (high_after_six >> 4) != 0x3333_3333_3333_3333 {
-        return None;
-    }
-    let d = word & LOW;
+fn leading_digits(word: u64) -> (usize, u64) {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    // A byte is a digit when its high nibble is 3 and adding 6 keeps it so (low nibble ≤ 9). A byte
+    // of 0xFA or more carries into the next one, but only bytes after a non-digit are affected.
+    let off = ((word & HIGH) ^ ZEROS) | ((word.wrapping_add(0x0606_0606_0606_0606) & HIGH) ^ ZEROS);
+    // High bit of each byte: set where `off` is non-zero (no carry leaves a byte: 0x7F + 0x7F < 0x100).
+    let non_digit = (((off & 0x7F7F_7F7F_7F7F_7F7F) + 0x7F7F_7F7F_7F7F_7F7F) | off) & 0x8080_8080_8080_8080;
+    let count = (non_digit.trailing_zeros() / 8) as usize;
+    // Keep the `count` digits in the high bytes and pad the low bytes with '0': leading zeros.
+    let digits = word.checked_shl(8 * (8 - count) as u32).unwrap_or(0) | ZEROS.checked_shr(8 * count as u32).unwrap_or(0);
+    let d = digits & 0x0F0F_0F0F_0F0F_0F0F;
     // Pairs of digits, then quadruples, then the eight: each step folds neighbours with ×10ⁿ.
     let pairs = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
     let quads = (pairs * 100 + (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
-    Some((quads * 10_000 + (quads >> 32)) & 0xFFFF_FFFF)
+    (count, (quads * 10_000 + (quads >> 32)) & 0xFFFF_FFFF)
 }
 
 struct Reader<'a> {
@@ -507,20 +496,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn eight_digits_reads_every_digit_run_and_refuses_other_bytes() {
+    fn leading_digits_counts_and_reads_the_digit_run_of_any_eight_bytes() {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        for _ in 0..200_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let n = rng % 100_000_000;
-            let text = format!("{n:08}");
-            assert_eq!(eight_digits(u64::from_le_bytes(text.as_bytes().try_into().unwrap())), Some(n), "{text}");
-            // Any one byte that is not a digit is refused.
-            let mut bytes: [u8; 8] = text.as_bytes().try_into().unwrap();
-            let bad = [b'/', b':', b'.', b',', b'e', 0x00, 0xFF, 0xB9, b'3' + 0x80][(rng >> 40) as usize % 9];
-            bytes[(rng >> 50) as usize % 8] = bad;
-            assert_eq!(eight_digits(u64::from_le_bytes(bytes)), None, "{bytes:?}");
+        let alphabet = b"0123456789012345678901234567890123456789.,-+eE]} \x00\xff\xfa\xb9\x3a\x2f";
+        for _ in 0..500_000 {
+            let mut bytes = [0u8; 8];
+            for b in &mut bytes {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                *b = if rng % 5 == 0 { (rng >> 32) as u8 } else { alphabet[(rng >> 40) as usize % alphabet.len()] };
+            }
+            let count = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+            let value = bytes[..count].iter().fold(0u64, |v, b| v * 10 + (b - b'0') as u64);
+            assert_eq!(leading_digits(u64::from_le_bytes(bytes)), (count, value), "{bytes:?}");
         }
     }
 
