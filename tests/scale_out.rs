@@ -237,7 +237,14 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("instance {name} did not finish; logs in {}", work.path().display());
+                // The temporary directory goes with the panic: print what the logs say instead.
+                print_partition_history(&logs);
+                let tail = |path: &Path| {
+                    let log = std::fs::read_to_string(path).unwrap_or_default();
+                    let lines: Vec<&str> = log.lines().collect();
+                    lines[lines.len().saturating_sub(40)..].join("\n")
+                };
+                panic!("instance {name} did not finish; the last lines of B's log:\n{}\nand of C's:\n{}", tail(&logs[1]), tail(&logs[2]));
             }
             std::thread::sleep(Duration::from_millis(100));
         };
