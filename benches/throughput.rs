@@ -1,5 +1,6 @@
 //! Throughput benchmarks (run with `cargo bench --bench throughput`): decode impressions/s on one core
-//! with and without 46-dim features, and simulator sessions/s. Figures go in the closing notes, not tests.
+//! with and without 46-dim features, the single-pass reader beside serde_json alone, and simulator
+//! sessions/s. Figures go in the closing notes, not tests.
 
 use std::time::Instant;
 

@@ -84,22 +84,29 @@ fn mutate(rng: &mut ChaCha8Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
     input
 }
 
+/// The `config.sessions` sessions the simulator writes for `config`, one JSON record each.
+fn simulated_sessions(config: SimConfig) -> Vec<Vec<u8>> {
+    let sessions = config.sessions;
+    let sim = Simulator::new(config).unwrap();
+    (0..sessions)
+        .map(|i| {
+            let mut b = Vec::new();
+            sim.session(i, &mut b);
+            b
+        })
+        .collect()
+}
+
 fn decoder_corpus() -> Vec<Vec<u8>> {
     let mut corpus: Vec<Vec<u8>> = common::malformed::corpus().into_iter().map(|(b, _)| b).collect();
-    let sim = Simulator::new(SimConfig {
+    corpus.extend(simulated_sessions(SimConfig {
         synthetic: SyntheticData { queries: 10, docs_per_query: 6, features: 3 },
         relevance: RelevanceKind::Linear,
         policy: PolicyConfig { tau: 0.5, ..PolicyConfig::default() },
         log_propensity: true,
         sessions: 50,
         ..SimConfig::default()
-    })
-    .unwrap();
-    for i in 0..50 {
-        let mut b = Vec::new();
-        sim.session(i, &mut b);
-        corpus.push(b);
-    }
+    }));
     corpus.push(
         br#"{"schema_version":1,"session_id":"c","query_id":"q","event_time":1767225600000,"policy_id":"p","context":{"device":"mobile","n":3,"b":true},"items":[{"doc_id":"d","position":1,"clicked":1,"features":[1,2,3],"bias_features":[0.5],"propensity":0.25}]}"#.to_vec(),
     );
@@ -217,18 +224,12 @@ fn single_pass_reader_decodes_every_mutated_input_like_serde_json() {
     let mut rng = ChaCha8Rng::seed_from_u64(budget("ULTR_FUZZ_SEED", 1));
     let mut corpus = decoder_corpus();
     // Long feature vectors (the eight-digit steps) and every number spelling the reader takes or declines.
-    let wide = Simulator::new(SimConfig {
+    corpus.extend(simulated_sessions(SimConfig {
         synthetic: SyntheticData { queries: 5, docs_per_query: 4, features: 46 },
         relevance: RelevanceKind::Linear,
         sessions: 10,
         ..SimConfig::default()
-    })
-    .unwrap();
-    for i in 0..10 {
-        let mut b = Vec::new();
-        wide.session(i, &mut b);
-        corpus.push(b);
-    }
+    }));
     corpus.push(
         br#" { "schema_version" : 1 , "session_id" : 17 , "query_id" : "q\u0031" , "event_time" : "2026-01-01T00:00:00Z" , "policy_id" : "p" ,
         "context" : { "a" : -3 , "b" : 1.5 , "a" : null , "c" : false } , "extra" : [1, {"x": 2}] ,

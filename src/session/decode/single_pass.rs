@@ -1,11 +1,12 @@
 //! A single-pass reader for session records of the usual shape; it builds the `RawSession` that serde_json would, and gives up on anything else so serde_json reads (and words the refusal of) the rest.
 //!
 //! Why: with 46 full-precision features per item, serde_json's per-number visitor calls dominate
-//! decode time. This reader walks the bytes once with a tight number loop. It is exact by
-//! construction rather than by approximation: every number it takes is computed with serde_json's
-//! own operations (`significand as f64` then one `*` or `/` by an exact power of ten, |exp| ≤ 22),
-//! and every input it is unsure of (escapes, unknown or repeated keys, long or odd numbers, other
-//! value types) returns `None`. `tests/fuzz.rs` checks it against serde_json on mutated inputs.
+//! decode time. This reader walks the bytes once with a tight number loop. It matches serde_json
+//! bit for bit by construction: every number it takes is computed with serde_json's own operations
+//! (`significand as f64` then one `*` or `/` by an exact power of ten, |exp| ≤ 22), except that an
+//! f32 feature may use a multiplication where it provably rounds to the same f32 (`Decimal::to_f32`);
+//! every input it is unsure of (escapes, unknown or repeated keys, long or odd numbers, other value
+//! types) returns `None`. `tests/fuzz.rs` checks it against serde_json on mutated inputs.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
