@@ -233,13 +233,12 @@ impl<'a> Reader<'a> {
             is_float = true;
             let digits_from = at;
             significand = accumulate_digits(significand, bytes, &mut at);
-            if at == digits_from {
+            let fraction_digits = at - digits_from;
+            if fraction_digits == 0 || integer_digits + fraction_digits > MAX_DIGITS {
                 return None;
             }
-            exponent = -((at - digits_from) as i32);
-        }
-        let fraction_digits = exponent.unsigned_abs() as usize;
-        if integer_digits + fraction_digits > MAX_DIGITS {
+            exponent = -(fraction_digits as i32);
+        } else if integer_digits > MAX_DIGITS {
             return None;
         }
         if let Some(b'e' | b'E') = bytes.get(at) {
