@@ -470,35 +470,121 @@ mod tests {
     /// the logits −ln k (no document term: the per-document test's refit makes it the additive
     /// model's best fit to these very rows).
     fn mixture_window(seed: u64, sessions: usize) -> (Vec<Row>, Vec<f32>, Vec<f32>) {
-        const Q: usize = 400;
-        const D: usize = 15;
-        const K: usize = 10;
-        let tau = 1.0 / 3.0;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let omega: Vec<f64> = (0..Q * D).map(|_| 0.1 + 0.9 * ((1u32 << rng.random_range(0..3u32)) - 1) as f64 / 3.0).collect();
-        let ranking = noisy_rankings(&omega, D, 0.3, &mut rng);
-        let propensity = |q: usize, d: usize, k: usize| (1.0 - tau) * (ranking[q][k] == d) as u8 as f64 + tau / D as f64;
-        let (mut n, mut c) = (vec![0u32; Q * D * K], vec![0u32; Q * D * K]);
-        for _ in 0..sessions {
-            let q = rng.random_range(0..Q);
-            let shown = explored(&ranking[q], tau, &mut rng);
-            let position_driven = rng.random_bool(0.5);
-            for (k, &d) in shown.iter().take(K).enumerate() {
-                let p = if position_driven { 0.5 / (k + 1) as f64 } else { 0.5 * omega[q * D + d] };
-                let cell = (q * D + d) * K + k;
-                n[cell] += 1;
-                c[cell] += rng.random_bool(p) as u32;
-            }
-        }
+        let mut stream = MixtureStream::new(seed);
+        let (n, c) = stream.simulate(sessions);
         let (mut rows, mut marginal, mut additive) = (Vec::new(), Vec::new(), Vec::new());
-        for (cell, q, d, k) in shown_cells(&n, D, K) {
-            let qd = (q * D + d) as u32;
-            rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: n[cell], clicks: c[cell], propensity: propensity(q, d, k) });
-            let p = 0.25 / (k + 1) as f64 + 0.25 * omega[q * D + d];
+        for (cell, q, d, k) in shown_cells(&n, MixtureStream::D, MixtureStream::K) {
+            rows.push(stream.row(cell, q, d, k, &n, &c));
+            let p = 0.25 / (k + 1) as f64 + 0.25 * stream.omega[q * MixtureStream::D + d];
             marginal.push((p / (1.0 - p)).ln() as f32);
             additive.push(-((k + 1) as f64).ln() as f32);
         }
         (rows, marginal, additive)
+    }
+
+    /// The 0:1:1:0 stream of `mixture_window`: documents' ω, the noisy ranker, and its random stream.
+    struct MixtureStream {
+        omega: Vec<f64>,
+        ranking: Vec<Vec<usize>>,
+        rng: rand::rngs::StdRng,
+    }
+
+    impl MixtureStream {
+        const Q: usize = 400;
+        const D: usize = 15;
+        const K: usize = 10;
+        const TAU: f64 = 1.0 / 3.0;
+
+        fn new(seed: u64) -> Self {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let omega: Vec<f64> = (0..Self::Q * Self::D).map(|_| 0.1 + 0.9 * ((1u32 << rng.random_range(0..3u32)) - 1) as f64 / 3.0).collect();
+            let ranking = noisy_rankings(&omega, Self::D, 0.3, &mut rng);
+            MixtureStream { omega, ranking, rng }
+        }
+
+        fn propensity(&self, q: usize, d: usize, k: usize) -> f64 {
+            (1.0 - Self::TAU) * (self.ranking[q][k] == d) as u8 as f64 + Self::TAU / Self::D as f64
+        }
+
+        /// Impressions and clicks per cell ((q·D + d)·K + k) of `sessions` sessions.
+        fn simulate(&mut self, sessions: usize) -> (Vec<u32>, Vec<u32>) {
+            let (mut n, mut c) = (vec![0u32; Self::Q * Self::D * Self::K], vec![0u32; Self::Q * Self::D * Self::K]);
+            for _ in 0..sessions {
+                let q = self.rng.random_range(0..Self::Q);
+                let shown = explored(&self.ranking[q], Self::TAU, &mut self.rng);
+                let position_driven = self.rng.random_bool(0.5);
+                for (k, &d) in shown.iter().take(Self::K).enumerate() {
+                    let p = if position_driven { 0.5 / (k + 1) as f64 } else { 0.5 * self.omega[q * Self::D + d] };
+                    let cell = (q * Self::D + d) * Self::K + k;
+                    n[cell] += 1;
+                    c[cell] += self.rng.random_bool(p) as u32;
+                }
+            }
+            (n, c)
+        }
+
+        fn row(&self, cell: usize, q: usize, d: usize, k: usize, n: &[u32], c: &[u32]) -> Row {
+            let qd = (q * Self::D + d) as u32;
+            Row { doc: qd, qd, position: k as u32 + 1, impressions: n[cell], clicks: c[cell], propensity: self.propensity(q, d, k) }
+        }
+    }
+
+    /// MixEM as training would leave it at its optimum on the 0:1:1:0 stream: the true components and
+    /// mixing weights (RCTR 0.5/k and DCTR σ(r̂_qd), ½ each), with each document's DCTR relevance r̂_qd
+    /// fitted by maximum likelihood of the mixture's marginal (ridge 0.01 toward the mean) on `train`
+    /// sessions, scored on `test` further sessions. Documents the ranker keeps below the page are
+    /// shown only when exploring, so their r̂ rest on a handful of impressions. Returns the held-out
+    /// rows and the fitted marginal's logits.
+    fn fitted_mixture_window(seed: u64, train: usize, test: usize) -> (Vec<Row>, Vec<f32>) {
+        const D: usize = MixtureStream::D;
+        const K: usize = MixtureStream::K;
+        let mut stream = MixtureStream::new(seed);
+        let (n_train, c_train) = stream.simulate(train);
+        let (n_test, c_test) = stream.simulate(test);
+        let marginal = |k: usize, r: f64| 0.25 / (k + 1) as f64 + 0.5 * sigmoid(r);
+        let prior = (0.25f64 / 0.75).ln();
+        let mut relevance = vec![prior; stream.omega.len()];
+        for (qd, r) in relevance.iter_mut().enumerate() {
+            for _ in 0..50 {
+                let (mut score, mut information) = (-0.01 * (*r - prior), 0.01);
+                let slope = 0.5 * sigmoid(*r) * (1.0 - sigmoid(*r));
+                for k in 0..K {
+                    let (n, c) = (n_train[qd * K + k] as f64, c_train[qd * K + k] as f64);
+                    let p = marginal(k, *r);
+                    score += (c - n * p) * slope / (p * (1.0 - p));
+                    information += n * slope * slope / (p * (1.0 - p));
+                }
+                *r += (score / information).clamp(-2.0, 2.0);
+            }
+        }
+        let (mut rows, mut logits) = (Vec::new(), Vec::new());
+        for (cell, q, d, k) in shown_cells(&n_test, D, K) {
+            rows.push(stream.row(cell, q, d, k, &n_test, &c_test));
+            let p = marginal(k, relevance[q * D + d]);
+            logits.push((p / (1.0 - p)).ln() as f32);
+        }
+        (rows, logits)
+    }
+
+    /// The per-document test on a mixture whose per-document relevance is an estimate, not the
+    /// truth: the r̂'s own finite-sample error (which a logit offset of the marginal takes out only
+    /// approximately) does not fire it, so a MixEM at its optimum would stay at the null. Issue 14:
+    /// the pipeline's MixEM fires because its fit is elsewhere (README, "The 0:1:1:0 mixture").
+    #[test]
+    fn a_fitted_mixture_s_estimation_noise_is_not_policy_dependence() {
+        let mut null = Vec::new();
+        for seed in 1..=3 {
+            let (rows, logits) = fitted_mixture_window(seed, 60_000, 60_000);
+            null.push(score_test(&rows, &logits, |_| true, 0.01, Nuisance::PerDocument).z);
+        }
+        for seed in 10..30 {
+            let (rows, logits) = fitted_mixture_window(seed, 20_000, 20_000);
+            null.push(score_test(&rows, &logits, |_| true, 0.01, Nuisance::PerDocument).z);
+        }
+        let mean = null.iter().sum::<f64>() / null.len() as f64;
+        let above = null.iter().filter(|z| **z > 2.0).count();
+        eprintln!("fitted mixture over {} windows: z {null:.2?}; mean {mean:.2}, {above} above 2", null.len());
+        assert!(null.iter().all(|z| *z < 4.0) && mean.abs() < 0.6 && above <= 3, "{null:.2?}");
     }
 
     /// Issue 14's story on the test's side: on a 0:1:1:0 mixture the best additive (q,d) + k logit
