@@ -547,7 +547,8 @@ mod tests {
         for (qd, r) in relevance.iter_mut().enumerate() {
             for _ in 0..50 {
                 let (mut score, mut information) = (-0.01 * (*r - prior), 0.01);
-                let slope = 0.5 * sigmoid(*r) * (1.0 - sigmoid(*r));
+                let s = sigmoid(*r);
+                let slope = 0.5 * s * (1.0 - s);
                 for k in 0..K {
                     let (n, c) = (n_train[qd * K + k] as f64, c_train[qd * K + k] as f64);
                     let p = marginal(k, *r);
