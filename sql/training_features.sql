@@ -4,3 +4,4 @@
 SELECT query_id, doc_id, feature_key, features, bias_features
 FROM impressions
 WHERE sample_key IN (SELECT MIN(sample_key) FROM impressions GROUP BY query_id, doc_id, feature_key)
+ORDER BY query_id, doc_id, feature_key

@@ -7,7 +7,7 @@
 -- train.evaluation_fraction).
 -- feature_key: a 64-bit hash of the feature and bias-feature bits; the vectors themselves are kept
 -- once per (query, document, feature_key) in training_features, not once per position and split.
--- Input: impressions (one micro-batch); partials merge by merge_training_rows.sql.
+-- Input: impressions (one micro-batch); partials merge by merge_training_rows.sql (sorted runs).
 SELECT
     query_id,
     doc_id,
@@ -18,3 +18,4 @@ SELECT
     SUM(CASE WHEN clicked THEN 1 ELSE 0 END) AS clicks
 FROM impressions
 GROUP BY query_id, doc_id, position, split, feature_key
+ORDER BY query_id, doc_id, position, split, feature_key

@@ -4,7 +4,10 @@
 //! Data flow, one module per stage: `sources` → `session` (decode) → `ingest` → … ; `sinks` carry
 //! records out (Kafka, JSONL, dead letters); `simulate` is the laboratory with known ground truth.
 
-/// mimalloc for every binary, test and bench linking the library (see Cargo.toml for why).
+/// mimalloc for every binary, test and bench linking the library (see Cargo.toml for why); the
+/// `system-allocator` feature leaves the system's malloc in place, so heap profilers (heaptrack) see
+/// every allocation.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -365,3 +365,63 @@ fn an_assigned_silent_partition_holds_the_watermark() {
     let out = op.process(&batch(1, &[300_000]), now);
     assert_eq!(out.closed.iter().map(|w| w.start).collect::<Vec<_>>(), vec![0, 180_000]);
 }
+
+/// The merge reads partials as sorted runs (issue 11: an open window's merge holds a key at a time,
+/// not a hash table of every key plus a sort of the result). Every reduce and merge output is sorted
+/// by its table's order, the merges' plans sort nothing, and a partial that is not sorted (an older
+/// state's) is merged as an ordinary table with the same result.
+#[test]
+fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
+    use datafusion::physical_plan::displayable;
+    use ultr::window::{is_sorted_by, merge, reduce, register_runs, window_context, with_window_keys, PARTIALS};
+
+    let stream = random_stream(11);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    std::fs::write(&path, stream.iter().map(|s| s.json() + "\n").collect::<String>()).unwrap();
+    let mut ingest = Ingest::new(FileSource::open(&path, 0).unwrap(), DecodeLimits::default(), 40);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut partials: Vec<Tables> = Vec::new();
+    while let Next::Batch(b) = ingest.next().unwrap() {
+        let keyed = with_window_keys(&b.impressions, HOLDOUT).unwrap();
+        partials.push(rt.block_on(reduce(vec![keyed])).unwrap());
+    }
+    assert!(partials.len() >= 4, "several partials: {}", partials.len());
+    for (i, t) in partials.iter().enumerate() {
+        for p in &PARTIALS {
+            assert!(is_sorted_by(table(t, p.table), p.order), "reduce output {} of batch {i} is not sorted by {:?}", p.table, p.order);
+        }
+    }
+    let merged = rt.block_on(merge(partials.clone())).unwrap();
+    for p in &PARTIALS {
+        let rows: usize = table(&merged, p.table).iter().map(|b| b.num_rows()).sum();
+        assert!(rows > 0, "{} is empty", p.table);
+        assert!(is_sorted_by(table(&merged, p.table), p.order), "merge output {} is not sorted by {:?}", p.table, p.order);
+        let ctx = window_context();
+        let runs: Vec<Vec<RecordBatch>> = partials.iter().map(|t| table(t, p.table).to_vec()).collect();
+        let schema = runs[0][0].schema();
+        register_runs(&ctx, p.merge_input, schema, runs, p.order).unwrap();
+        let plan = rt.block_on(async { ctx.sql(p.merge.sql).await.unwrap().create_physical_plan().await.unwrap() });
+        let text = displayable(plan.as_ref()).indent(true).to_string();
+        assert!(!text.contains("SortExec:"), "the merge of {} sorts:\n{text}", p.table);
+    }
+
+    // A reversed partial is not a sorted run (the check can fail), and merging it gives the same tables.
+    let mut shuffled = partials.clone();
+    for (_, batches) in shuffled[1].iter_mut() {
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        if rows < 2 {
+            continue;
+        }
+        let all = datafusion::arrow::compute::concat_batches(&batches[0].schema(), batches.iter()).unwrap();
+        let reversed = datafusion::arrow::array::UInt32Array::from_iter_values((0..rows as u32).rev());
+        *batches = vec![datafusion::arrow::compute::take_record_batch(&all, &reversed).unwrap()];
+    }
+    assert!(PARTIALS.iter().any(|p| !is_sorted_by(table(&shuffled[1], p.table), p.order)));
+    let again = rt.block_on(merge(shuffled)).unwrap();
+    for p in &PARTIALS {
+        let a = datafusion::arrow::compute::concat_batches(&table(&merged, p.table)[0].schema(), table(&merged, p.table)).unwrap();
+        let b = datafusion::arrow::compute::concat_batches(&table(&again, p.table)[0].schema(), table(&again, p.table)).unwrap();
+        assert_eq!(a, b, "{} merged from an unsorted partial differs", p.table);
+    }
+}

@@ -48,28 +48,63 @@ statistic!(POLICY_PROPENSITY, "policy_propensity");
 statistic!(IPS_PROPENSITY, "ips_propensity");
 
 /// A decomposable statistic: `reduce` turns a micro-batch of impressions into a partial table named
-/// `table`; `merge` (reading table `merge_input`) turns a union of partials into one.
+/// `table`; `merge` (reading table `merge_input`) turns a union of partials into one. Both end in
+/// `ORDER BY order` (ascending, NULLs last), so a merge reads its partials as sorted runs: DataFusion
+/// then merges them as they stream, holding a key at a time instead of a hash table of every key
+/// plus a sort of the result.
 pub struct Decomposable {
     pub table: &'static str,
     pub reduce: &'static Statistic,
     pub merge: &'static Statistic,
     pub merge_input: &'static str,
+    pub order: &'static [&'static str],
 }
 
 /// What an open window keeps: the partial aggregates, in this order.
 pub const PARTIALS: [Decomposable; 6] = [
-    Decomposable { table: "propensity_counts", reduce: &PROPENSITY_COUNTS, merge: &MERGE_PROPENSITY_COUNTS, merge_input: "propensity_counts" },
-    Decomposable { table: "query_sessions", reduce: &QUERY_SESSIONS, merge: &MERGE_QUERY_SESSIONS, merge_input: "query_sessions" },
+    Decomposable {
+        table: "propensity_counts",
+        reduce: &PROPENSITY_COUNTS,
+        merge: &MERGE_PROPENSITY_COUNTS,
+        merge_input: "propensity_counts",
+        order: &["query_id", "doc_id", "position", "context", "policy_id"],
+    },
+    Decomposable {
+        table: "query_sessions",
+        reduce: &QUERY_SESSIONS,
+        merge: &MERGE_QUERY_SESSIONS,
+        merge_input: "query_sessions",
+        order: &["query_id", "policy_id"],
+    },
     // The bottom-k sample is its own merge.
-    Decomposable { table: "overlap_sample", reduce: &OVERLAP_SAMPLE, merge: &OVERLAP_SAMPLE, merge_input: "impressions" },
-    Decomposable { table: "training_rows", reduce: &TRAINING_ROWS, merge: &MERGE_TRAINING_ROWS, merge_input: "training_rows" },
+    Decomposable {
+        table: "overlap_sample",
+        reduce: &OVERLAP_SAMPLE,
+        merge: &OVERLAP_SAMPLE,
+        merge_input: "impressions",
+        order: &["position", "context", "sample_key"],
+    },
+    Decomposable {
+        table: "training_rows",
+        reduce: &TRAINING_ROWS,
+        merge: &MERGE_TRAINING_ROWS,
+        merge_input: "training_rows",
+        order: &["query_id", "doc_id", "position", "split", "feature_key"],
+    },
     Decomposable {
         table: "training_features",
         reduce: &TRAINING_FEATURES,
         merge: &MERGE_TRAINING_FEATURES,
         merge_input: "training_features",
+        order: &["query_id", "doc_id", "feature_key"],
     },
-    Decomposable { table: "session_store", reduce: &SESSION_STORE, merge: &MERGE_SESSION_STORE, merge_input: "session_store" },
+    Decomposable {
+        table: "session_store",
+        reduce: &SESSION_STORE,
+        merge: &MERGE_SESSION_STORE,
+        merge_input: "session_store",
+        order: &["pattern_key", "position"],
+    },
 ];
 
 /// Every table a closed window writes, in order: the merged partials plus the two statistics
@@ -122,6 +157,16 @@ fn runtime_env() -> Arc<RuntimeEnv> {
 /// A query context with the bounded, spilling runtime.
 pub fn query_context() -> SessionContext {
     SessionContext::new_with_config_rt(SessionConfig::new(), runtime_env())
+}
+
+/// The context of a window's statistics (reduce, merge, finish): one partition. Their inputs are one
+/// micro-batch or one window's partials, so splitting them buys little, while a hash repartition
+/// copies every column it routes (the feature lists included) and buffers the copies.
+/// Sorted inputs stay sorted (a merge of sorted runs rather than a re-sort).
+pub fn window_context() -> SessionContext {
+    let mut config = SessionConfig::new().with_target_partitions(1);
+    config.options_mut().optimizer.prefer_existing_sort = true;
+    SessionContext::new_with_config_rt(config, runtime_env())
 }
 
 /// Runs `stat` on `ctx`. Always returns at least one batch (possibly empty), so a table's schema
@@ -322,7 +367,7 @@ pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result
 
 /// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
 pub async fn reduce(keyed: Vec<RecordBatch>) -> anyhow::Result<Tables> {
-    let ctx = query_context();
+    let ctx = window_context();
     register(&ctx, "impressions", window_schema(), keyed)?;
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
@@ -335,16 +380,81 @@ pub async fn reduce(keyed: Vec<RecordBatch>) -> anyhow::Result<Tables> {
 pub async fn merge(partials: Vec<Tables>) -> anyhow::Result<Tables> {
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
-        let batches: Vec<RecordBatch> = partials.iter().flat_map(|t| table(t, p.table).iter().cloned()).collect();
-        let Some(first) = batches.first() else {
+        let runs: Vec<Vec<RecordBatch>> = partials
+            .iter()
+            .map(|t| table(t, p.table).iter().filter(|b| b.num_rows() > 0).cloned().collect::<Vec<_>>())
+            .filter(|run| !run.is_empty())
+            .collect();
+        let Some(first) = partials.iter().flat_map(|t| table(t, p.table).first()).next() else {
             out.push((p.table, Vec::new()));
             continue;
         };
-        let ctx = query_context();
-        register(&ctx, p.merge_input, first.schema(), batches)?;
+        let ctx = window_context();
+        register_runs(&ctx, p.merge_input, first.schema(), runs, p.order)?;
         out.push((p.table, run_sql(&ctx, p.merge).await?));
     }
     Ok(out)
+}
+
+/// Registers partials of one table as table `name`, one partition per partial. When every partial
+/// is sorted by `order` (what the reduce and merge SQL write), the table says so and the merge
+/// streams; a partial that is not (e.g. written by an older `ultr`) makes it an ordinary table.
+pub fn register_runs(ctx: &SessionContext, name: &str, schema: SchemaRef, runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> anyhow::Result<()> {
+    let schema = relaxed(&runs.first().and_then(|r| r.first()).map(|b| b.schema()).unwrap_or(schema));
+    let sorted = runs.iter().all(|run| is_sorted_by(run, order));
+    let runs = runs
+        .into_iter()
+        .map(|run| run.into_iter().map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec())).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("table {name}: batches of different schemas: {e}"))?;
+    let runs = if runs.is_empty() { vec![Vec::new()] } else { runs };
+    let mut table = MemTable::try_new(schema, runs)?;
+    if sorted {
+        table = table.with_sort_order(vec![order.iter().map(|c| datafusion::prelude::col(*c).sort(true, false)).collect()]);
+    }
+    ctx.register_table(name, Arc::new(table))?;
+    Ok(())
+}
+
+/// Whether the rows of `run` (its batches in order) ascend by the columns `order`, NULLs last.
+pub fn is_sorted_by(run: &[RecordBatch], order: &[&str]) -> bool {
+    use datafusion::arrow::array::make_comparator;
+    use datafusion::arrow::compute::SortOptions;
+    let options = SortOptions { descending: false, nulls_first: false };
+    let keys = |b: &RecordBatch| order.iter().map(|c| b.column_by_name(c).cloned()).collect::<Option<Vec<ArrayRef>>>();
+    let mut previous: Option<(Vec<ArrayRef>, usize)> = None;
+    for batch in run.iter().filter(|b| b.num_rows() > 0) {
+        let Some(current) = keys(batch) else { return false };
+        let check = |left: &[ArrayRef], i: usize, j: usize| -> bool {
+            for (l, r) in left.iter().zip(&current) {
+                let Ok(cmp) = make_comparator(l.as_ref(), r.as_ref(), options) else { return false };
+                match cmp(i, j) {
+                    std::cmp::Ordering::Less => return true,
+                    std::cmp::Ordering::Greater => return false,
+                    std::cmp::Ordering::Equal => {}
+                }
+            }
+            true
+        };
+        if let Some((left, last)) = &previous {
+            if !check(left, *last, 0) {
+                return false;
+            }
+        }
+        let comparators: Option<Vec<_>> = current.iter().map(|a| make_comparator(a.as_ref(), a.as_ref(), options).ok()).collect();
+        let Some(comparators) = comparators else { return false };
+        for i in 1..batch.num_rows() {
+            for cmp in &comparators {
+                match cmp(i - 1, i) {
+                    std::cmp::Ordering::Less => break,
+                    std::cmp::Ordering::Greater => return false,
+                    std::cmp::Ordering::Equal => {}
+                }
+            }
+        }
+        previous = Some((current.clone(), batch.num_rows() - 1));
+    }
+    true
 }
 
 /// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order).
@@ -354,10 +464,10 @@ pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
     let (position_ctr, swap_edges) = if counts.is_empty() {
         (Vec::new(), Vec::new())
     } else {
-        let ctx = query_context();
+        let ctx = window_context();
         register(&ctx, "propensity_counts", counts_schema.clone(), counts.clone())?;
         let ctr = run_sql(&ctx, &POSITION_CTR).await?;
-        let ctx = query_context();
+        let ctx = window_context();
         register(&ctx, "impressions", counts_schema, counts)?;
         (ctr, run_sql(&ctx, &SWAP_EDGES).await?)
     };
@@ -375,10 +485,10 @@ pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
 
 /// Per-position impressions, clicks and CTR of a set of impressions (propensity counts, then CTR).
 pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
-    let ctx = query_context();
+    let ctx = window_context();
     register(&ctx, "impressions", impressions_schema(), impressions)?;
     let counts = run_sql(&ctx, &PROPENSITY_COUNTS).await?;
-    let ctx = query_context();
+    let ctx = window_context();
     register(&ctx, "propensity_counts", counts[0].schema(), counts)?;
     run_sql(&ctx, &POSITION_CTR).await
 }
