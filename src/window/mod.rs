@@ -190,14 +190,7 @@ fn relaxed(schema: &Schema) -> SchemaRef {
 
 /// Registers `batches` as table `name` (with `schema` when there are none).
 pub fn register(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> anyhow::Result<()> {
-    let schema = relaxed(&batches.first().map(|b| b.schema()).unwrap_or(schema));
-    let batches = batches
-        .into_iter()
-        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("table {name}: batches of different schemas: {e}"))?;
-    ctx.register_table(name, Arc::new(MemTable::try_new(schema, vec![batches])?))?;
-    Ok(())
+    register_runs(ctx, name, schema, vec![batches], &[])
 }
 
 /// The impressions schema plus the per-impression keys the window statistics use: `sample_key`
@@ -396,12 +389,13 @@ pub async fn merge(partials: Vec<Tables>) -> anyhow::Result<Tables> {
     Ok(out)
 }
 
-/// Registers partials of one table as table `name`, one partition per partial. When every partial
+/// Registers partials of one table as table `name`, one partition per partial (with `schema` when
+/// there are no batches; every field nullable, see `relaxed`). When every partial
 /// is sorted by `order` (what the reduce and merge SQL write), the table says so and the merge
 /// streams; a partial that is not (e.g. written by an older `ultr`) makes it an ordinary table.
 pub fn register_runs(ctx: &SessionContext, name: &str, schema: SchemaRef, runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> anyhow::Result<()> {
     let schema = relaxed(&runs.first().and_then(|r| r.first()).map(|b| b.schema()).unwrap_or(schema));
-    let sorted = runs.iter().all(|run| is_sorted_by(run, order));
+    let sorted = !order.is_empty() && runs.iter().all(|run| is_sorted_by(run, order));
     let runs = runs
         .into_iter()
         .map(|run| run.into_iter().map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec())).collect::<Result<Vec<_>, _>>())
