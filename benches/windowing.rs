@@ -95,7 +95,7 @@ fn main() {
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let t = Instant::now();
-    let tables = rt.block_on(ultr::window::window_statistics(&batches, ultr::train::config::TrainConfig::default().holdout())).unwrap();
+    let tables = rt.block_on(ultr::window::window_statistics(&batches, ultr::train::config::TrainConfig::default().holdout(), &Default::default())).unwrap();
     println!("closing one window of {rows} impressions (all sql/ statistics, 46 features): {:.2}s", t.elapsed().as_secs_f64());
     drop(tables);
 

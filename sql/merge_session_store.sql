@@ -1,5 +1,6 @@
 -- Merges partial session stores: a pattern's rows are identical in every partial, so summing the
--- counts per (pattern, position) row adds the pattern's sessions; then the bottom 4096 patterns.
+-- counts per (pattern, position) row adds the pattern's sessions; then the bottom {session_store_patterns} patterns
+-- ([window] session_store_patterns).
 SELECT pattern_key, query_id, context, position, doc_id, clicked, sessions
 FROM (
     SELECT
@@ -9,5 +10,5 @@ FROM (
     FROM session_store
     GROUP BY pattern_key, query_id, context, position, doc_id, clicked
 ) ranked
-WHERE pattern_rank <= 4096
+WHERE pattern_rank <= {session_store_patterns}
 ORDER BY pattern_key, position

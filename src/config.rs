@@ -112,6 +112,19 @@ pub struct WindowConfig {
     /// An open window buffers at most this many impression rows before reducing them to partial
     /// aggregates (by the `sql/` statistics); its memory is this buffer plus its distinct keys.
     pub reduce_rows: usize,
+    /// Distinct sessions each window keeps in its session store, the training data of the session
+    /// models (mixem, xpa, dla): a uniform sample of the window's distinct sessions (the smallest
+    /// content hashes), each with its exact count. A session model trains on at most this many
+    /// sessions per window, so set it to at least a window's sessions for it to see all of them
+    /// (`ultr train` warns with how many it got). The store holds one row per stored impression.
+    /// A change applies from the next window on (the window open at the change mixes both bounds).
+    pub session_store_patterns: usize,
+}
+
+impl WindowConfig {
+    pub fn statistic_bounds(&self) -> crate::window::StatisticBounds {
+        crate::window::StatisticBounds { session_store_patterns: self.session_store_patterns }
+    }
 }
 
 impl Default for WindowConfig {
@@ -123,6 +136,7 @@ impl Default for WindowConfig {
             idle_partition_timeout: "30s".into(),
             max_partition_clock_jump: "1h".into(),
             reduce_rows: 65_536,
+            session_store_patterns: crate::window::DEFAULT_SESSION_STORE_PATTERNS,
         }
     }
 }
@@ -279,6 +293,9 @@ impl PipelineConfig {
         config.query_memory_limit_bytes().map_err(|e| invalid(e))?;
         if config.window.reduce_rows == 0 {
             return Err(invalid("key `window.reduce_rows` must be >= 1".into()));
+        }
+        if config.window.session_store_patterns == 0 {
+            return Err(invalid("key `window.session_store_patterns` must be >= 1".into()));
         }
         if let Some(r) = &config.state.retention {
             parse_duration_ms(r).map_err(|e| invalid(format!("key `state.retention`: {e}")))?;

@@ -128,7 +128,7 @@ pub fn run_with_source(config: &PipelineConfig, state_dir: &Path, observer: &mut
     let manifest = store.manifest().clone();
     let mut operator =
         WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
-    let mut open = OpenWindows::new(config.window.reduce_rows, config.train.holdout()).restore(store.open_partials()?);
+    let mut open = OpenWindows::new(config.window.reduce_rows, config.train.holdout(), config.window.statistic_bounds()).restore(store.open_partials()?);
     let source = open_reader(&manifest.resume)?;
     let source_health = source.health();
     let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);

@@ -233,6 +233,7 @@ pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
         window: config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
         holdout: config.train.holdout(),
         retention_ms: Some(config.retention_ms()),
+        bounds: config.window.statistic_bounds(),
     })
 }
 

@@ -35,6 +35,10 @@ fn unknown_key_is_named_with_the_file() {
     assert!(err.contains("e.toml") && err.contains("aggregated_epoch") && err.contains("rows"), "{err}");
     let ok = PipelineConfig::parse("source = \"simulator\"\n[train]\naggregated_epoch = \"rows\"\n", "e.toml").unwrap();
     assert_eq!(ok.train.aggregated_epoch, ultr::train::config::AggregatedEpoch::Rows);
+    let err = PipelineConfig::parse("source = \"simulator\"\n[window]\nsession_store_patterns = 0\n", "w.toml").unwrap_err().to_string();
+    assert!(err.contains("w.toml") && err.contains("window.session_store_patterns"), "{err}");
+    let ok = PipelineConfig::parse("source = \"simulator\"\n[window]\nsession_store_patterns = 50000\n", "w.toml").unwrap();
+    assert_eq!(ok.window.statistic_bounds().session_store_patterns, 50_000);
 }
 
 #[test]

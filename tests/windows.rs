@@ -18,7 +18,7 @@ use ultr::session::DecodeLimits;
 use ultr::sources::file::FileSource;
 use ultr::window::operator::{WindowOperator, WindowSpec};
 use ultr::window::aggregates::OpenWindows;
-use ultr::window::{sample_key, Tables};
+use ultr::window::{sample_key, StatisticBounds, Tables};
 
 const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
 
@@ -155,7 +155,10 @@ fn table<'a>(tables: &'a [(&'static str, Vec<RecordBatch>)], name: &str) -> &'a 
     &tables.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no table {name}")).1
 }
 
-fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
+/// Runs the stream through the incremental path (checkpoint/restore every third batch) and compares
+/// every closed window with the brute-force reference. Returns each window's session store
+/// (pattern key → sessions).
+fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBounds) -> BTreeMap<i64, BTreeMap<u64, i64>> {
     let stream = random_stream(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
@@ -170,7 +173,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
     let mut op = WindowOperator::new(spec);
     // A small reduce bound: many partials per window, merged several times.
     let reduce_rows = 23 + seed as usize * 7;
-    let mut open = OpenWindows::new(reduce_rows, HOLDOUT);
+    let mut open = OpenWindows::new(reduce_rows, HOLDOUT, bounds);
     let mut persisted: BTreeMap<i64, Tables> = BTreeMap::new();
     let mut closed = Vec::new();
     let mut finished: BTreeMap<i64, Tables> = BTreeMap::new();
@@ -193,7 +196,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
                 if batches % 3 == 0 {
                     // Checkpoint, then continue from the persisted partials alone (as a restart does).
                     persisted.extend(rt.block_on(open.checkpoint()).unwrap());
-                    open = OpenWindows::new(reduce_rows, HOLDOUT).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect());
+                    open = OpenWindows::new(reduce_rows, HOLDOUT, bounds).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect());
                 }
             }
             Next::Idle => {}
@@ -213,6 +216,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
     assert_eq!(late_rows, want_late_rows);
     assert_eq!(closed.iter().map(|w| w.start).collect::<Vec<_>>(), want.windows.keys().copied().collect::<Vec<_>>());
 
+    let mut stores = BTreeMap::new();
     for w in &closed {
         let tables = finished.remove(&w.start).unwrap();
         let (counts, sessions, pairs, keys) = reference_tables(&want.windows[&w.start]);
@@ -262,7 +266,12 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
                 patterns.insert(key.value(i), n.value(i));
             }
         }
-        assert_eq!(patterns.values().sum::<i64>(), sessions.values().sum::<i64>(), "session_store of window {}", w.start);
+        if bounds == StatisticBounds::default() {
+            assert_eq!(patterns.values().sum::<i64>(), sessions.values().sum::<i64>(), "session_store of window {}", w.start);
+        } else {
+            assert!(patterns.len() <= bounds.session_store_patterns, "session_store of window {} over its bound", w.start);
+        }
+        stores.insert(w.start, patterns);
 
         let mut got = BTreeMap::new();
         for b in table(&tables, "query_sessions") {
@@ -316,19 +325,43 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize) {
         }
         assert_eq!(got, keys, "overlap_sample of window {}", w.start);
     }
+    stores
 }
 
 #[test]
 fn tumbling_windows_equal_brute_force() {
     for seed in 0..4 {
-        check(seed, WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 10_000, idle_timeout_ms: 3_600_000 }, 17 + seed as usize * 40);
+        check(seed, WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 10_000, idle_timeout_ms: 3_600_000 }, 17 + seed as usize * 40, StatisticBounds::default());
     }
 }
 
 #[test]
 fn hopping_windows_equal_brute_force() {
     for seed in 4..6 {
-        check(seed, WindowSpec { size_ms: 90_000, slide_ms: 30_000, allowed_lateness_ms: 5_000, idle_timeout_ms: 3_600_000 }, 64);
+        check(seed, WindowSpec { size_ms: 90_000, slide_ms: 30_000, allowed_lateness_ms: 5_000, idle_timeout_ms: 3_600_000 }, 64, StatisticBounds::default());
+    }
+}
+
+/// `[window] session_store_patterns` bounds a window's session store to the patterns with the
+/// smallest content hashes, each with its exact count, however the window's micro-batches were
+/// reduced, merged and restored: the bounded store is the unbounded one's first k entries.
+#[test]
+fn a_bounded_session_store_keeps_the_smallest_patterns_with_exact_counts() {
+    for (seed, spec) in [
+        (1, WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 10_000, idle_timeout_ms: 3_600_000 }),
+        (5, WindowSpec { size_ms: 90_000, slide_ms: 30_000, allowed_lateness_ms: 5_000, idle_timeout_ms: 3_600_000 }),
+    ] {
+        let full = check(seed, spec, 64, StatisticBounds::default());
+        let k = 7;
+        let bounded = check(seed, spec, 64, StatisticBounds { session_store_patterns: k });
+        assert_eq!(full.keys().collect::<Vec<_>>(), bounded.keys().collect::<Vec<_>>());
+        let mut truncated = 0;
+        for (start, store) in &full {
+            let want: BTreeMap<u64, i64> = store.iter().take(k).map(|(p, n)| (*p, *n)).collect();
+            assert_eq!(bounded[start], want, "window {start} (seed {seed})");
+            truncated += usize::from(store.len() > k);
+        }
+        assert!(truncated > 0, "the bound must cut some window (seed {seed})");
     }
 }
 
@@ -384,7 +417,7 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
     let mut partials: Vec<Tables> = Vec::new();
     while let Next::Batch(b) = ingest.next().unwrap() {
         let keyed = with_window_keys(&b.impressions, HOLDOUT).unwrap();
-        partials.push(rt.block_on(reduce(vec![keyed])).unwrap());
+        partials.push(rt.block_on(reduce(vec![keyed], &StatisticBounds::default())).unwrap());
     }
     assert!(partials.len() >= 4, "several partials: {}", partials.len());
     for (i, t) in partials.iter().enumerate() {
@@ -392,7 +425,7 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
             assert!(is_sorted_by(table(t, p.table), p.order), "reduce output {} of batch {i} is not sorted by {:?}", p.table, p.order);
         }
     }
-    let merged = rt.block_on(merge(partials.clone())).unwrap();
+    let merged = rt.block_on(merge(partials.clone(), &StatisticBounds::default())).unwrap();
     for p in &PARTIALS {
         let rows: usize = table(&merged, p.table).iter().map(|b| b.num_rows()).sum();
         assert!(rows > 0, "{} is empty", p.table);
@@ -401,7 +434,7 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
         let runs: Vec<Vec<RecordBatch>> = partials.iter().map(|t| table(t, p.table).to_vec()).collect();
         let schema = runs[0][0].schema();
         register_runs(&ctx, p.merge_input, schema, runs, p.order).unwrap();
-        let plan = rt.block_on(async { ctx.sql(p.merge.sql).await.unwrap().create_physical_plan().await.unwrap() });
+        let plan = rt.block_on(async { ctx.sql(&StatisticBounds::default().sql(p.merge)).await.unwrap().create_physical_plan().await.unwrap() });
         let text = displayable(plan.as_ref()).indent(true).to_string();
         assert!(!text.contains("SortExec:"), "the merge of {} sorts:\n{text}", p.table);
     }
@@ -418,7 +451,7 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
         *batches = vec![datafusion::arrow::compute::take_record_batch(&all, &reversed).unwrap()];
     }
     assert!(PARTIALS.iter().any(|p| !is_sorted_by(table(&shuffled[1], p.table), p.order)));
-    let again = rt.block_on(merge(shuffled)).unwrap();
+    let again = rt.block_on(merge(shuffled, &StatisticBounds::default())).unwrap();
     for p in &PARTIALS {
         let a = datafusion::arrow::compute::concat_batches(&table(&merged, p.table)[0].schema(), table(&merged, p.table)).unwrap();
         let b = datafusion::arrow::compute::concat_batches(&table(&again, p.table)[0].schema(), table(&again, p.table)).unwrap();

@@ -20,6 +20,8 @@ pub struct MergeTarget {
     pub window: WindowSpec,
     pub holdout: Holdout,
     pub retention_ms: Option<i64>,
+    /// The bounds every instance reduced its windows with (`[window] session_store_patterns`).
+    pub bounds: crate::window::StatisticBounds,
 }
 
 /// What one compaction did.
@@ -114,7 +116,7 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
             }
             partials.push(tables);
         }
-        let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials).await?).await })?;
+        let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
         closed.push(ClosedOutput { start_ms: *start, end_ms: *end, tables });
         merged_from.insert(key, print);
     }

@@ -440,6 +440,8 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
 pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, holdout: Holdout) -> anyhow::Result<Examples> {
     let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon, &IpsConfig::default()).await?;
     let mut ex = Examples::default();
+    // Sessions the stores hold, against the windows' sessions: a store at its bound is a sample.
+    let mut stored_sessions = 0u64;
     let mut doc_of: HashMap<(String, String), u32> = HashMap::new();
     let mut n_features: Option<usize> = None;
     let text = |b: &RecordBatch, name: &str, path: &Path| -> anyhow::Result<Arc<dyn Array>> {
@@ -486,6 +488,7 @@ pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i6
                 for i in 0..b.num_rows() {
                     if open != Some(pattern.value(i)) {
                         open = Some(pattern.value(i));
+                        stored_sessions += sessions.value(i) as u64;
                         ex.sessions.push(SessionSpan { start: ex.rows.len(), len: 0, hash: pattern.value(i), split: Some(holdout.split(pattern.value(i))) });
                     }
                     let k = position.value(i);
@@ -504,6 +507,13 @@ pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i6
         }
     }
     ex.sessions.retain(|s| s.len > 0);
+    let window_sessions: u64 = windows.iter().map(|w| w.sessions).sum();
+    if stored_sessions < window_sessions {
+        tracing::warn!(
+            "session models train on {stored_sessions} of the horizon's {window_sessions} sessions: the windows' session stores keep a sample of \
+             `[window] session_store_patterns` distinct sessions each; raise it to at least a window's sessions to train on all of them"
+        );
+    }
     ex.n_features = n_features.unwrap_or(0);
     ex.data_range_ms = windows.iter().map(|w| w.start_ms).min().zip(windows.iter().map(|w| w.end_ms).max());
     Ok(ex)

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use datafusion::arrow::array::RecordBatch;
 
-use super::{finish, merge, reduce, with_window_keys, Tables};
+use super::{finish, merge, reduce, with_window_keys, StatisticBounds, Tables};
 
 /// Partials a window may hold before they are merged into one.
 const MERGE_AT_PARTIALS: usize = 4;
@@ -29,11 +29,12 @@ pub struct OpenWindows {
     /// Buffered rows per window that trigger a reduction.
     reduce_rows: usize,
     holdout: super::Holdout,
+    bounds: StatisticBounds,
 }
 
 impl OpenWindows {
-    pub fn new(reduce_rows: usize, holdout: super::Holdout) -> Self {
-        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout }
+    pub fn new(reduce_rows: usize, holdout: super::Holdout, bounds: StatisticBounds) -> Self {
+        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout, bounds }
     }
 
     /// Continues from checkpointed partials (one merged partial per window).
@@ -55,10 +56,10 @@ impl OpenWindows {
         w.buffer.push(keyed);
         w.dirty = true;
         if w.buffered_rows >= self.reduce_rows {
-            reduce_buffer(w).await?;
+            reduce_buffer(w, &self.bounds).await?;
         }
         if w.partials.len() >= MERGE_AT_PARTIALS {
-            merge_partials(w).await?;
+            merge_partials(w, &self.bounds).await?;
         }
         Ok(())
     }
@@ -68,8 +69,8 @@ impl OpenWindows {
     pub async fn checkpoint(&mut self) -> anyhow::Result<Vec<(i64, Tables)>> {
         let mut out = Vec::new();
         for (start, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
-            reduce_buffer(w).await?;
-            merge_partials(w).await?;
+            reduce_buffer(w, &self.bounds).await?;
+            merge_partials(w, &self.bounds).await?;
             w.dirty = false;
             out.push((*start, w.partials[0].clone()));
         }
@@ -79,8 +80,8 @@ impl OpenWindows {
     /// Removes window `start` and returns its finished statistics (`super::WINDOW_TABLES`).
     pub async fn close(&mut self, start: i64) -> anyhow::Result<Tables> {
         let mut w = self.windows.remove(&start).unwrap_or_default();
-        reduce_buffer(&mut w).await?;
-        let merged = merge(std::mem::take(&mut w.partials)).await?;
+        reduce_buffer(&mut w, &self.bounds).await?;
+        let merged = merge(std::mem::take(&mut w.partials), &self.bounds).await?;
         finish(merged).await
     }
 
@@ -100,21 +101,21 @@ impl OpenWindows {
     }
 }
 
-async fn reduce_buffer(w: &mut OpenWindow) -> anyhow::Result<()> {
+async fn reduce_buffer(w: &mut OpenWindow, bounds: &StatisticBounds) -> anyhow::Result<()> {
     if !w.buffer.is_empty() {
-        let partial = reduce(std::mem::take(&mut w.buffer)).await?;
+        let partial = reduce(std::mem::take(&mut w.buffer), bounds).await?;
         w.partials.push(partial);
         w.buffered_rows = 0;
     }
     Ok(())
 }
 
-async fn merge_partials(w: &mut OpenWindow) -> anyhow::Result<()> {
+async fn merge_partials(w: &mut OpenWindow, bounds: &StatisticBounds) -> anyhow::Result<()> {
     if w.partials.len() > 1 || w.partials.first().is_some_and(|p| p.iter().any(|(_, b)| b.len() > 1)) {
-        let merged = merge(std::mem::take(&mut w.partials)).await?;
+        let merged = merge(std::mem::take(&mut w.partials), bounds).await?;
         w.partials.push(merged);
     } else if w.partials.is_empty() {
-        w.partials.push(merge(Vec::new()).await?);
+        w.partials.push(merge(Vec::new(), bounds).await?);
     }
     Ok(())
 }

@@ -169,10 +169,38 @@ pub fn window_context() -> SessionContext {
     SessionContext::new_with_config_rt(config, runtime_env())
 }
 
+/// What the window statistics' SQL leaves to the config: `{name}` in `sql/` (`[window]` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatisticBounds {
+    /// Distinct sessions (patterns) a window's session store keeps (`sql/session_store.sql`).
+    pub session_store_patterns: usize,
+}
+
+/// `[window] session_store_patterns` by default.
+pub const DEFAULT_SESSION_STORE_PATTERNS: usize = 4096;
+
+impl Default for StatisticBounds {
+    fn default() -> Self {
+        StatisticBounds { session_store_patterns: DEFAULT_SESSION_STORE_PATTERNS }
+    }
+}
+
+impl StatisticBounds {
+    /// `stat`'s SQL with the bounds filled in.
+    pub fn sql(&self, stat: &Statistic) -> String {
+        stat.sql.replace("{session_store_patterns}", &self.session_store_patterns.to_string())
+    }
+}
+
 /// Runs `stat` on `ctx`. Always returns at least one batch (possibly empty), so a table's schema
 /// survives an empty result.
 pub async fn run_sql(ctx: &SessionContext, stat: &Statistic) -> anyhow::Result<Vec<RecordBatch>> {
-    let df = ctx.sql(stat.sql).await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    run_bounded_sql(ctx, stat, &StatisticBounds::default()).await
+}
+
+/// `run_sql` with `bounds` filled into the statistic's SQL.
+pub async fn run_bounded_sql(ctx: &SessionContext, stat: &Statistic, bounds: &StatisticBounds) -> anyhow::Result<Vec<RecordBatch>> {
+    let df = ctx.sql(&bounds.sql(stat)).await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let mut out = df.collect().await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
     out.retain(|b| b.num_rows() > 0);
@@ -359,18 +387,18 @@ pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result
 }
 
 /// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
-pub async fn reduce(keyed: Vec<RecordBatch>) -> anyhow::Result<Tables> {
+pub async fn reduce(keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
     let ctx = window_context();
     register(&ctx, "impressions", window_schema(), keyed)?;
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
-        out.push((p.table, run_sql(&ctx, p.reduce).await?));
+        out.push((p.table, run_bounded_sql(&ctx, p.reduce, bounds).await?));
     }
     Ok(out)
 }
 
-/// Merges partial aggregates of one window into one partial.
-pub async fn merge(partials: Vec<Tables>) -> anyhow::Result<Tables> {
+/// Merges partial aggregates of one window into one partial (with the bounds they were reduced with).
+pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
         let runs: Vec<Vec<RecordBatch>> = partials
@@ -384,7 +412,7 @@ pub async fn merge(partials: Vec<Tables>) -> anyhow::Result<Tables> {
         };
         let ctx = window_context();
         register_runs(&ctx, p.merge_input, first.schema(), runs, p.order)?;
-        out.push((p.table, run_sql(&ctx, p.merge).await?));
+        out.push((p.table, run_bounded_sql(&ctx, p.merge, bounds).await?));
     }
     Ok(out)
 }
@@ -489,7 +517,7 @@ pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<R
 
 /// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
 /// the incremental path must equal.
-pub async fn window_statistics(impressions: &[RecordBatch], holdout: Holdout) -> anyhow::Result<Tables> {
+pub async fn window_statistics(impressions: &[RecordBatch], holdout: Holdout, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
     let keyed = impressions.iter().map(|b| with_window_keys(b, holdout)).collect::<anyhow::Result<Vec<_>>>()?;
-    finish(merge(vec![reduce(keyed).await?]).await?).await
+    finish(merge(vec![reduce(keyed, bounds).await?], bounds).await?).await
 }
