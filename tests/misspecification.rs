@@ -347,6 +347,11 @@ fn a_non_factorising_mixture_fires_for_the_additive_model_and_not_for_mixem() {
     ]);
 }
 
+/// A measurement's setting from the environment, or its default.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// A measurement, not a check (hence ignored): z per held-out window for any model, tower, click
 /// mixture and traffic, from the environment — `EXPLORE_MODEL` (mixem), `EXPLORE_TOWER`
 /// (embedding), `EXPLORE_MIX` (0,1,1,0; `none` for additive PBM clicks), `EXPLORE_SPW` (15000),
@@ -357,12 +362,12 @@ fn a_non_factorising_mixture_fires_for_the_additive_model_and_not_for_mixem() {
 #[ignore]
 fn explore_mixture() {
     let dir = tempfile::tempdir().unwrap();
-    let model: &'static str = Box::leak(std::env::var("EXPLORE_MODEL").unwrap_or("mixem".into()).into_boxed_str());
-    let spw: u64 = std::env::var("EXPLORE_SPW").ok().and_then(|v| v.parse().ok()).unwrap_or(15_000);
-    let mix = std::env::var("EXPLORE_MIX").unwrap_or("0,1,1,0".into());
+    let model: &'static str = Box::leak(env_or("EXPLORE_MODEL", "mixem".to_string()).into_boxed_str());
+    let spw: u64 = env_or("EXPLORE_SPW", 15_000);
+    let mix: String = env_or("EXPLORE_MIX", "0,1,1,0".to_string());
     let mixture: Vec<f64> = if mix == "none" { vec![] } else { mix.split(',').map(|v| v.parse().unwrap()).collect() };
-    let tower: &'static str = Box::leak(std::env::var("EXPLORE_TOWER").unwrap_or("embedding".into()).into_boxed_str());
-    let seed: u64 = std::env::var("EXPLORE_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let tower: &'static str = Box::leak(env_or("EXPLORE_TOWER", "embedding".to_string()).into_boxed_str());
+    let seed: u64 = env_or("EXPLORE_SEED", 16);
     let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower, feature_limit: None, windows_after: 4, sessions_per_window: spw, seed, click_mixture: (mixture.len() == 4).then(|| [mixture[0], mixture[1], mixture[2], mixture[3]]), model };
     let o = run(&s, dir.path());
     let zs: Vec<f64> = o.scored.iter().map(|w| w.misspecification.z).collect();
@@ -378,9 +383,9 @@ fn explore_mixture() {
 fn explore_mixture_oracle() {
     use ultr::monitor::misspecification::{score_test, Nuisance};
     let dir = tempfile::tempdir().unwrap();
-    let model: &'static str = Box::leak(std::env::var("EXPLORE_MODEL").unwrap_or("additive".into()).into_boxed_str());
-    let spw: u64 = std::env::var("EXPLORE_SPW").ok().and_then(|v| v.parse().ok()).unwrap_or(15_000);
-    let seed: u64 = std::env::var("EXPLORE_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let model: &'static str = Box::leak(env_or("EXPLORE_MODEL", "additive".to_string()).into_boxed_str());
+    let spw: u64 = env_or("EXPLORE_SPW", 15_000);
+    let seed: u64 = env_or("EXPLORE_SEED", 16);
     let mixture = [0.0, 1.0, 1.0, 0.0];
     let s = Scenario { name: "oracle", relevance: RelevanceKind::Linear, tau: 0.333, tower: "embedding", feature_limit: None, windows_after: 4, sessions_per_window: spw, seed, click_mixture: Some(mixture), model };
     let o = run(&s, dir.path());
