@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rdkafka::client::ClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
@@ -182,7 +182,20 @@ struct GroupContext {
     shared: Arc<Shared>,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    /// librdkafka's own lines go to the instance's log under target `ultr::librdkafka` (the group
+    /// protocol step by step with the property `debug = "cgrp"` and `ULTR_LOG=ultr::librdkafka=debug`).
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "ultr::librdkafka", facility, "{message}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(target: "ultr::librdkafka", facility, "{message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "ultr::librdkafka", facility, "{message}"),
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "ultr::librdkafka", facility, "{message}"),
+        }
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -337,6 +350,12 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     for (k, v) in &properties {
         client.set(k, v);
     }
+    // rdkafka drops librdkafka's lines below this level before they reach `GroupContext::log`.
+    client.set_log_level(if tracing::enabled!(target: "ultr::librdkafka", tracing::Level::DEBUG) {
+        RDKafkaLogLevel::Debug
+    } else {
+        RDKafkaLogLevel::Info
+    });
     let consumer: BaseConsumer<GroupContext> =
         client.create_with_context(GroupContext { shared: shared.clone() }).context("creating the Kafka group member")?;
     let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();

@@ -4,6 +4,9 @@
 //! single-instance run over the same records row for row — cumulative π, swap graph, counters, dead
 //! letters — with every record read once. And a bounded instance does not leave while another
 //! member of its group still holds unread partitions.
+//!
+//! `SCALE_OUT_HISTORY=1` keeps the instances' logs (their folder is printed), adds librdkafka's
+//! group-protocol lines (`debug = "cgrp"`) to them and prints every instance's partition history.
 
 mod common;
 
@@ -23,6 +26,13 @@ use ultr::state::remote::{ObjectStoreConfig, Remote};
 
 const PARTITIONS: i32 = 6;
 const SESSIONS: u64 = 30_000;
+/// The members' session timeout. tansu 0.6 refreshes a member's last contact only on a heartbeat
+/// that it answers without error, so a rebalance that keeps a member from such a heartbeat for
+/// longer than this (its revocation checkpoints and copies every partition it owned, then the join
+/// and sync) drops the member; it comes back under a new member id, which opens a new generation,
+/// and the others rebalance again. With 6 s, two instances chased each other's generations this way
+/// for minutes in a CI run (README, "Which broker the tests use").
+const SESSION_TIMEOUT_MS: &str = "20000";
 
 fn brokers() -> String {
     std::env::var("ULTR_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
@@ -59,11 +69,14 @@ fn store_config(prefix: &str) -> ObjectStoreConfig {
 fn config_text(topic: &str, group: &str, store: Option<&ObjectStoreConfig>) -> String {
     let mut text = format!(
         "batch_records = 500\n[source.kafka]\nbrokers = {:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\nidle_exit_ms = 12000\n\
-         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"session.timeout.ms\" = \"6000\"\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"session.timeout.ms\" = {SESSION_TIMEOUT_MS:?}\n\
          \"heartbeat.interval.ms\" = \"1000\"\n\"topic.metadata.refresh.interval.ms\" = \"1000\"\n\
          [window]\nsize = \"1m\"\nallowed_lateness = \"1d\"\n[state]\ncheckpoint_every_records = 400\n",
         brokers()
     );
+    if std::env::var("SCALE_OUT_HISTORY").is_ok() {
+        text = text.replace("[source.kafka.properties]\n", "[source.kafka.properties]\n\"debug\" = \"cgrp\"\n");
+    }
     if let Some(s) = store {
         text.push_str(&format!(
             "[state.object_store]\nurl = {:?}\ncompact_interval = {:?}\nlease_ttl = {:?}\n[state.object_store.options]\n",
@@ -112,18 +125,77 @@ fn publish_sessions(topic: &str, sessions: u64) -> u64 {
     records
 }
 
-fn spawn_instance(config: &Path, state: &Path, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_ultr"))
+/// A running `ultr run`, killed when dropped: a failing assertion must not leave instances reading
+/// and compacting behind the next test (they slow the shared broker and object store down).
+struct Instance(Child);
+
+impl std::ops::Deref for Instance {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Instance {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn_instance(config: &Path, state: &Path, log: &Path) -> Instance {
+    let child = Command::new(env!("CARGO_BIN_EXE_ultr"))
         .args(["run"])
         .arg(config)
         .arg("--state")
         .arg(state)
         .args(["--listen", &format!("127.0.0.1:{}", common::free_port()), "--exit-when-done"])
-        .env("ULTR_LOG", "ultr=info")
+        .env("ULTR_LOG", if std::env::var("SCALE_OUT_HISTORY").is_ok() { "ultr=info,ultr::librdkafka=debug" } else { "ultr=info" })
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
-        .expect("starting ultr run")
+        .expect("starting ultr run");
+    Instance(child)
+}
+
+/// The last 40 lines of an instance's log.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The partitions an instance owns now, by its log's assignment and revocation lines (incremental
+/// under cooperative-sticky, every partition under an eager protocol: both add up the same way).
+fn owned(log: &Path) -> std::collections::BTreeSet<i32> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut owned = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let partition = line.rsplit_once("partition=").and_then(|(_, p)| p.trim().parse::<i32>().ok());
+        match partition {
+            Some(p) if line.contains("ultr::scale_out: assigned ") => _ = owned.insert(p),
+            Some(p) if line.contains("ultr::scale_out: revoked ") => _ = owned.remove(&p),
+            _ => {}
+        }
+    }
+    owned
+}
+
+/// Waits (90 s at most) until the instance logging to `log` owns at least `count` partitions.
+fn wait_for_partitions(log: &Path, count: usize, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while owned(log).len() < count {
+        assert!(Instant::now() < deadline, "instance {name} was not assigned {count} partitions within 90 s:\n{}", tail(log));
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// What each instance did with each partition (for a failing comparison: the group's decisions
@@ -191,7 +263,11 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
     eprintln!("[{:5.1}s] published {records} records ({SESSIONS} sessions) to {PARTITIONS} partitions", t0.elapsed().as_secs_f64());
 
     // The reference: one instance, local state.
-    let work = tempfile::tempdir().unwrap();
+    let mut work = tempfile::tempdir().unwrap();
+    if std::env::var("SCALE_OUT_HISTORY").is_ok() {
+        work.disable_cleanup(true);
+        eprintln!("logs in {}", work.path().display());
+    }
     let reference = work.path().join("reference");
     // Checkpoint frequency does not change what is counted; the reference checkpoints rarely.
     let single_text = config_text(&topic, &unique("single"), None).replace("checkpoint_every_records = 400", "checkpoint_every_records = 1000000");
@@ -207,13 +283,19 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
     std::fs::write(&config, config_text(&topic, &unique("group"), Some(&store))).unwrap();
     PipelineConfig::load(&config).unwrap();
     let logs: Vec<_> = ["a", "b", "c"].iter().map(|n| work.path().join(format!("{n}.log"))).collect();
-    let mut a = spawn_instance(&config, &work.path().join("a"), &logs[0]);
+    // B joins first and so leads the group: tansu keeps a member that missed its heartbeats as the
+    // leader, and then nobody computes an assignment, so the instance killed below must not lead.
     let mut b = spawn_instance(&config, &work.path().join("b"), &logs[1]);
-    // Kill A once both instances have copied progress to the store, well before the end.
+    wait_for_partitions(&logs[1], 1, "B");
+    let mut a = spawn_instance(&config, &work.path().join("a"), &logs[0]);
+    wait_for_partitions(&logs[0], 1, "A");
+    // Kill A once the store has moved on by a tenth of the records since A took its partitions,
+    // well before the end.
+    let (at_assignment, _) = stored_progress(&remote);
     let deadline = Instant::now() + Duration::from_secs(120);
     let (at_kill, stored_partitions) = loop {
         let (progress, partitions) = stored_progress(&remote);
-        if partitions >= 4 && progress >= records as i64 / 6 {
+        if partitions >= 4 && progress >= at_assignment + records as i64 / 10 {
             break (progress, partitions);
         }
         assert!(Instant::now() < deadline, "no progress in the object store: {progress} offsets over {partitions} partitions");
@@ -226,7 +308,9 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
         t0.elapsed().as_secs_f64()
     );
     assert!(at_kill < records as i64, "A was killed mid-stream");
-    std::thread::sleep(Duration::from_secs(2));
+    // C joins once the group has handed A's partitions to B (after `session.timeout.ms`).
+    wait_for_partitions(&logs[1], PARTITIONS as usize, "B");
+    eprintln!("[{:5.1}s] B took A's partitions over", t0.elapsed().as_secs_f64());
     let mut c = spawn_instance(&config, &work.path().join("c"), &logs[2]);
     eprintln!("[{:5.1}s] started instance C", t0.elapsed().as_secs_f64());
     for (name, child) in [("B", &mut b), ("C", &mut c)] {
@@ -239,11 +323,6 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
                 let _ = child.kill();
                 // The temporary directory goes with the panic: print what the logs say instead.
                 print_partition_history(&logs);
-                let tail = |path: &Path| {
-                    let log = std::fs::read_to_string(path).unwrap_or_default();
-                    let lines: Vec<&str> = log.lines().collect();
-                    lines[lines.len().saturating_sub(40)..].join("\n")
-                };
                 panic!("instance {name} did not finish; the last lines of B's log:\n{}\nand of C's:\n{}", tail(&logs[1]), tail(&logs[2]));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -269,6 +348,9 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
     assert!(out.status.success(), "ultr compact: {}", String::from_utf8_lossy(&out.stderr));
     eprintln!("[{:5.1}s] {}", t0.elapsed().as_secs_f64(), String::from_utf8_lossy(&out.stdout).trim());
 
+    if std::env::var("SCALE_OUT_HISTORY").is_ok() {
+        print_partition_history(&logs);
+    }
     let merged = ultr::scale_out::merged_dir(&merged_root);
     let (want_pi, want_swaps, want_counters, want_windows, want_rest) = snapshot(&reference);
     let (got_pi, got_swaps, got_counters, got_windows, got_rest) = snapshot(&merged);
@@ -327,7 +409,7 @@ fn a_bounded_instance_waits_for_partitions_a_stalled_member_holds() {
                 .set("group.id", &group)
                 .set("enable.auto.commit", "false")
                 .set("partition.assignment.strategy", "cooperative-sticky")
-                .set("session.timeout.ms", "6000")
+                .set("session.timeout.ms", SESSION_TIMEOUT_MS)
                 .set("heartbeat.interval.ms", "1000")
                 .create()
                 .unwrap();
