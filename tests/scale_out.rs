@@ -12,9 +12,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::brokers::Guard;
 use datafusion::arrow::array::RecordBatch;
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
@@ -74,7 +75,7 @@ fn config_text(topic: &str, group: &str, store: Option<&ObjectStoreConfig>) -> S
          [window]\nsize = \"1m\"\nallowed_lateness = \"1d\"\n[state]\ncheckpoint_every_records = 400\n",
         brokers()
     );
-    if std::env::var("SCALE_OUT_HISTORY").is_ok() {
+    if keep_history() {
         text = text.replace("[source.kafka.properties]\n", "[source.kafka.properties]\n\"debug\" = \"cgrp\"\n");
     }
     if let Some(s) = store {
@@ -125,45 +126,26 @@ fn publish_sessions(topic: &str, sessions: u64) -> u64 {
     records
 }
 
+/// Whether to keep the instances' logs with librdkafka's group-protocol lines (`SCALE_OUT_HISTORY`).
+fn keep_history() -> bool {
+    std::env::var("SCALE_OUT_HISTORY").is_ok()
+}
+
 /// A running `ultr run`, killed when dropped: a failing assertion must not leave instances reading
 /// and compacting behind the next test (they slow the shared broker and object store down).
-struct Instance(Child);
-
-impl std::ops::Deref for Instance {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Instance {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn spawn_instance(config: &Path, state: &Path, log: &Path) -> Instance {
+fn spawn_instance(config: &Path, state: &Path, log: &Path) -> Guard {
     let child = Command::new(env!("CARGO_BIN_EXE_ultr"))
         .args(["run"])
         .arg(config)
         .arg("--state")
         .arg(state)
         .args(["--listen", &format!("127.0.0.1:{}", common::free_port()), "--exit-when-done"])
-        .env("ULTR_LOG", if std::env::var("SCALE_OUT_HISTORY").is_ok() { "ultr=info,ultr::librdkafka=debug" } else { "ultr=info" })
+        .env("ULTR_LOG", if keep_history() { "ultr=info,ultr::librdkafka=debug" } else { "ultr=info" })
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .expect("starting ultr run");
-    Instance(child)
+    Guard(child)
 }
 
 /// The last 40 lines of an instance's log.
@@ -264,7 +246,7 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
 
     // The reference: one instance, local state.
     let mut work = tempfile::tempdir().unwrap();
-    if std::env::var("SCALE_OUT_HISTORY").is_ok() {
+    if keep_history() {
         work.disable_cleanup(true);
         eprintln!("logs in {}", work.path().display());
     }
@@ -301,8 +283,8 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
         assert!(Instant::now() < deadline, "no progress in the object store: {progress} offsets over {partitions} partitions");
         std::thread::sleep(Duration::from_millis(50));
     };
-    a.kill().unwrap(); // SIGKILL: no checkpoint, no goodbye to the group
-    a.wait().unwrap();
+    a.0.kill().unwrap(); // SIGKILL: no checkpoint, no goodbye to the group
+    a.0.wait().unwrap();
     eprintln!(
         "[{:5.1}s] SIGKILLed instance A; the store then held {at_kill} of {records} offsets over {stored_partitions} partitions",
         t0.elapsed().as_secs_f64()
@@ -316,11 +298,11 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
     for (name, child) in [("B", &mut b), ("C", &mut c)] {
         let deadline = Instant::now() + Duration::from_secs(240);
         let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
+            if let Some(s) = child.0.try_wait().unwrap() {
                 break s;
             }
             if Instant::now() > deadline {
-                let _ = child.kill();
+                let _ = child.0.kill();
                 // The temporary directory goes with the panic: print what the logs say instead.
                 print_partition_history(&logs);
                 panic!("instance {name} did not finish; the last lines of B's log:\n{}\nand of C's:\n{}", tail(&logs[1]), tail(&logs[2]));
@@ -348,7 +330,7 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
     assert!(out.status.success(), "ultr compact: {}", String::from_utf8_lossy(&out.stderr));
     eprintln!("[{:5.1}s] {}", t0.elapsed().as_secs_f64(), String::from_utf8_lossy(&out.stdout).trim());
 
-    if std::env::var("SCALE_OUT_HISTORY").is_ok() {
+    if keep_history() {
         print_partition_history(&logs);
     }
     let merged = ultr::scale_out::merged_dir(&merged_root);
@@ -437,7 +419,7 @@ fn a_bounded_instance_waits_for_partitions_a_stalled_member_holds() {
         if partitions > 0 && progress > 0 {
             break;
         }
-        assert!(b.try_wait().unwrap().is_none(), "B exited before storing anything:\n{}", std::fs::read_to_string(&log).unwrap());
+        assert!(b.0.try_wait().unwrap().is_none(), "B exited before storing anything:\n{}", std::fs::read_to_string(&log).unwrap());
         assert!(Instant::now() < deadline, "B stored nothing");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -446,18 +428,18 @@ fn a_bounded_instance_waits_for_partitions_a_stalled_member_holds() {
     let (progress, _) = stored_progress(&remote);
     eprintln!("[{:5.1}s] B has stored {progress} of {records} offsets; the stalled member holds {still_held} partitions", t0.elapsed().as_secs_f64());
     assert!(still_held > 0 && progress < records as i64, "the stalled member must still hold unread partitions for this test to mean anything");
-    assert!(b.try_wait().unwrap().is_none(), "B left with {} of {records} offsets stored:\n{}", progress, std::fs::read_to_string(&log).unwrap());
+    assert!(b.0.try_wait().unwrap().is_none(), "B left with {} of {records} offsets stored:\n{}", progress, std::fs::read_to_string(&log).unwrap());
 
     // The stalled member leaves; B takes its partitions over and finishes the topic.
     stop.store(true, Ordering::SeqCst);
     member.join().unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
     let status = loop {
-        if let Some(s) = b.try_wait().unwrap() {
+        if let Some(s) = b.0.try_wait().unwrap() {
             break s;
         }
         if Instant::now() > deadline {
-            let _ = b.kill();
+            let _ = b.0.kill();
             panic!("B did not finish after the stalled member left:\n{}", std::fs::read_to_string(&log).unwrap());
         }
         std::thread::sleep(Duration::from_millis(100));
