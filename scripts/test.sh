@@ -16,10 +16,11 @@ log() { printf '==> %s\n' "$*"; }
 
 # 1. System packages: a C toolchain for librdkafka (built from source by rdkafka-sys), zlib, OpenSSL
 #    (librdkafka's TLS and SCRAM), Debian's prometheus package (promtool for the alert-rule tests),
-#    stunnel (a real TLS listener in front of a broker), the openssl CLI (test certificates) and
-#    python3 with venv (the ONNX runtime below).
+#    stunnel (a real TLS listener in front of a broker), the openssl CLI (test certificates),
+#    python3 with venv (the ONNX runtime below), and Chromium with its WebDriver (the status page's
+#    browser test).
 missing=()
-for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl python3 python3-venv; do
+for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl python3 python3-venv chromium chromium-driver; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -39,14 +40,15 @@ if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}" || [ "$(cat 
   echo "$TANSU_FEATURES" > "$TANSU_STAMP"
 fi
 
-# 3. A real ONNX runtime for tests/onnx.rs (onnxruntime, numpy) and a real S3-compatible server for
+# 3. A real ONNX runtime for tests/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
-#    PyPI in seconds), in a venv of their own.
+#    PyPI in seconds) and selenium (WebDriver client for the status page's browser test), in a venv
+#    of their own.
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server" 2>/dev/null; then
-  log "installing onnxruntime, numpy and moto[server] into $ULTR_VENV"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium" 2>/dev/null; then
+  log "installing onnxruntime, numpy, moto[server] and selenium into $ULTR_VENV"
   python3 -m venv "$ULTR_VENV"
-  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6"
+  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5"
 fi
 export ULTR_PYTHON="$ULTR_VENV/bin/python"
 

@@ -20,6 +20,7 @@ pub mod identify;
 pub mod ingest;
 pub mod monitor;
 pub mod pipeline;
+pub mod progress;
 pub mod scale_out;
 pub mod service;
 pub mod session;

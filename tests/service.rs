@@ -72,7 +72,8 @@ fn start_run_with_log(args: &[&str], config: &Path, state: &Path, listen: &str) 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("ultr run did not report its metrics address");
-        if line.contains("metrics at http://") {
+        // The first thing the service says: where to look.
+        if line.contains("open the status page at http://") {
             break;
         }
     }
@@ -514,4 +515,112 @@ fn consumer_lag_per_partition_falls_to_zero_as_ultr_run_catches_up() {
     assert!(seen_positive, "the lag was never seen above 0 while catching up");
     sigterm(&service.0);
     assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
+}
+
+/// The status page in a real browser: `ultr run` on a small file stream (with one hostile record)
+/// trains and promotes a model with θ intervals; headless Chromium, driven over WebDriver
+/// (`scripts/status_page_check.py`), finds the θ plot and the swap-graph picture, the identified
+/// verdict and θ_k equal to `/metrics` and the checkpoint, the hostile `query_id` shown as text,
+/// and no horizontal scrolling in a 400 px window. The service's log tells the story (windows, a
+/// verdict, the training). Set `ULTR_STATUS_SCREENSHOT=path.png` to keep the screenshot.
+#[test]
+fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = stream_file(dir.path(), "sessions.jsonl", 0.3, 6_000, 1_767_225_600_000, 31);
+    let hostile = r#"<script>alert('ultr')</script>"#;
+    let mut text = std::fs::read_to_string(&data).unwrap();
+    text.push_str(&format!(
+        "{{\"schema_version\":1,\"session_id\":\"evil\",\"query_id\":\"{}\",\"event_time\":\"2026-01-01T00:30:00Z\",\"policy_id\":\"p\",\"items\":[{{\"doc_id\":\"a\",\"position\":\"1\",\"clicked\":false}}]}}\n",
+        hostile.replace('"', "\\\"")
+    ));
+    std::fs::write(&data, text).unwrap();
+    let config = dir.path().join("status.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source.file]\npaths = [{:?}]\n[window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n\
+             [train]\ntower = \"linear\"\nmax_epochs = 30\nschedule = \"*/3 * * * * *\"\nwarm_start = true\n\
+             [train.uncertainty]\nenabled = true\nreplicates = 10\nepochs = 10\nconverged_epochs = 100\n",
+            data.display().to_string()
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (service, log) = start_run_with_log(&[], &config, &state, &listen);
+    let mut lines = Vec::new();
+    let mut metrics = String::new();
+    // Settled: a model promoted, the monitor scoring with it, and a later firing skipped because no
+    // window is newer than the model's data (so nothing changes between the two reads below).
+    wait_for("a promoted model, its θ intervals, and a skipped firing after it", Duration::from_secs(180), || {
+        lines.extend(log.try_iter());
+        metrics = http_get(&listen, "/metrics").map(|(_, b)| b).unwrap_or_default();
+        metric_sum(&metrics, "ultr_trainings_total{result=\"promoted\"}").is_some_and(|v| v >= 1.0)
+            && metric_sum(&metrics, "ultr_trainings_total{result=\"skipped\"}").is_some_and(|v| v >= 1.0)
+            && metric_sum(&metrics, "ultr_theta_interval").is_some()
+            && metric_sum(&metrics, "ultr_identified").is_some()
+    });
+    let screenshot = dir.path().join("status.png");
+    let script = repo().join("scripts/status_page_check.py");
+    let python = std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python).arg(&script).arg(format!("http://{listen}/")).arg(&screenshot).output().expect("python with selenium (scripts/test.sh installs it)");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("the browser saw: {seen}");
+    let after = http_get(&listen, "/metrics").unwrap().1;
+    let series = ultr::service::status_page::Series::new(ultr::service::status_page::parse_exposition(&after));
+    let before = ultr::service::status_page::Series::new(ultr::service::status_page::parse_exposition(&metrics));
+    let theta = series.by_position("ultr_theta", &[]);
+    assert_eq!(theta, before.by_position("ultr_theta", &[]), "θ moved while the page was read");
+
+    assert_eq!(seen["title"], "ultr status");
+    for section in ["verdicts", "model", "graph", "trainings", "stream", "dead-letters"] {
+        assert!(seen["sections"].as_array().unwrap().iter().any(|s| s == section), "section {section} missing: {seen}");
+    }
+    let identified = series.all("ultr_identified").next().unwrap().value;
+    assert_eq!(seen["identified"].as_str().unwrap().parse::<f64>().unwrap(), identified);
+    assert_eq!(identified, 1.0, "τ = 0.3 identifies the linear tower");
+    assert!(seen["identified_text"].as_str().unwrap().contains("IDENTIFIED"));
+    // θ on the page: the exported values exactly, and the current checkpoint's θ.
+    let store = ultr::train::checkpoint::ModelStore::open(&state.join("models")).unwrap();
+    let current = store.current_id().unwrap().unwrap();
+    let info = store.info(&current).unwrap();
+    assert_eq!(seen["model_id"].as_str().unwrap().trim(), current);
+    let shown: std::collections::BTreeMap<u32, f64> =
+        seen["theta"].as_object().unwrap().iter().map(|(k, v)| (k.parse().unwrap(), v.as_str().unwrap().parse().unwrap())).collect();
+    // The 8 positions the stream shows are drawn (the model exports its 50, untrained past 8).
+    assert_eq!(shown.keys().copied().collect::<Vec<u32>>(), (1..=8).collect::<Vec<u32>>(), "{seen}");
+    for (k, t) in &shown {
+        assert_eq!(theta.get(k), Some(t), "the page's θ_{k} is the exported one");
+    }
+    for (k, t) in &shown {
+        let recorded = info.theta[*k as usize - 1];
+        assert!((t - recorded).abs() < 1e-6, "θ_{k}: page {t}, checkpoint {recorded}");
+        assert_eq!(seen["theta_shown"][k.to_string()].as_str().unwrap(), format!("{t:.4}"));
+    }
+    assert_eq!(seen["theta_points"].as_u64().unwrap() as usize, shown.len(), "one plotted point per position");
+    let intervals = info.theta_intervals.as_ref().expect("trained with [train.uncertainty]");
+    assert_eq!(seen["theta_intervals_drawn"].as_u64().unwrap() as usize, shown.len().min(intervals.lower.len()));
+    let swap_edges = series.all("ultr_swap_pairs").count();
+    assert!(swap_edges >= 1 && seen["swap_edges"].as_u64().unwrap() as usize == swap_edges, "{swap_edges} exported swap edges: {seen}");
+    // Hostile text is text: shown verbatim, never a live element.
+    assert!(seen["query_ids"].as_array().unwrap().iter().any(|q| q == hostile), "{seen}");
+    assert_eq!(seen["script_elements"], 0);
+    // Regression: a file source has no connection to lose, so it is up (was 0, and KafkaSourceDown held).
+    assert_eq!(series.get("ultr_source_up", &[]), Some(1.0));
+    assert!(!seen["alert_conditions"].as_str().unwrap().contains("KafkaSourceDown"), "{seen}");
+    assert!(seen["narrow_overflow_px"].as_i64().unwrap() <= 0, "the page scrolls sideways in a 400 px window: {seen}");
+    let png = std::fs::read(&screenshot).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "screenshot of {} bytes", png.len());
+    if let Ok(keep) = std::env::var("ULTR_STATUS_SCREENSHOT") {
+        std::fs::copy(&screenshot, keep).unwrap();
+    }
+
+    // The story the log told.
+    lines.extend(log.try_iter());
+    let told = |what: &str| lines.iter().any(|l| l.contains(what));
+    assert!(told("closed:") && told("sessions,"), "a line per closed window: {lines:#?}");
+    assert!(told("identifiability: IDENTIFIED"), "{lines:#?}");
+    assert!(told("PROMOTED") && told("θk−θ1 ="), "{lines:#?}");
+    drop(service);
 }

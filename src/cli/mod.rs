@@ -293,12 +293,18 @@ fn parse_property(s: &str) -> Result<(String, String), String> {
 }
 
 pub fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ULTR_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
+    // `ULTR_LOG` (or `RUST_LOG`) filters; by default warnings, plus the story `ultr run` tells
+    // (target `ultr::story`: windows, verdicts, trainings). `ULTR_LOG_FORMAT=json` writes JSON lines.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ULTR_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| "warn,ultr::story=info".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("ULTR_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().init();
+    } else {
         // Colour codes only for a terminal: a log file or a collector gets plain lines.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => crate::demo::run(&args),
@@ -430,7 +436,15 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         eprintln!("merged view (as of this instance's last compaction or fetch): {}", crate::scale_out::merged_dir(&state).display());
         report
     } else {
-        crate::pipeline::run_to_state(&config, &state, &mut crate::pipeline::NoObserver)?
+        let total = match &config.source {
+            crate::config::SourceConfig::File { paths } => crate::progress::estimate_records(paths),
+            crate::config::SourceConfig::Simulator => Some(config.simulator.sessions),
+            crate::config::SourceConfig::Kafka(_) => None,
+        };
+        let mut progress = IngestProgress(crate::progress::bar(total, "records"));
+        let report = crate::pipeline::run_to_state(&config, &state, &mut progress)?;
+        progress.0.finish_and_clear();
+        report
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -442,6 +456,16 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `ultr ingest`'s progress: records read, their rate, and windows closed.
+struct IngestProgress(indicatif::ProgressBar);
+
+impl crate::pipeline::Observer for IngestProgress {
+    fn on_progress(&mut self, report: &crate::pipeline::RunReport) {
+        self.0.set_position(report.records);
+        self.0.set_message(format!("{} windows closed, {} dead letters", report.counters.windows_closed, report.dead_letters.values().sum::<u64>()));
+    }
 }
 
 fn rekey(args: &RekeyArgs) -> anyhow::Result<()> {

@@ -21,12 +21,13 @@ pub fn run_cells<C: Send, R: Send>(
     work: impl Fn(C, &dyn Fn(R)) -> anyhow::Result<()> + Sync,
     progress: impl Fn(usize, &R) + Sync,
 ) -> anyhow::Result<Vec<R>> {
+    let bar = crate::progress::bar(Some(cells.len() as u64), "cells");
     let queue = std::sync::Mutex::new(std::collections::VecDeque::from(cells));
     let results: std::sync::Mutex<Vec<R>> = std::sync::Mutex::new(Vec::new());
     let failure: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
     let emit = |r: R| {
         let mut all = results.lock().expect("results");
-        progress(all.len() + 1, &r);
+        bar.suspend(|| progress(all.len() + 1, &r));
         all.push(r);
     };
     std::thread::scope(|scope| {
@@ -37,9 +38,11 @@ pub fn run_cells<C: Send, R: Send>(
                     *failure.lock().expect("failure") = Some(e);
                     queue.lock().expect("queue").clear();
                 }
+                bar.inc(1);
             });
         }
     });
+    bar.finish_and_clear();
     if let Some(e) = failure.into_inner().expect("failure") {
         return Err(e);
     }

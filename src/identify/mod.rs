@@ -156,7 +156,6 @@ pub struct IdentifiabilityReport {
 /// swap-edge tables; the tables' per-context rows are merged into positions.
 pub fn swap_graph(propensity: &[RecordBatch], swap_edges: &[RecordBatch], max_position: u32) -> (BTreeSet<Node>, Vec<(Node, Node)>) {
     let mut nodes = BTreeSet::new();
-    let mut edges = BTreeSet::new();
     for b in propensity {
         let pos = b.column_by_name("position").expect("propensity has position").as_primitive::<UInt32Type>();
         for i in 0..b.num_rows() {
@@ -165,6 +164,14 @@ pub fn swap_graph(propensity: &[RecordBatch], swap_edges: &[RecordBatch], max_po
             }
         }
     }
+    let edges = swap_pair_counts(swap_edges, max_position).into_keys().map(|(a, b)| (Node { position: a }, Node { position: b })).collect();
+    (nodes, edges)
+}
+
+/// The swap graph's edge weights: (query, document) pairs shown at both positions, per position pair
+/// (a < b, both ≤ `max_position`), summed over the table's rows (contexts, windows).
+pub fn swap_pair_counts(swap_edges: &[RecordBatch], max_position: u32) -> BTreeMap<(u32, u32), i64> {
+    let mut out = BTreeMap::new();
     for b in swap_edges {
         let pa = b.column(0).as_primitive::<UInt32Type>();
         let pb = b.column(2).as_primitive::<UInt32Type>();
@@ -172,11 +179,11 @@ pub fn swap_graph(propensity: &[RecordBatch], swap_edges: &[RecordBatch], max_po
         for i in 0..b.num_rows() {
             let (a, z) = (pa.value(i), pb.value(i));
             if pairs.value(i) > 0 && a != z && a <= max_position && z <= max_position {
-                edges.insert((Node { position: a.min(z) }, Node { position: a.max(z) }));
+                *out.entry((a.min(z), a.max(z))).or_insert(0) += pairs.value(i);
             }
         }
     }
-    (nodes, edges.into_iter().collect())
+    out
 }
 
 /// Runs the whole analysis on cumulative tables for a model with θ_1..θ_`max_position`, named `model`
@@ -315,6 +322,25 @@ impl IdentifiabilityReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Edge weights sum the pairs of every context row of a position pair; a pair within one position
+    /// (two contexts), a position past the model's and an empty row are not edges.
+    #[test]
+    fn swap_pair_counts_sum_contexts_and_skip_what_is_no_edge() {
+        use datafusion::arrow::array::{Int64Array, StringArray, UInt32Array};
+        use std::sync::Arc;
+        let rows: [(u32, &str, u32, &str, i64); 6] = [(1, "", 2, "", 5), (1, "m", 2, "d", 3), (2, "", 1, "m", 1), (2, "d", 2, "m", 9), (3, "", 11, "", 4), (1, "", 3, "", 0)];
+        let batch = RecordBatch::try_from_iter([
+            ("position_a", Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.0))) as _),
+            ("context_a", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))) as _),
+            ("position_b", Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.2))) as _),
+            ("context_b", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.3))) as _),
+            ("pairs", Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.4))) as _),
+        ])
+        .unwrap();
+        assert_eq!(swap_pair_counts(std::slice::from_ref(&batch), 10), BTreeMap::from([((1, 2), 9)]));
+        assert_eq!(swap_pair_counts(&[batch], 11), BTreeMap::from([((1, 2), 9), ((3, 11), 4)]));
+    }
 
     /// The bottleneck equals a brute-force answer: the largest edge weight w such that the edges of
     /// weight ≥ w connect every node.

@@ -58,6 +58,12 @@ pub struct Metrics {
     pub misspecification_z: GaugeVec,
     pub misspecification_assessable: IntGaugeVec,
     pub policy_variation: Gauge,
+    // status page
+    pub windows_open: IntGauge,
+    pub theta_interval: GaugeVec,
+    pub swap_pairs: IntGaugeVec,
+    /// The facts the status page shows beside these series (text: reasons, ids, graph components).
+    pub board: super::board::Board,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -98,7 +104,7 @@ impl Metrics {
                 )
                 .expect("valid"),
             ),
-            source_up: reg(&r, IntGauge::with_opts(Opts::new("source_up", "1 while the source is reachable (0 during a broker outage).")).expect("valid")),
+            source_up: reg(&r, IntGauge::with_opts(Opts::new("source_up", "1 while the source is reachable (0 during a broker outage; a file or the simulator, which has no connection, is 1).")).expect("valid")),
             last_checkpoint: gauge("last_checkpoint_timestamp_seconds", "When the state was last made durable."),
             dead_letter_failures: counter("dead_letter_failures_total", "Dead letters the dead-letter sink could not deliver."),
             monitor_last_success: gauge("monitor_last_success_timestamp_seconds", "When the monitor (identifiability, residuals) last finished without error."),
@@ -168,6 +174,21 @@ impl Metrics {
                 .expect("valid"),
             ),
             policy_variation: gauge("policy_variation", "Impression-weighted within-position standard deviation of π(d,k|q) over the lookback horizon (0 for a deterministic policy)."),
+            windows_open: reg(&r, IntGauge::with_opts(Opts::new("windows_open", "Event-time windows open (not yet closed) at the last checkpoint.")).expect("valid")),
+            theta_interval: gauge_vec(
+                "theta_interval",
+                "Current model's bootstrap interval of θ_k − θ_1 (bound = lower or upper), when it was trained with `[train.uncertainty] enabled`.",
+                &["position", "bound"],
+            ),
+            swap_pairs: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new("swap_pairs", "(query, document) pairs shown at both positions over the lookback horizon: the swap graph's edge weights (positions ≤ 50)."),
+                    &["position_a", "position_b"],
+                )
+                .expect("valid"),
+            ),
+            board: Default::default(),
             registry: r,
         }
     }
@@ -198,6 +219,7 @@ impl Metrics {
             &self.training_loss, &self.last_training_success, &self.current_model_created, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
             &self.misspecification_z, &self.misspecification_assessable, &self.policy_variation,
+            &self.windows_open, &self.theta_interval, &self.swap_pairs,
         ];
         // The registry adds the `ultr_` prefix when it gathers.
         collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| format!("ultr_{}", d.fq_name))).collect()
@@ -207,6 +229,27 @@ impl Metrics {
     pub fn set_theta(&self, theta: &[f64]) {
         for (k, t) in theta.iter().enumerate().take(MAX_POSITION_LABELS) {
             self.theta.with_label_values(&[&(k + 1).to_string()]).set(*t);
+        }
+    }
+
+    /// Sets the θ interval gauges from the current model, or removes them when it has none (a
+    /// model without intervals must not show its predecessor's).
+    pub fn set_theta_intervals(&self, bounds: Option<(&[f64], &[f64])>) {
+        self.theta_interval.reset();
+        if let Some((lower, upper)) = bounds {
+            for (k, (lo, hi)) in lower.iter().zip(upper).enumerate().take(MAX_POSITION_LABELS) {
+                let position = (k + 1).to_string();
+                self.theta_interval.with_label_values(&[&position, "lower"]).set(*lo);
+                self.theta_interval.with_label_values(&[&position, "upper"]).set(*hi);
+            }
+        }
+    }
+
+    /// Replaces the swap-graph edge weights (edges that vanished from the horizon vanish here).
+    pub fn set_swap_pairs(&self, pairs: &std::collections::BTreeMap<(u32, u32), i64>) {
+        self.swap_pairs.reset();
+        for (&(a, b), &n) in pairs.iter().filter(|((a, b), _)| (*a.max(b) as usize) <= MAX_POSITION_LABELS) {
+            self.swap_pairs.with_label_values(&[&a.to_string(), &b.to_string()]).set(n);
         }
     }
 }

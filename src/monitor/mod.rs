@@ -2,6 +2,7 @@
 //! identifiability of the lookback horizon, π and IPS diagnostics, and residuals of the current model
 //! on each newly closed window (with drift against a reference window).
 
+pub mod board;
 pub mod drift;
 pub mod metrics;
 pub mod misspecification;
@@ -59,6 +60,30 @@ pub struct Monitor {
     /// The most recently scored windows, newest last.
     pub history: std::collections::VecDeque<ScoredWindow>,
     pub last_identified: Option<bool>,
+    /// The verdicts last told in the log (a line is logged when one changes).
+    told: Told,
+}
+
+/// What the log last said, so it speaks only when something changed.
+#[derive(Default)]
+struct Told {
+    windows_until_ms: Option<i64>,
+    misspecification_blind: Option<bool>,
+    misspecification_high: Option<bool>,
+    logged_propensity_disagrees: Option<i64>,
+}
+
+/// A short form of θ_k − θ_1 for a log line: "θ−θ1 = 0 −0.69 −1.10 …" (at most 10 positions).
+pub fn theta_in_short(theta: &[f64]) -> String {
+    let shown: Vec<String> = theta.iter().take(10).map(|t| format!("{t:+.2}")).collect();
+    let more = if theta.len() > 10 { format!(" … ({} positions)", theta.len()) } else { String::new() };
+    format!("θk−θ1 = {}{more}", shown.join(" "))
+}
+
+/// A window's event-time span for a log line, in UTC.
+pub fn span_in_short(start_ms: i64, end_ms: i64) -> String {
+    let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map_or_else(|| ms.to_string(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string());
+    format!("{} – {}", at(start_ms), at(end_ms))
 }
 
 impl Monitor {
@@ -87,6 +112,7 @@ impl Monitor {
             page_hinkley: PageHinkley::new(0.005),
             history: Default::default(),
             last_identified: None,
+            told: Told::default(),
         }
     }
 
@@ -117,6 +143,13 @@ impl Monitor {
         }
         m.dead_letter_failures.inc_by(d(report.dead_letter_failures, self.seen.dead_letter_failures));
         m.last_checkpoint.set(report.last_checkpoint_unix_ms as f64 / 1000.0);
+        let bad_records = report.dead_letters.values().sum();
+        m.board.push_sample(board::CounterSample {
+            unix_s: chrono::Utc::now().timestamp_millis() as f64 / 1000.0,
+            records: report.records,
+            sessions: report.counters.sessions,
+            bad_records,
+        });
         self.seen = report.clone();
     }
 
@@ -133,8 +166,23 @@ impl Monitor {
         if let Some(at) = store.current_created_at()? {
             self.metrics.current_model_created.set(at);
         }
+        let info = store.info(&id)?;
+        let intervals = info.theta_intervals.as_ref();
+        self.metrics.set_theta_intervals(intervals.map(|i| (i.lower.as_slice(), i.upper.as_slice())));
+        self.metrics.board.update(|b| {
+            b.current_model = Some(board::ModelCard {
+                id: id.clone(),
+                created_at: info.created_at.clone(),
+                parent: info.parent.clone(),
+                data_range_ms: info.data_range_ms,
+                windows: 0,
+                promoted_reason: info.decision.reason.clone(),
+                intervals: intervals.map(|i| format!("{:.0}% {} ({} replicates)", i.level * 100.0, i.method, i.replicates)),
+            })
+        });
+        tracing::info!(target: "ultr::story", "monitor: scoring new windows with model {id}");
         // Unknown range (a foreign checkpoint): treat every window as trained on.
-        self.model_data_end_ms = store.info(&id)?.data_range_ms.map_or(i64::MAX, |r| r.1);
+        self.model_data_end_ms = info.data_range_ms.map_or(i64::MAX, |r| r.1);
         self.model = Some((id, trained));
         self.reference = None; // a new model gets a new reference window
         self.page_hinkley.reset();
@@ -162,9 +210,38 @@ impl Monitor {
         self.observe_recorded(dir, manifest)
     }
 
+    /// One log line per window closed since the last look.
+    fn tell_closed_windows(&mut self, manifest: &Manifest) {
+        let first_look = self.told.windows_until_ms.is_none();
+        let until = self.told.windows_until_ms.unwrap_or(i64::MIN);
+        let mut new: Vec<_> = manifest.windows.iter().filter(|w| w.end_ms > until).collect();
+        new.sort_by_key(|w| w.end_ms);
+        if first_look && new.len() > 3 {
+            // A restart over a long state: one line for the state, not one per window.
+            tracing::info!(target: "ultr::story", "state holds {} closed windows ({} sessions)", new.len(), new.iter().map(|w| w.sessions).sum::<u64>());
+        } else {
+            for w in &new {
+                tracing::info!(target: "ultr::story", "window {} closed: {} sessions, {} impressions", span_in_short(w.start_ms, w.end_ms), w.sessions, w.impressions);
+            }
+        }
+        if let Some(last) = new.last() {
+            self.told.windows_until_ms = Some(last.end_ms);
+        }
+    }
+
     fn analyse(&mut self, dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
+        self.metrics.windows_open.set(manifest.open_windows.len() as i64);
+        self.tell_closed_windows(manifest);
         let latest = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
         let model_changed = self.refresh_model()?;
+        if let Some((start, end)) = self.metrics.board.snapshot().current_model.and_then(|c| c.data_range_ms) {
+            let n = manifest.windows.iter().filter(|w| w.start_ms >= start && w.end_ms <= end).count();
+            self.metrics.board.update(|b| {
+                if let Some(c) = b.current_model.as_mut() {
+                    c.windows = n;
+                }
+            });
+        }
         if model_changed {
             self.scored_until = self.scored_until.min(latest.saturating_sub(1)); // score the newest window under the new model
         }
@@ -190,7 +267,37 @@ impl Monitor {
             m.overlap_bottleneck.set(s);
         }
         m.identified.with_label_values(&[&id.model]).set(id.identified as i64);
+        m.set_swap_pairs(&crate::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
+        let deciding = match id.identification {
+            crate::identify::Identification::SwapsOrFeatureOverlap => ("union", &id.union_graph, "swaps or feature overlap between positions (feature tower)"),
+            _ => ("swap", &id.swap_graph, "swaps of the same (query, document) between positions (per-document relevance)"),
+        };
+        m.board.update(|b| {
+            b.graph = Some(board::GraphCard {
+                model: id.model.clone(),
+                decides: format!("{} graph: {}", deciding.0, deciding.2),
+                components: deciding.1.components.iter().map(|c| c.iter().map(|n| n.position).collect()).collect(),
+                advice: deciding.1.randomization_advice.iter().map(|(a, b)| (a.position, b.position)).collect(),
+                misspecification_blind: id.misspecification_blind.clone(),
+            })
+        });
+        if self.last_identified != Some(id.identified) {
+            let advice: Vec<String> = deciding.1.randomization_advice.iter().map(|(a, b)| format!("{a}<->{b}")).collect();
+            let detail = if id.identified {
+                format!("the {} graph connects all {} positions", deciding.0, deciding.1.nodes)
+            } else {
+                format!("the {} graph has {} components; randomise {} to connect it", deciding.0, deciding.1.components.len(), advice.join(", "))
+            };
+            tracing::info!(target: "ultr::story", "identifiability: {} for the {} model over {} windows ({detail})", if id.identified { "IDENTIFIED" } else { "NOT IDENTIFIED" }, id.model, id.windows);
+        }
         self.last_identified = Some(id.identified);
+        if self.told.misspecification_blind != Some(id.misspecification_blind.is_some()) {
+            match &id.misspecification_blind {
+                Some(why) => tracing::info!(target: "ultr::story", "misspecification: cannot be assessed ({why})"),
+                None => tracing::info!(target: "ultr::story", "misspecification: assessable (π varies within positions, sd {:.3})", id.policy_variation),
+            }
+            self.told.misspecification_blind = Some(id.misspecification_blind.is_some());
+        }
         m.policy_variation.set(id.policy_variation);
         if id.misspecification_blind.is_some() {
             // Blind is not healthy: no z to compare with a threshold, and a series that says why.
@@ -201,7 +308,12 @@ impl Monitor {
         if let Some(worst) = judged.iter().map(|c| c.dispersion).reduce(f64::max) {
             m.logged_propensity_dispersion.set(worst);
         }
-        m.logged_propensity_disagrees.set(judged.iter().filter(|c| c.disagrees).count() as i64);
+        let disagrees = judged.iter().filter(|c| c.disagrees).count() as i64;
+        m.logged_propensity_disagrees.set(disagrees);
+        if self.told.logged_propensity_disagrees.is_some_and(|d| d != disagrees) || (self.told.logged_propensity_disagrees.is_none() && disagrees > 0) {
+            tracing::info!(target: "ultr::story", "logged propensities: {disagrees} policy(ies) disagree with the counted π");
+        }
+        self.told.logged_propensity_disagrees = Some(disagrees);
         let ips_pi = rt.block_on(crate::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
         if let Some(p) = propensity_min(&ips_pi) {
             m.propensity_min.set(p);
@@ -242,6 +354,12 @@ impl Monitor {
             let tower = label.as_str();
             m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
             m.misspecification_z.with_label_values(&[tower]).set(test.z);
+            let high = test.z > 4.0;
+            if test.assessable && self.told.misspecification_high != Some(high) {
+                let verdict = if high { "residuals depend on the logging policy (z > 4)" } else { "no sign (z ≤ 4)" };
+                tracing::info!(target: "ultr::story", "misspecification: z = {:+.2} on window {}: {verdict}", test.z, span_in_short(w.start_ms, w.end_ms));
+                self.told.misspecification_high = Some(high);
+            }
             for (k, mean, _) in summary.per_position.iter().filter(|(k, _, _)| (*k as usize) <= metrics::MAX_POSITION_LABELS) {
                 m.residual_mean.with_label_values(&[&k.to_string()]).set(*mean);
             }

@@ -1,4 +1,4 @@
-//! The service's HTTP endpoint on axum: `GET /metrics` (Prometheus text format), `/healthz`
+//! The service's HTTP endpoint on axum: `GET /` (the status page), `/metrics` (Prometheus text format), `/healthz`
 //! (loop progress, source reachability, checkpoint age), `/livez` (the loop turns) and `/readyz`
 //! (state restored). Every connection is its own task, requests are size- and time-bounded, so a
 //! slow or stuck client cannot hold up a scrape.
@@ -98,11 +98,12 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("ultr-http").enable_all().build()?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let app = Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics, /healthz, /livez or /readyz\n") })
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics, /healthz, /livez or /readyz\n") })
         .layer(DefaultBodyLimit::max(16 << 10))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(10)))
         .with_state(AppState { metrics, health });
@@ -137,6 +138,11 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::
 
 async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, Metrics::content_type())], s.metrics.render())
+}
+
+async fn status_page(State(s): State<AppState>) -> impl IntoResponse {
+    let page = super::status_page::render(&s.metrics.render(), &s.metrics.board.snapshot(), now_ms() as f64 / 1000.0);
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], page)
 }
 
 async fn healthz(State(s): State<AppState>) -> impl IntoResponse {

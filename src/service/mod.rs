@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod schedule;
+pub mod status_page;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,6 +137,10 @@ struct ServiceObserver<'a> {
 
 impl Observer for ServiceObserver<'_> {
     fn on_restored(&mut self, source: Option<Arc<SourceHealth>>) {
+        if source.is_none() {
+            // A file or the simulator has no connection to lose: it is up while the loop reads it.
+            self.counters.metrics.source_up.set(1);
+        }
         *self.health.source.lock().unwrap_or_else(|e| e.into_inner()) = source;
         self.health.ready.store(true, Ordering::SeqCst);
     }
@@ -196,6 +201,51 @@ impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
     }
 }
 
+/// Tells the status page's board where the stream comes from and where its dead letters go.
+fn describe_stream(metrics: &Metrics, config: &PipelineConfig, state_dir: &std::path::Path, scaled: bool) {
+    use crate::config::{DeadLetterConfig, SourceConfig};
+    let source = match &config.source {
+        SourceConfig::File { paths } => format!("file {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+        SourceConfig::Kafka(k) => format!("Kafka topic(s) {}", k.topics.join(", ")),
+        SourceConfig::Simulator => format!("the built-in simulator (seed {})", config.simulator.seed),
+    };
+    let (file, target) = match &config.dead_letter {
+        Some(DeadLetterConfig::File { path, .. }) => (Some(path.clone()), format!("file {}", path.display())),
+        Some(DeadLetterConfig::Kafka { topic, .. }) => (None, format!("Kafka topic {topic}")),
+        None if scaled => (None, "each partition task's state folder".to_string()),
+        None => {
+            let path = state_dir.join("dead-letters.jsonl");
+            (Some(path.clone()), format!("file {}", path.display()))
+        }
+    };
+    metrics.board.update(|b| {
+        b.source = source;
+        b.dead_letter_file = file;
+        b.dead_letter_target = target;
+    });
+}
+
+/// Puts the models directory's newest checkpoints on the board, so the page lists trainings from
+/// before a restart and from an external `ultr train` (this process adds its own as they finish).
+fn list_earlier_trainings(metrics: &Metrics, models_dir: &std::path::Path) {
+    if !models_dir.is_dir() {
+        return;
+    }
+    let Ok(list) = crate::train::checkpoint::ModelStore::open(models_dir).and_then(|s| s.list()) else { return };
+    for info in list.iter().rev().take(crate::monitor::board::TRAININGS_KEPT).rev() {
+        let finished = chrono::DateTime::parse_from_rfc3339(&info.created_at).map_or(0.0, |t| t.timestamp_millis() as f64 / 1000.0);
+        metrics.board.push_training(crate::monitor::board::TrainingCard {
+            finished_unix_s: finished,
+            id: Some(info.id.clone()),
+            result: if info.decision.promoted { "promoted" } else { "rejected" }.into(),
+            reason: info.decision.reason.clone(),
+            theta: info.theta.clone(),
+            seconds: info.fit.get("seconds").and_then(|s| s.as_f64()).unwrap_or(0.0),
+            warm_start: info.parent.is_some(),
+        });
+    }
+}
+
 /// After the source ended (and unless SIGTERM already came): keep serving `/metrics`, `/healthz` and
 /// the schedule until SIGTERM.
 fn idle_until_stopped(stop: &AtomicBool, health: &Health, why: &str) {
@@ -225,8 +275,10 @@ fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged), merged.clone())?;
     let mut counters = Monitor::new(metrics.clone(), &config, &merged);
+    describe_stream(&metrics, &config, &opts.state_dir, true);
+    list_earlier_trainings(&metrics, &crate::train::models_dir(&config, &merged));
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
-    eprintln!("ultr run: metrics at http://{}/metrics, health at http://{}/healthz; merged view in {}", server.addr, server.addr, merged.display());
+    eprintln!("ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); merged view in {}", server.addr, server.addr, server.addr, merged.display());
     let leader = Arc::new(AtomicBool::new(false));
     let scheduler = schedule::Scheduler::start_gated(&config, merged.clone(), metrics.clone(), Some(leader.clone()))?;
     health.ready.store(true, Ordering::SeqCst);
@@ -258,8 +310,10 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     // can see them: a scrape between serving and restoring read 0 and TrainingStale saw a 56-year-old model.
     let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir), opts.state_dir.clone())?;
     let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
+    describe_stream(&metrics, config, &opts.state_dir, false);
+    list_earlier_trainings(&metrics, &crate::train::models_dir(config, &opts.state_dir));
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
-    eprintln!("ultr run: metrics at http://{}/metrics, health at http://{}/healthz; state in {}", server.addr, server.addr, opts.state_dir.display());
+    eprintln!("ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); state in {}", server.addr, server.addr, server.addr, opts.state_dir.display());
     let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
     if let Some(s) = &config.train.schedule {
         eprintln!("ultr run: retraining on schedule {s:?} (models in {})", crate::train::models_dir(config, &opts.state_dir).display());

@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use crate::config::PipelineConfig;
+use crate::monitor::board::TrainingCard;
 use crate::monitor::metrics::Metrics;
 use crate::train::fit::Cancelled;
 use crate::train::{train_from_state, TrainOutcome, TrainRequest};
@@ -113,14 +114,49 @@ impl Scheduler {
                     cancel: Some(&*stop_flag),
                 });
                 metrics.training_in_progress.set(0);
+                let finished_unix_s = Utc::now().timestamp_millis() as f64 / 1000.0;
                 match &outcome {
-                    Ok(o) => tracing::info!(id = %o.id, promoted = o.decision.promoted, reason = %o.decision.reason, "scheduled training"),
+                    Ok(o) => {
+                        tracing::info!(
+                            target: "ultr::story",
+                            id = %o.id,
+                            promoted = o.decision.promoted,
+                            "training {}: {} in {:.2} s ({} epochs, {:?}); {}; {}",
+                            if warm { "(warm start)" } else { "(cold)" },
+                            if o.decision.promoted { "PROMOTED" } else { "REJECTED" },
+                            o.fit.seconds,
+                            o.fit.epochs.len(),
+                            o.fit.stop,
+                            crate::monitor::theta_in_short(&o.theta),
+                            o.decision.reason,
+                        );
+                        metrics.board.push_training(TrainingCard {
+                            finished_unix_s,
+                            id: Some(o.id.clone()),
+                            result: if o.decision.promoted { "promoted" } else { "rejected" }.into(),
+                            reason: o.decision.reason.clone(),
+                            theta: o.theta.clone(),
+                            seconds: o.fit.seconds,
+                            warm_start: warm,
+                        });
+                    }
                     Err(e) if e.is::<Cancelled>() => {
                         eprintln!("ultr run: {e}");
                         metrics.trainings.with_label_values(&["cancelled"]).inc();
                         break;
                     }
-                    Err(e) => tracing::warn!("scheduled training failed: {e:#}"),
+                    Err(e) => {
+                        tracing::warn!("scheduled training failed: {e:#}");
+                        metrics.board.push_training(TrainingCard {
+                            finished_unix_s,
+                            id: None,
+                            result: "failed".into(),
+                            reason: format!("{e:#}"),
+                            theta: Vec::new(),
+                            seconds: 0.0,
+                            warm_start: warm,
+                        });
+                    }
                 }
                 record_outcome(&metrics, &outcome);
                 runs_log.lock().expect("runs").push(ScheduledRun {

@@ -828,15 +828,8 @@ pub fn fit_chunks(
     let mut best = (validation_loss(&model.valid(), resident.as_ref(), data, &trained, cfg, val_denominator, &infer_device)?, 0usize, model.valid());
     let mut epochs = Vec::new();
     let mut stop = StopReason::MaxEpochs;
-    let bar = progress.then(|| {
-        let bar = indicatif::ProgressBar::new(survey.steps * cfg.max_epochs as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} steps  {msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar
-    });
+    // Its ETA assumes every epoch runs; early stopping ends sooner.
+    let bar = progress.then(|| crate::progress::bar(Some(survey.steps * cfg.max_epochs as u64), "steps"));
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     'epochs: for epoch in 1..=cfg.max_epochs {
         let t0 = Instant::now();

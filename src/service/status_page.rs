@@ -1,0 +1,696 @@
+//! The status page at `/`: one server-rendered HTML page (no script, refreshes itself) built from
+//! the text `/metrics` serves at the same moment plus the monitor's board of text facts, so every
+//! number on it is an exported value. Every string from the log or the state is escaped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use crate::monitor::board::{BoardState, GraphCard};
+
+/// How often the page reloads itself.
+pub const REFRESH_SECONDS: u32 = 10;
+
+/// Dead letters listed (the newest), and how much of the file's end is read to find them.
+const DEAD_LETTERS_SHOWN: usize = 8;
+const DEAD_LETTER_TAIL_BYTES: u64 = 256 << 10;
+
+/// One series of the text exposition format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// Parses Prometheus's text exposition format (what `Metrics::render` writes): comment lines are
+/// skipped, label values are unescaped (`\\`, `\"`, `\n`).
+pub fn parse_exposition(text: &str) -> Vec<Sample> {
+    text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Sample> {
+    let name_end = line.find(['{', ' '])?;
+    let mut labels = BTreeMap::new();
+    let name = line[..name_end].to_string();
+    let mut rest = &line[name_end..];
+    if let Some(inner) = rest.strip_prefix('{') {
+        let mut chars = inner.char_indices();
+        let mut key = String::new();
+        loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '}' => {
+                    rest = &inner[i + 1..];
+                    break;
+                }
+                ',' | ' ' => {}
+                '=' => {
+                    if chars.next()?.1 != '"' {
+                        return None;
+                    }
+                    let mut value = String::new();
+                    loop {
+                        match chars.next()?.1 {
+                            '\\' => match chars.next()?.1 {
+                                'n' => value.push('\n'),
+                                other => value.push(other),
+                            },
+                            '"' => break,
+                            other => value.push(other),
+                        }
+                    }
+                    labels.insert(std::mem::take(&mut key), value);
+                }
+                other => key.push(other),
+            }
+        }
+    }
+    let value = rest.split_whitespace().next()?;
+    let value = match value {
+        "NaN" => f64::NAN,
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Sample { name, labels, value })
+}
+
+/// The exported series, looked up by name and labels.
+pub struct Series(Vec<Sample>);
+
+impl Series {
+    pub fn new(samples: Vec<Sample>) -> Series {
+        Series(samples)
+    }
+
+    /// The value of the one series `name` whose labels include `labels`, if exported.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.all(name).find(|s| labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))).map(|s| s.value)
+    }
+
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.0.iter().filter(move |s| s.name == name)
+    }
+
+    /// Sum over every series of `name`.
+    pub fn sum(&self, name: &str) -> Option<f64> {
+        let mut it = self.all(name).peekable();
+        it.peek()?;
+        Some(it.map(|s| s.value).sum())
+    }
+
+    /// Per-position values of a series labelled `position`, in position order.
+    pub fn by_position(&self, name: &str, extra: &[(&str, &str)]) -> BTreeMap<u32, f64> {
+        self.all(name)
+            .filter(|s| extra.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .filter_map(|s| Some((s.labels.get("position")?.parse().ok()?, s.value)))
+            .collect()
+    }
+}
+
+/// HTML-escapes text for element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An alert rule of `pipelines/alerts.yml` whose condition holds on the exported values now (the
+/// rule's `for:` may not have elapsed yet; Prometheus decides when it fires).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub alert: &'static str,
+    pub severity: &'static str,
+    pub detail: String,
+}
+
+/// The rules' conditions, each written as its `expr` reads, on the series `/metrics` exports;
+/// `IngestErrorsHigh`'s 5-minute rate comes from the board's counter samples.
+pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<Condition> {
+    let mut out = Vec::new();
+    let mut add = |alert, severity, detail: String| out.push(Condition { alert, severity, detail });
+    for s in series.all("ultr_identified").filter(|s| s.value == 0.0) {
+        add("IdentifiabilityLost", "warning", format!("ultr_identified{{model=\"{}\"}} = 0", s.labels.get("model").cloned().unwrap_or_default()));
+    }
+    if let Some(b) = series.get("ultr_overlap_bottleneck", &[]).filter(|b| *b < 0.25) {
+        add("FeatureOverlapLow", "info", format!("overlap bottleneck {b:.3} < 0.25"));
+    }
+    for s in series.all("ultr_misspecification_z").filter(|s| s.value > 4.0) {
+        add("MisspecificationSuspected", "warning", format!("z = {:.2} > 4 ({})", s.value, s.labels.get("model").cloned().unwrap_or_default()));
+    }
+    for s in series.all("ultr_misspecification_assessable").filter(|s| s.value == 0.0) {
+        add("MisspecificationUnassessable", "info", format!("ultr_misspecification_assessable{{model=\"{}\"}} = 0", s.labels.get("model").cloned().unwrap_or_default()));
+    }
+    if let Some(n) = series.get("ultr_logged_propensity_disagrees", &[]).filter(|n| *n > 0.0) {
+        add("LoggedPropensityMismatch", "warning", format!("{n} policy(ies) disagree"));
+    }
+    let psi = series.get("ultr_residual_psi", &[]).unwrap_or(0.0);
+    let ph = series.get("ultr_residual_page_hinkley", &[]).unwrap_or(0.0);
+    if psi > 0.2 || ph > 0.5 {
+        add("ResidualDrift", "warning", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
+    }
+    if let Some(created) = series.get("ultr_current_model_created_timestamp_seconds", &[]).filter(|c| now_unix_s - c > 26.0 * 3600.0) {
+        let detail = if created == 0.0 { "no model yet (the rule reads creation time 0)".to_string() } else { format!("model {:.1} h old > 26 h", (now_unix_s - created) / 3600.0) };
+        add("TrainingStale", "warning", detail);
+    }
+    let bad = board.rate(300.0, |c| c.bad_records);
+    let records = board.rate(300.0, |c| c.records);
+    if let (Some(bad), Some(records)) = (bad, records) {
+        if bad / records.max(1e-9) > 0.01 {
+            add("IngestErrorsHigh", "warning", format!("{:.1}% of records dead-lettered over 5 min", 100.0 * bad / records.max(1e-9)));
+        }
+    }
+    for s in series.all("ultr_kafka_consumer_lag_messages").filter(|s| s.value > 100_000.0) {
+        add("ConsumerLagHigh", "warning", format!("{} messages behind on {}", s.value, s.labels.get("topic").cloned().unwrap_or_default()));
+    }
+    if series.get("ultr_source_up", &[]) == Some(0.0) {
+        add("KafkaSourceDown", "critical", "ultr_source_up = 0".to_string());
+    }
+    let last_ok = series.get("ultr_monitor_last_success_timestamp_seconds", &[]).unwrap_or(0.0);
+    if now_unix_s - last_ok > 1800.0 && series.get("ultr_monitor_errors_total", &[]).unwrap_or(0.0) > 0.0 {
+        add("MonitorFailing", "warning", format!("no monitor pass for {:.0} min", (now_unix_s - last_ok) / 60.0));
+    }
+    out
+}
+
+/// Alerts the page can judge (every rule in `pipelines/alerts.yml`; a test keeps them in step).
+pub const JUDGED_ALERTS: &[&str] = &[
+    "IdentifiabilityLost",
+    "FeatureOverlapLow",
+    "MisspecificationSuspected",
+    "MisspecificationUnassessable",
+    "LoggedPropensityMismatch",
+    "ResidualDrift",
+    "TrainingStale",
+    "IngestErrorsHigh",
+    "ConsumerLagHigh",
+    "KafkaSourceDown",
+    "MonitorFailing",
+];
+
+/// A dead letter as the page lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LetterRow {
+    pub reason: String,
+    pub detail: String,
+    pub query_id: Option<String>,
+    pub at: String,
+    pub excerpt: String,
+}
+
+/// The newest dead letters of a file sink (its last 256 KiB), newest first.
+pub fn newest_dead_letters(path: &Path, n: usize) -> Vec<LetterRow> {
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(DEAD_LETTER_TAIL_BYTES);
+    if file.seek(SeekFrom::Start(start)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    if file.take(DEAD_LETTER_TAIL_BYTES).read_to_end(&mut buf).is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&buf);
+    // A tail cut mid-line starts with a partial line: skip it.
+    let lines: Vec<&str> = text.lines().skip(usize::from(start > 0)).collect();
+    lines
+        .iter()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<crate::sinks::dead_letter::DeadLetterLine>(l).ok())
+        .take(n)
+        .map(|d| {
+            let payload = d.payload.clone().unwrap_or_else(|| "(binary payload)".into());
+            let query_id = serde_json::from_str::<serde_json::Value>(&payload)
+                .ok()
+                .and_then(|v| v.get("query_id").map(|q| q.as_str().map_or_else(|| q.to_string(), str::to_string)));
+            LetterRow {
+                reason: d.reason,
+                detail: d.detail,
+                query_id,
+                at: format!("{}:{}@{}", d.source, d.partition, d.offset),
+                excerpt: payload.chars().take(160).collect(),
+            }
+        })
+        .collect()
+}
+
+fn number(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(v) if v.is_nan() => "NaN".into(),
+        Some(v) => format!("{v:.digits$}"),
+        None => "—".into(),
+    }
+}
+
+fn unix_time(s: f64) -> String {
+    if s <= 0.0 {
+        return "never".into();
+    }
+    chrono::DateTime::from_timestamp_millis((s * 1000.0) as i64).map_or_else(|| s.to_string(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:0;padding:1rem;background:#fafafa;color:#222;max-width:1200px}\
+h1{font-size:1.3rem;margin:.2rem 0}h2{font-size:1.05rem;margin:.2rem 0 .5rem}\
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:1rem}\
+section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.8rem;overflow-x:auto}\
+table{border-collapse:collapse;width:100%;font-size:.85rem}td,th{border-bottom:1px solid #eee;padding:.2rem .4rem;text-align:left;vertical-align:top}\
+.ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}.warn{color:#9a6700;font-weight:600}\
+svg{width:100%;height:auto;max-width:640px}code{font-size:.85em;word-break:break-all}.muted{color:#666;font-size:.85rem}";
+
+/// Renders the page from the exposition text and the board.
+pub fn render(exposition: &str, board: &BoardState, now_unix_s: f64) -> String {
+    let series = Series::new(parse_exposition(exposition));
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\"><title>ultr status</title><style>{STYLE}</style></head><body>\
+         <h1>ultr status</h1><p class=\"muted\">Source: {}. Rendered {} from the values <a href=\"/metrics\">/metrics</a> exports; reloads every {REFRESH_SECONDS} s. \
+         <a href=\"/healthz\">/healthz</a></p><div class=\"grid\">",
+        escape(&board.source),
+        unix_time(now_unix_s),
+    );
+    verdicts(&mut h, &series, board, now_unix_s);
+    model(&mut h, &series, board);
+    swap_graph(&mut h, &series, board.graph.as_ref());
+    trainings(&mut h, board);
+    stream(&mut h, &series, board);
+    dead_letters(&mut h, &series, board);
+    h.push_str("</div></body></html>\n");
+    h
+}
+
+fn verdicts(h: &mut String, series: &Series, board: &BoardState, now: f64) {
+    h.push_str("<section id=\"verdicts\"><h2>Verdicts</h2><table>");
+    let identified: Vec<&Sample> = series.all("ultr_identified").collect();
+    if identified.is_empty() {
+        h.push_str("<tr><th>Identifiability</th><td id=\"verdict-identified\" data-value=\"\">not judged yet (no closed window)</td></tr>");
+    }
+    for s in identified {
+        let model = s.labels.get("model").cloned().unwrap_or_default();
+        let (class, text) = if s.value == 1.0 { ("ok", "IDENTIFIED") } else { ("bad", "NOT IDENTIFIED") };
+        let needs = board.graph.as_ref().map(|g| g.decides.clone()).unwrap_or_default();
+        let _ = write!(
+            h,
+            "<tr><th>Identifiability ({})</th><td id=\"verdict-identified\" data-value=\"{}\"><span class=\"{class}\">{text}</span><br><span class=\"muted\">{}</span></td></tr>",
+            escape(&model),
+            s.value,
+            escape(&needs)
+        );
+    }
+    let z: Vec<&Sample> = series.all("ultr_misspecification_z").collect();
+    let blind = board.graph.as_ref().and_then(|g| g.misspecification_blind.clone());
+    if z.is_empty() {
+        let why = blind.clone().unwrap_or_else(|| "no window scored under a model yet".into());
+        let _ = write!(h, "<tr><th>Misspecification</th><td id=\"verdict-misspecification\">cannot be assessed: {}</td></tr>", escape(&why));
+    }
+    for s in z {
+        let model = s.labels.get("model").cloned().unwrap_or_default();
+        let cell = if s.value.is_nan() {
+            format!("<span class=\"warn\">cannot be assessed</span>: {}", escape(blind.as_deref().unwrap_or("the policy does not vary within positions")))
+        } else {
+            let (class, word) = if s.value > 4.0 { ("bad", "residuals depend on the logging policy") } else { ("ok", "no sign") };
+            format!("<span class=\"{class}\">z = {:.2}</span> ({word}; alert above 4)", s.value)
+        };
+        let _ = write!(h, "<tr><th>Misspecification ({})</th><td id=\"verdict-misspecification\">{cell}</td></tr>", escape(&model));
+    }
+    let bottleneck = series.get("ultr_overlap_bottleneck", &[]);
+    let _ = write!(h, "<tr><th>Overlap bottleneck</th><td>{}</td></tr>", number(bottleneck, 3));
+    let disagree = series.get("ultr_logged_propensity_disagrees", &[]);
+    let dispersion = series.get("ultr_logged_propensity_dispersion", &[]);
+    let logged = match disagree {
+        Some(d) if d > 0.0 => format!("<span class=\"bad\">{d} policy(ies) disagree</span> (dispersion {})", number(dispersion, 2)),
+        _ if dispersion.is_some_and(|d| d > 0.0) => format!("<span class=\"ok\">agree</span> (dispersion {})", number(dispersion, 2)),
+        _ => "no logged propensities judged".into(),
+    };
+    let _ = write!(h, "<tr><th>Logged propensities</th><td>{logged}</td></tr>");
+    let conds = conditions(series, board, now);
+    h.push_str("<tr><th>Alert conditions holding now</th><td id=\"alert-conditions\">");
+    if conds.is_empty() {
+        h.push_str("<span class=\"ok\">none</span>");
+    }
+    for c in &conds {
+        let class = if c.severity == "critical" { "bad" } else { "warn" };
+        let _ = write!(h, "<div><span class=\"{class}\">{}</span> ({}): {}</div>", c.alert, c.severity, escape(&c.detail));
+    }
+    h.push_str("<div class=\"muted\">the rules' conditions on these values; Prometheus fires once a rule's <code>for:</code> has passed</div></td></tr></table></section>");
+}
+
+/// θ_k − θ_1 with its interval as an SVG plot, and the same values as a table.
+fn model(h: &mut String, series: &Series, board: &BoardState) {
+    h.push_str("<section id=\"model\"><h2>Current model</h2>");
+    let theta = series.by_position("ultr_theta", &[]);
+    let lower = series.by_position("ultr_theta_interval", &[("bound", "lower")]);
+    let upper = series.by_position("ultr_theta_interval", &[("bound", "upper")]);
+    match &board.current_model {
+        Some(m) => {
+            let range = m.data_range_ms.map_or("unknown".to_string(), |(s, e)| crate::monitor::span_in_short(s, e));
+            let _ = write!(
+                h,
+                "<p>Model <code id=\"model-id\">{}</code>, trained {} on {} closed window(s) ({range} UTC){}. Promoted: {}</p>",
+                escape(&m.id),
+                escape(&m.created_at),
+                m.windows,
+                m.parent.as_ref().map(|p| format!(", warm-started from <code>{}</code>", escape(p))).unwrap_or_default(),
+                escape(&m.promoted_reason),
+            );
+        }
+        None => h.push_str("<p id=\"model-id\">No model promoted yet.</p>"),
+    }
+    // Positions the horizon never showed have no data behind their θ (the model exports its
+    // initial value there): the page draws the positions of the graph, and says so.
+    let seen: Vec<u32> = board.graph.as_ref().map(|g| g.components.iter().flatten().copied().collect()).unwrap_or_default();
+    let mut theta = theta;
+    let exported = theta.len();
+    if let Some(&deepest) = seen.iter().max() {
+        theta.retain(|k, _| *k <= deepest);
+    }
+    if theta.is_empty() {
+        h.push_str("<p>No θ yet.</p></section>");
+        return;
+    }
+    theta_plot(h, &theta, &lower, &upper);
+    if theta.len() < exported {
+        let _ = write!(h, "<p class=\"muted\">Positions {}–{exported} were not shown in the lookback horizon; their exported θ is untrained and not drawn.</p>", theta.len() + 1);
+    }
+    let note = match board.current_model.as_ref().and_then(|m| m.intervals.clone()) {
+        Some(method) => format!("Points: the model's θ (as trained and shipped). Bars: the bootstrap interval of the converged estimate ({method})."),
+        None => "Points: the model's θ. No intervals: enable [train.uncertainty] for bootstrap intervals.".into(),
+    };
+    let _ = write!(h, "<p class=\"muted\">{}</p><table id=\"theta-table\"><tr><th>k</th><th>θ<sub>k</sub> − θ<sub>1</sub></th><th>interval</th></tr>", escape(&note));
+    for (k, t) in &theta {
+        let interval = match (lower.get(k), upper.get(k)) {
+            (Some(lo), Some(hi)) => format!("[{lo:.4}, {hi:.4}]"),
+            _ => "—".into(),
+        };
+        let _ = write!(h, "<tr><td>{k}</td><td class=\"theta\" data-position=\"{k}\" data-value=\"{t}\">{t:.4}</td><td>{interval}</td></tr>");
+    }
+    h.push_str("</table></section>");
+}
+
+fn theta_plot(h: &mut String, theta: &BTreeMap<u32, f64>, lower: &BTreeMap<u32, f64>, upper: &BTreeMap<u32, f64>) {
+    let (w, ht, left, right, top, bottom) = (480.0, 300.0, 56.0, 12.0, 15.0, 42.0);
+    let values = theta.values().chain(lower.values()).chain(upper.values()).copied().filter(|v| v.is_finite());
+    let (mut lo, mut hi) = values.fold((0.0f64, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+    if hi - lo < 1e-9 {
+        hi += 0.5;
+        lo -= 0.5;
+    }
+    let pad = (hi - lo) * 0.08;
+    let (lo, hi) = (lo - pad, hi + pad);
+    let kmax = *theta.keys().max().unwrap_or(&1) as f64;
+    let x = |k: u32| left + (k as f64 - 0.5) / kmax * (w - left - right);
+    let y = |v: f64| top + (hi - v) / (hi - lo) * (ht - top - bottom);
+    let _ = write!(h, "<svg id=\"theta-plot\" viewBox=\"0 0 {w} {ht}\" role=\"img\" aria-label=\"θ_k − θ_1 by position\" xmlns=\"http://www.w3.org/2000/svg\">");
+    let _ = write!(h, "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>", y(0.0), w - right, y(0.0));
+    let _ = write!(h, "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"#333\"/>", ht - bottom);
+    for i in 0..=4 {
+        let v = lo + (hi - lo) * i as f64 / 4.0;
+        let _ = write!(h, "<text x=\"{}\" y=\"{}\" font-size=\"15\" text-anchor=\"end\">{v:.2}</text>", left - 5.0, y(v) + 5.0);
+    }
+    let step = ((kmax / 12.0).ceil() as u32).max(1);
+    for (&k, &t) in theta {
+        if (k - 1) % step == 0 {
+            let _ = write!(h, "<text x=\"{}\" y=\"{}\" font-size=\"15\" text-anchor=\"middle\">{k}</text>", x(k), ht - bottom + 18.0);
+        }
+        if let (Some(&a), Some(&b)) = (lower.get(&k), upper.get(&k)) {
+            let _ = write!(h, "<line class=\"interval\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#6e7781\" stroke-width=\"3\"><title>interval of θ{k} − θ1: [{a:.4}, {b:.4}]</title></line>", x(k), y(a), y(b));
+        }
+        if t.is_finite() {
+            let _ = write!(h, "<circle class=\"theta-point\" cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"#0969da\"><title>θ{k} − θ1 = {t:.4}</title></circle>", x(k), y(t));
+        }
+    }
+    let _ = write!(h, "<text x=\"{}\" y=\"{}\" font-size=\"15\" text-anchor=\"middle\">position k</text></svg>", (w + left) / 2.0, ht - 4.0);
+}
+
+/// The swap graph: positions on a circle, edges as wide as log(swap pairs), position 1's component green.
+fn swap_graph(h: &mut String, series: &Series, graph: Option<&GraphCard>) {
+    h.push_str("<section id=\"graph\"><h2>Swap graph</h2>");
+    let edges: Vec<(u32, u32, f64)> = series
+        .all("ultr_swap_pairs")
+        .filter_map(|s| Some((s.labels.get("position_a")?.parse().ok()?, s.labels.get("position_b")?.parse().ok()?, s.value)))
+        .collect();
+    let mut nodes: Vec<u32> = graph.map(|g| g.components.iter().flatten().copied().collect()).unwrap_or_default();
+    nodes.extend(edges.iter().flat_map(|(a, b, _)| [*a, *b]));
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes.retain(|n| *n as usize <= crate::monitor::metrics::MAX_POSITION_LABELS);
+    if nodes.is_empty() {
+        h.push_str("<p>No closed window yet.</p></section>");
+        return;
+    }
+    let first: Vec<u32> = graph.and_then(|g| g.components.iter().find(|c| c.contains(&1)).cloned()).unwrap_or_default();
+    let (size, radius) = (320.0, 125.0);
+    let at = |n: u32| {
+        let i = nodes.iter().position(|m| *m == n).unwrap_or(0) as f64;
+        let angle = -std::f64::consts::FRAC_PI_2 + i / nodes.len() as f64 * std::f64::consts::TAU;
+        (size / 2.0 + radius * angle.cos(), size / 2.0 + radius * angle.sin())
+    };
+    let heaviest = edges.iter().map(|e| e.2).fold(1.0f64, f64::max);
+    let _ = write!(h, "<svg id=\"swap-graph\" viewBox=\"0 0 {size} {size}\" role=\"img\" aria-label=\"swap graph: positions linked by swapped (query, document) pairs\" xmlns=\"http://www.w3.org/2000/svg\">");
+    for (a, b, n) in &edges {
+        let ((x1, y1), (x2, y2)) = (at(*a), at(*b));
+        // Width and ink grow with log(pairs), so a dense graph still shows where the swaps are.
+        let weight = (1.0 + n).ln() / (1.0 + heaviest).ln();
+        let (width, opacity) = (0.3 + 4.7 * weight, 0.08 + 0.72 * weight);
+        let _ = write!(h, "<line class=\"swap-edge\" x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" stroke=\"#57606a\" stroke-opacity=\"{opacity:.2}\" stroke-width=\"{width:.2}\"><title>{a}–{b}: {n} swap pairs</title></line>");
+    }
+    for n in &nodes {
+        let (cx, cy) = at(*n);
+        let fill = if first.contains(n) { "#1a7f37" } else { "#cf222e" };
+        let _ = write!(h, "<circle cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"11\" fill=\"{fill}\"/><text x=\"{cx:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#fff\" text-anchor=\"middle\">{n}</text>", cy + 4.0);
+    }
+    h.push_str("</svg>");
+    let _ = write!(h, "<p class=\"muted\">{} edge(s); width and ink grow with log(swap pairs), the heaviest {heaviest} pairs. Green: connected to position 1.</p>", edges.len());
+    if let Some(g) = graph {
+        if g.components.len() > 1 {
+            let comps: Vec<String> = g.components.iter().map(|c| format!("{{{}}}", c.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))).collect();
+            let advice: Vec<String> = g.advice.iter().map(|(a, b)| format!("{a}↔{b}")).collect();
+            let _ = write!(
+                h,
+                "<p id=\"randomization-advice\" class=\"bad\">Not connected: components {}. Randomise (swap for a small share of traffic) {} to connect it.</p>",
+                escape(&comps.join(", ")),
+                escape(&advice.join(", "))
+            );
+        }
+    }
+    h.push_str("</section>");
+}
+
+fn trainings(h: &mut String, board: &BoardState) {
+    h.push_str("<section id=\"trainings\"><h2>Last trainings</h2>");
+    if board.trainings.is_empty() {
+        h.push_str("<p>None yet.</p></section>");
+        return;
+    }
+    h.push_str("<table><tr><th>finished</th><th>decision</th><th>θ<sub>2</sub>…</th><th>reason</th></tr>");
+    for t in board.trainings.iter().rev() {
+        let class = match t.result.as_str() {
+            "promoted" => "ok",
+            "rejected" => "warn",
+            _ => "bad",
+        };
+        let theta: Vec<String> = t.theta.iter().skip(1).take(5).map(|v| format!("{v:+.2}")).collect();
+        let _ = write!(
+            h,
+            "<tr><td>{}<br><code>{}</code></td><td class=\"{class}\">{}{}</td><td>{}</td><td>{} ({:.1} s)</td></tr>",
+            unix_time(t.finished_unix_s),
+            escape(t.id.as_deref().unwrap_or("")),
+            escape(&t.result),
+            if t.warm_start { " (warm)" } else { "" },
+            theta.join(" "),
+            escape(&t.reason),
+            t.seconds
+        );
+    }
+    h.push_str("</table></section>");
+}
+
+fn stream(h: &mut String, series: &Series, board: &BoardState) {
+    let rate = board.rate(60.0, |c| c.sessions);
+    let lag = series.sum("ultr_kafka_consumer_lag_messages");
+    let rows = [
+        ("Sessions/s (last minute)", number(rate, 1)),
+        ("Sessions", number(series.get("ultr_sessions_total", &[]), 0)),
+        ("Records read", number(series.get("ultr_records_total", &[]), 0)),
+        ("Windows open", number(series.get("ultr_windows_open", &[]), 0)),
+        ("Windows closed", number(series.get("ultr_windows_closed_total", &[]), 0)),
+        ("Late sessions", number(series.get("ultr_late_sessions_total", &[]), 0)),
+        ("Duplicate sessions", number(series.get("ultr_duplicate_sessions_total", &[]), 0)),
+        ("Consumer lag (messages)", number(lag, 0)),
+        ("Watermark", series.get("ultr_watermark_timestamp_seconds", &[]).map_or("—".into(), unix_time)),
+    ];
+    h.push_str("<section id=\"stream\"><h2>Stream</h2><table>");
+    for (k, v) in rows {
+        let _ = write!(h, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
+    }
+    h.push_str("</table></section>");
+}
+
+fn dead_letters(h: &mut String, series: &Series, board: &BoardState) {
+    h.push_str("<section id=\"dead-letters\"><h2>Dead letters</h2><table><tr><th>reason</th><th>count</th></tr>");
+    let mut any = false;
+    for s in series.all("ultr_bad_records_total") {
+        any = true;
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", escape(s.labels.get("reason").map_or("", String::as_str)), s.value);
+    }
+    if !any {
+        h.push_str("<tr><td colspan=\"2\">none</td></tr>");
+    }
+    h.push_str("</table>");
+    let _ = write!(h, "<p class=\"muted\">Written to {}.</p>", escape(&board.dead_letter_target));
+    if let Some(path) = &board.dead_letter_file {
+        let letters = newest_dead_letters(path, DEAD_LETTERS_SHOWN);
+        if !letters.is_empty() {
+            h.push_str("<table id=\"newest-dead-letters\"><tr><th>newest letters</th><th>query_id</th></tr>");
+            for l in letters {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}: <span class=\"muted\">{}</span><br><code>{}</code></td><td class=\"query-id\">{}</td></tr><tr><td colspan=\"2\"><code>{}</code></td></tr>",
+                    escape(&l.reason),
+                    escape(&l.detail),
+                    escape(&l.at),
+                    escape(l.query_id.as_deref().unwrap_or("—")),
+                    escape(&l.excerpt)
+                );
+            }
+            h.push_str("</table>");
+        }
+    }
+    h.push_str("</section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor::metrics::Metrics;
+
+    #[test]
+    fn exposition_lines_parse_with_escaped_labels() {
+        let text = "# HELP x y\n# TYPE x gauge\nultr_theta{position=\"2\"} -0.6931\nultr_bad_records_total{reason=\"a \\\"b\\\" \\\\ c\\nd\"} 3\nultr_misspecification_z{model=\"mlp\"} NaN\nultr_records_total 12\n";
+        let s = parse_exposition(text);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[0].name, "ultr_theta");
+        assert_eq!(s[0].labels["position"], "2");
+        assert_eq!(s[0].value, -0.6931);
+        assert_eq!(s[1].labels["reason"], "a \"b\" \\ c\nd");
+        assert!(s[2].value.is_nan());
+        assert_eq!((s[3].name.as_str(), s[3].labels.len(), s[3].value), ("ultr_records_total", 0, 12.0));
+    }
+
+    /// The page reads the registry's own exposition: every series `Metrics` writes parses back to
+    /// the value it holds.
+    #[test]
+    fn the_registrys_exposition_parses_back_to_its_values() {
+        let m = Metrics::new();
+        m.set_theta(&[0.0, -0.5, -1.25]);
+        m.bad_records.with_label_values(&["bad \"json\" <x>"]).inc_by(7);
+        m.set_theta_intervals(Some(([0.0, -0.7, -1.5].as_slice(), [0.0, -0.3, -1.0].as_slice())));
+        let series = Series::new(parse_exposition(&m.render()));
+        assert_eq!(series.by_position("ultr_theta", &[]), BTreeMap::from([(1, 0.0), (2, -0.5), (3, -1.25)]));
+        assert_eq!(series.get("ultr_bad_records_total", &[("reason", "bad \"json\" <x>")]), Some(7.0));
+        assert_eq!(series.get("ultr_theta_interval", &[("position", "3"), ("bound", "lower")]), Some(-1.5));
+        m.set_theta_intervals(None);
+        assert_eq!(Series::new(parse_exposition(&m.render())).all("ultr_theta_interval").count(), 0);
+    }
+
+    #[test]
+    fn escape_leaves_no_markup() {
+        let hostile = "<script>alert('x')</script>\"&";
+        let e = escape(hostile);
+        assert_eq!(e, "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&quot;&amp;");
+        assert!(!e.contains(['<', '>', '"', '\'']));
+    }
+
+    /// Every rule in the shipped alerts file has its condition on the page, and no other.
+    #[test]
+    fn the_page_judges_every_shipped_alert() {
+        let rules: serde_yaml::Value = serde_yaml::from_str(include_str!("../../pipelines/alerts.yml")).unwrap();
+        let mut shipped: Vec<String> = rules["groups"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_sequence().unwrap().iter().filter_map(|r| r["alert"].as_str().map(str::to_string)))
+            .collect();
+        shipped.sort();
+        let mut judged: Vec<String> = JUDGED_ALERTS.iter().map(|s| s.to_string()).collect();
+        judged.sort();
+        assert_eq!(shipped, judged);
+    }
+
+    /// Each condition holds on values past its threshold and not on values short of it.
+    #[test]
+    fn conditions_follow_the_rules_thresholds() {
+        let now = 2.0e9;
+        let page = |text: &str| conditions(&Series::new(parse_exposition(text)), &BoardState::default(), now).into_iter().map(|c| c.alert).collect::<Vec<_>>();
+        let healthy = format!(
+            "ultr_identified{{model=\"mlp\"}} 1\nultr_overlap_bottleneck 0.3\nultr_misspecification_z{{model=\"mlp\"}} 3.9\nultr_misspecification_assessable{{model=\"mlp\"}} 1\n\
+             ultr_logged_propensity_disagrees 0\nultr_residual_psi 0.19\nultr_residual_page_hinkley 0.4\nultr_current_model_created_timestamp_seconds {}\n\
+             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100000\nultr_source_up 1\nultr_monitor_last_success_timestamp_seconds {now}\nultr_monitor_errors_total 2\n",
+            now - 25.0 * 3600.0
+        );
+        assert!(page(&healthy).is_empty(), "{:?}", page(&healthy));
+        let sick = format!(
+            "ultr_identified{{model=\"mlp\"}} 0\nultr_overlap_bottleneck 0.2\nultr_misspecification_z{{model=\"mlp\"}} 4.1\nultr_misspecification_assessable{{model=\"mlp\"}} 0\n\
+             ultr_logged_propensity_disagrees 1\nultr_residual_psi 0.21\nultr_residual_page_hinkley 0.4\nultr_current_model_created_timestamp_seconds {}\n\
+             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100001\nultr_source_up 0\nultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_errors_total 2\n",
+            now - 27.0 * 3600.0,
+            now - 1801.0
+        );
+        let mut fired = page(&sick);
+        fired.sort();
+        let mut expected: Vec<&str> = JUDGED_ALERTS.iter().copied().filter(|a| *a != "IngestErrorsHigh").collect();
+        expected.sort();
+        assert_eq!(fired, expected);
+        // The dead-letter share: 2% of records over the samples' 5 minutes fires, 0.5% does not.
+        let mut board = BoardState::default();
+        let s = |t: f64, records: u64, bad: u64| crate::monitor::board::CounterSample { unix_s: t, records, sessions: records, bad_records: bad };
+        board.samples.extend([s(now - 200.0, 1000, 0), s(now, 2000, 20)]);
+        assert_eq!(conditions(&Series::new(vec![]), &board, now)[0].alert, "IngestErrorsHigh");
+        board.samples = [s(now - 200.0, 1000, 0), s(now, 2000, 5)].into();
+        assert!(conditions(&Series::new(vec![]), &board, now).is_empty());
+    }
+
+    #[test]
+    fn the_page_escapes_log_strings_and_shows_exported_theta() {
+        let m = Metrics::new();
+        m.set_theta(&[0.0, -0.69]);
+        m.identified.with_label_values(&["mlp"]).set(1);
+        m.bad_records.with_label_values(&["<b>reason</b>"]).inc();
+        let dir = tempfile::tempdir().unwrap();
+        let letters = dir.path().join("dead.jsonl");
+        let line = crate::sinks::dead_letter::DeadLetterLine {
+            reason: "duplicate_position".into(),
+            detail: "<img src=x>".into(),
+            source: "f".into(),
+            partition: 0,
+            offset: 3,
+            payload: Some(r#"{"query_id":"<script>alert(1)</script>","session_id":"s"}"#.into()),
+            payload_base64: None,
+            payload_bytes: 10,
+            payload_sha256: String::new(),
+            truncated: false,
+        };
+        std::fs::write(&letters, serde_json::to_string(&line).unwrap() + "\n").unwrap();
+        let board = BoardState { dead_letter_file: Some(letters), ..Default::default() };
+        let page = render(&m.render(), &board, 2.0e9);
+        assert!(!page.contains("<script>") && !page.contains("<img") && !page.contains("<b>reason"));
+        assert!(page.contains("<td class=\"query-id\">&lt;script&gt;alert(1)&lt;/script&gt;</td>"));
+        assert!(page.contains("data-position=\"2\" data-value=\"-0.69\""));
+        assert!(page.contains("id=\"theta-plot\""));
+        assert!(!page.contains("id=\"swap-graph\""), "no graph is drawn before a window closed");
+        assert!(page.contains("id=\"verdict-identified\" data-value=\"1\""));
+    }
+}
