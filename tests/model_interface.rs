@@ -31,7 +31,7 @@ fn raw_examples() -> Examples {
 
 /// θ_2..θ_10 − θ_1 and the best validation loss of three fixed-seed fits, printed by the same fits
 /// at f37df33 (the single `TwoTower` model, before the interface): the additive model on the
-/// interface must reproduce them exactly.
+/// interface must reproduce them up to the CPU's float summation order.
 const GOLDEN: [(&str, f64, [f64; 10]); 3] = [
     ("raw-linear", 13.390242374146757, [0.0, -0.03473394364118576, -0.04471000283956528, -0.044797368347644806, -0.04540164768695831, -0.046822771430015564, -0.04590524733066559, -0.04653939604759216, -0.04670491814613342, -0.04687419533729553]),
     ("aggregated-mlp", 8.321825380292768, [0.0, -0.04691428691148758, -0.07103782892227173, -0.0946960300207138, -0.10274885594844818, -0.09699083864688873, -0.10367458313703537, -0.10147573053836823, -0.11795224249362946, -0.11617068201303482]),
@@ -49,8 +49,13 @@ fn the_additive_model_is_bit_identical_to_the_model_before_the_interface() {
         let cfg = TrainConfig { tower, max_epochs: 3, patience: 3, seed: 5, ..TrainConfig::default() };
         let (t, r) = fit(ex, &cfg, None, false).unwrap();
         let got: Vec<f64> = t.position_bias().into_iter().take(10).collect();
-        assert_eq!(r.best_validation_loss, loss, "{name}: best validation loss");
-        assert_eq!(got, theta.to_vec(), "{name}: θ");
+        // The golden values were printed on one CPU; burn's kernels pick their SIMD path by CPU, so
+        // another machine sums in another order (seen: 13.887247277 against 13.887248610 on an AMD
+        // EPYC). The bound is far below any change of the model: relative 1e-6 on the loss, 1e-5 on θ.
+        assert!((r.best_validation_loss - loss).abs() <= 1e-6 * loss.abs(), "{name}: best validation loss {} against {loss}", r.best_validation_loss);
+        for (k, (g, want)) in got.iter().zip(theta).enumerate() {
+            assert!((g - want).abs() <= 1e-5, "{name}: θ_{} = {g} against {want}", k + 1);
+        }
     }
 }
 
