@@ -73,7 +73,7 @@ struct Told {
     logged_propensity_disagrees: Option<i64>,
 }
 
-/// A short form of θ_k − θ_1 for a log line: "θ−θ1 = 0 −0.69 −1.10 …" (at most 10 positions).
+/// A short form of θ_k − θ_1 for a log line: "θk−θ1 = +0.00 -0.69 -1.10 …" (at most 10 positions).
 pub fn theta_in_short(theta: &[f64]) -> String {
     let shown: Vec<String> = theta.iter().take(10).map(|t| format!("{t:+.2}")).collect();
     let more = if theta.len() > 10 { format!(" … ({} positions)", theta.len()) } else { String::new() };
