@@ -319,6 +319,7 @@ impl PipelineConfig {
                     store.url
                 )));
             }
+            store.check_option_keys().map_err(invalid)?;
         }
         let id = &config.identifiability;
         for (key, set, now) in [

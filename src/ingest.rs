@@ -52,6 +52,15 @@ pub struct Ingest<S> {
     /// `decode.max_clock_skew` in ms; `None` disables the future-event-time check.
     max_clock_skew_ms: Option<i64>,
     stream_clocks: BTreeMap<String, i64>,
+    /// The latest wall clock this process has read: the future-time guard's reference never steps
+    /// back with the clock (an NTP correction would otherwise refuse valid live records).
+    wall_high_ms: i64,
+}
+
+/// The guard's live reference: the wall clock, but never earlier than it has been.
+fn monotonic_wall(high: &mut i64, wall_ms: i64) -> i64 {
+    *high = (*high).max(wall_ms);
+    *high
 }
 
 pub enum Next {
@@ -70,6 +79,7 @@ impl<S: RecordSource> Ingest<S> {
             resume: ResumeOffsets::default(),
             max_clock_skew_ms,
             stream_clocks: BTreeMap::new(),
+            wall_high_ms: i64::MIN,
         }
     }
 
@@ -144,7 +154,7 @@ impl<S: RecordSource> Ingest<S> {
         let mut sessions = 0;
         let mut origins = Vec::with_capacity(records.len());
         let mut batch_resume = ResumeOffsets::default();
-        let wall_ms = chrono::Utc::now().timestamp_millis();
+        let wall_ms = monotonic_wall(&mut self.wall_high_ms, chrono::Utc::now().timestamp_millis());
         let replay = self.source.replays_history();
         for record in &records {
             let ceiling = self.max_clock_skew_ms.map(|skew| {
@@ -185,5 +195,18 @@ impl<S: RecordSource> Ingest<S> {
             resume: self.resume.clone(),
             origins,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Regression: a wall clock stepping back (NTP) lowered the future-time ceiling with it, and
+    /// live records stamped by producers on the right time were refused as `future_event_time`.
+    #[test]
+    fn the_guard_reference_never_steps_back_with_the_wall_clock() {
+        let mut high = i64::MIN;
+        assert_eq!(super::monotonic_wall(&mut high, 10_000), 10_000);
+        assert_eq!(super::monotonic_wall(&mut high, 4_000), 10_000, "stepped back 6 s");
+        assert_eq!(super::monotonic_wall(&mut high, 12_000), 12_000);
     }
 }

@@ -27,7 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::config::{PipelineConfig, SourceConfig};
 use crate::pipeline::{run_with_source, Observer, RunReport};
 use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use crate::sources::{RecordSource, ResumeOffsets};
+use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
 use crate::state::merged::{compact, CompactReport, MergeTarget};
 use crate::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
 use crate::state::{lease, StateStore};
@@ -44,6 +44,8 @@ pub trait ScaleObserver {
     fn on_merged(&mut self, _merged_dir: &Path, _report: &RunReport) {}
     /// Whether this instance holds the compactor lease (it runs the training schedule).
     fn on_lease(&mut self, _held: bool) {}
+    /// The group member's connection health (reachability of the brokers, errors by kind), once.
+    fn on_source(&mut self, _health: Arc<SourceHealth>) {}
     fn on_progress(&mut self, _report: &RunReport) {}
     fn should_stop(&self) -> bool {
         false
@@ -75,6 +77,12 @@ struct Shared {
     /// Partitions whose task was fenced off: restarted while the group still assigns them here.
     fenced: Mutex<Vec<(String, i32)>>,
     last_rebalance: Mutex<Instant>,
+    /// The group member's view of the brokers (what `ultr_source_up` and `/healthz` report).
+    health: Arc<SourceHealth>,
+    /// The running tasks' reports so far: the instance's counters include them while they run
+    /// (they were counted only when a task ended, so a busy instance exported almost nothing).
+    /// Moved into `finished` when the task ends, under `finished`'s lock.
+    live: Mutex<BTreeMap<(String, i32), RunReport>>,
 }
 
 impl Shared {
@@ -115,10 +123,19 @@ impl Shared {
     }
 
     fn reap(&self, topic: &str, partition: i32, handle: JoinHandle<anyhow::Result<RunReport>>) {
-        match handle.join() {
+        let joined = handle.join();
+        {
+            // The task's counts move from live to finished at once: a reader never sees them twice or not at all.
+            let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+            let live = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&(topic.to_string(), partition));
+            match &joined {
+                Ok(Ok(report)) => finished.push(report.clone()),
+                _ => finished.extend(live),
+            }
+        }
+        match joined {
             Ok(Ok(report)) => {
                 tracing::info!(topic, partition, records = report.records, "partition task ended");
-                self.finished.lock().unwrap_or_else(|e| e.into_inner()).push(report)
             }
             Ok(Err(e)) if e.chain().any(|c| c.is::<Fenced>()) => {
                 // Another instance took the partition over while this one still held it (a
@@ -146,7 +163,7 @@ impl Shared {
         let (writer, restored) =
             self.remote.take_over(&prefix, &dir).with_context(|| format!("restoring {topic}[{partition}] from {}", self.remote.url))?;
         tracing::info!(topic, partition, restored, "partition state ready");
-        let mut observer = TaskObserver { shared: self, writer, stop, global: self.stop.clone() };
+        let mut observer = TaskObserver { shared: self, writer, stop, global: self.stop.clone(), key: (topic.to_string(), partition) };
         let kafka = self.kafka.clone();
         let open = move |resume: &ResumeOffsets| -> anyhow::Result<Box<dyn RecordSource + Send>> {
             Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition)?))
@@ -159,12 +176,19 @@ impl Shared {
 /// group member to commit; stop on revocation or on the instance's stop.
 struct TaskObserver<'a> {
     shared: &'a Shared,
+    key: (String, i32),
     writer: Writer,
     stop: Arc<AtomicBool>,
     global: Arc<AtomicBool>,
 }
 
 impl Observer for TaskObserver<'_> {
+    fn on_progress(&mut self, report: &RunReport) {
+        let mut live = report.clone();
+        live.window_close_seconds.clear(); // observed by no one in scale-out; not worth the copies
+        self.shared.live.lock().unwrap_or_else(|e| e.into_inner()).insert(self.key.clone(), live);
+    }
+
     fn persist(&mut self, store: &StateStore) -> anyhow::Result<()> {
         self.shared.remote.push(&mut self.writer, store.dir())?;
         self.shared.durable.lock().unwrap_or_else(|e| e.into_inner()).merge(&store.manifest().resume);
@@ -183,6 +207,12 @@ struct GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        let (kind, down) = crate::sources::kafka::classify(&error);
+        tracing::warn!(kind, "Kafka: {error} ({reason}); retrying");
+        self.shared.health.error(kind, down);
+    }
+
     /// librdkafka's own lines go to the instance's log under target `ultr::librdkafka` (the group
     /// protocol step by step with the property `debug = "cgrp"` and `ULTR_LOG=ultr::librdkafka=debug`).
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
@@ -294,6 +324,29 @@ pub fn instance_id() -> String {
     format!("{host}-{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis())
 }
 
+/// The instance's counts: tasks that ended (drained into `ended`) plus the running ones so far.
+/// Lag and watermark in `total` are the main loop's own and stay.
+fn count(total: &mut RunReport, ended: &mut RunReport, shared: &Shared) {
+    let mut sum = {
+        let mut finished = shared.finished.lock().unwrap_or_else(|e| e.into_inner());
+        for r in finished.drain(..) {
+            add(ended, &r);
+        }
+        let mut sum = ended.clone();
+        for r in shared.live.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            add(&mut sum, r);
+        }
+        sum
+    };
+    total.records = sum.records;
+    total.windows_closed_this_run = sum.windows_closed_this_run;
+    total.checkpoints = sum.checkpoints;
+    total.counters = std::mem::take(&mut sum.counters);
+    total.dead_letters = std::mem::take(&mut sum.dead_letters);
+    total.last_checkpoint_unix_ms = total.last_checkpoint_unix_ms.max(sum.last_checkpoint_unix_ms);
+    total.dead_letter_failures = sum.dead_letter_failures;
+}
+
 fn add(total: &mut RunReport, r: &RunReport) {
     total.records += r.records;
     total.windows_closed_this_run += r.windows_closed_this_run;
@@ -309,6 +362,7 @@ fn add(total: &mut RunReport, r: &RunReport) {
         *total.dead_letters.entry(k.clone()).or_default() += v;
     }
     total.last_checkpoint_unix_ms = total.last_checkpoint_unix_ms.max(r.last_checkpoint_unix_ms);
+    total.dead_letter_failures += r.dead_letter_failures;
 }
 
 /// Runs this instance's share of the group until the instance is stopped, or — with
@@ -339,7 +393,10 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
         failure: Mutex::new(None),
         fenced: Mutex::new(Vec::new()),
         last_rebalance: Mutex::new(Instant::now()),
+        health: Arc::new(SourceHealth::default()),
+        live: Mutex::new(BTreeMap::new()),
     });
+    observer.on_source(shared.health.clone());
     let properties = crate::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
     let mut client = ClientConfig::new();
     client
@@ -364,12 +421,15 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
 
     let idle_exit = kafka.idle_exit_ms.map(Duration::from_millis);
     let mut total = RunReport::default();
+    // What ended tasks did; `total` adds the running tasks' reports to it.
+    let mut ended = RunReport::default();
     let mut committed = ResumeOffsets::default();
     let mut last_compaction: Option<Instant> = None;
     let mut leader = false;
     let mut merged_writer: Option<Writer> = None;
     let mut last_done_check: Option<Instant> = None;
     let mut reported_unfinished: Option<Vec<(String, i32, String)>> = None;
+    let mut last_probe: Option<Instant> = None;
     let result: anyhow::Result<()> = (|| {
         loop {
             // Serves the group's callbacks (assignments start tasks, revocations stop them).
@@ -380,6 +440,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
                 bail!(f);
             }
             commit_durable(&consumer, &shared, &mut committed);
+            probe_brokers(&consumer, &shared.health, &kafka.topics, &mut last_probe);
             // Tasks whose source ended (idle_exit) are reaped; their partitions stay assigned.
             let done: Vec<(String, i32)> =
                 shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(_, t)| t.handle.is_finished()).map(|(k, _)| k.clone()).collect();
@@ -388,9 +449,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
                     shared.reap(&topic, partition, task.handle);
                 }
             }
-            for r in shared.finished.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-                add(&mut total, &r);
-            }
+            count(&mut total, &mut ended, &shared);
             let fenced: Vec<(String, i32)> = shared.fenced.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
             if !fenced.is_empty() {
                 let assigned: Vec<(String, i32)> =
@@ -448,9 +507,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     shared.stop.store(true, Ordering::SeqCst);
     let keys: Vec<(String, i32)> = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
     shared.release(&keys);
-    for r in shared.finished.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-        add(&mut total, &r);
-    }
+    count(&mut total, &mut ended, &shared);
     commit_durable(&consumer, &shared, &mut committed);
     consumer.unsubscribe();
     drop(consumer);
@@ -569,6 +626,19 @@ fn lag(consumer: &BaseConsumer<GroupContext>, shared: &Shared) -> Vec<(String, i
 
 /// Commits the offsets whose state is in the store (the group's offsets report lag; the partition
 /// manifests in the store say where reading resumes).
+/// While the brokers count as unreachable, asks for the topic's metadata about once a second: an
+/// answer is the sign of life that ends the outage (librdkafka reports errors, not recoveries, and
+/// a member whose partitions are idle or paused reads nothing that would say so).
+fn probe_brokers(consumer: &BaseConsumer<GroupContext>, health: &SourceHealth, topics: &[String], last: &mut Option<Instant>) {
+    if health.is_up() || last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+        return;
+    }
+    *last = Some(Instant::now());
+    if consumer.fetch_metadata(topics.first().map(String::as_str), Duration::from_millis(500)).is_ok_and(|m| m.brokers().iter().len() > 0) {
+        health.ok();
+    }
+}
+
 fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, committed: &mut ResumeOffsets) {
     let durable = shared.durable.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if durable == *committed {

@@ -606,8 +606,9 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     // Hostile text is text: shown verbatim, never a live element.
     assert!(seen["query_ids"].as_array().unwrap().iter().any(|q| q == hostile), "{seen}");
     assert_eq!(seen["script_elements"], 0);
-    // Regression: a file source has no connection to lose, so it is up (was 0, and KafkaSourceDown held).
-    assert_eq!(series.get("ultr_source_up", &[]), Some(1.0));
+    // Regression: a file source has no connection to lose: no `ultr_source_up` at all (it was 0, and
+    // KafkaSourceDown held; then 1, a number that meant "not applicable").
+    assert_eq!(series.get("ultr_source_up", &[]), None);
     assert!(!seen["alert_conditions"].as_str().unwrap().contains("KafkaSourceDown"), "{seen}");
     assert!(seen["narrow_overflow_px"].as_i64().unwrap() <= 0, "the page scrolls sideways in a 400 px window: {seen}");
     let png = std::fs::read(&screenshot).unwrap();

@@ -63,6 +63,9 @@ enum Command {
     Compact(CompactArgs),
     /// The always-on service: stream → windows → state, metrics on HTTP, scheduled retraining, stop on SIGTERM.
     Run(RunArgs),
+    /// Write a Prometheus rules file with every duration divided by a factor (`for:`, ranges,
+    /// `N * 3600` constants), for running the shipped alerts against a time-compressed deployment.
+    RulesTimeScale(RulesTimeScaleArgs),
     /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
     #[command(subcommand)]
     Experiment(train::ExperimentCommand),
@@ -78,6 +81,31 @@ struct IngestArgs {
     state: Option<PathBuf>,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct RulesTimeScaleArgs {
+    /// The rules file, e.g. pipelines/alerts.yml.
+    rules: PathBuf,
+    /// Every duration is divided by this (120: an hour of rules time is 30 s).
+    #[arg(long)]
+    factor: f64,
+    /// Where to write the result (default: standard output); what was scaled goes to standard error.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn rules_time_scale(args: &RulesTimeScaleArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.rules).with_context(|| format!("reading {}", args.rules.display()))?;
+    let (scaled, found) = crate::monitor::rules_time::scale_rules(&text, args.factor).map_err(|e| anyhow::anyhow!("{}: {e}", args.rules.display()))?;
+    for f in &found {
+        eprintln!("{}:{}: {} {} -> {}", args.rules.display(), f.line, f.kind, f.original, f.replacement);
+    }
+    match &args.out {
+        Some(path) => std::fs::write(path, scaled).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{scaled}"),
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -328,6 +356,7 @@ pub fn main() -> ExitCode {
         Command::Rekey(args) => rekey(&args),
         Command::Score(args) => train::score(&args),
         Command::Models(args) => train::models(&args),
+        Command::RulesTimeScale(args) => rules_time_scale(&args),
         Command::Experiment(cmd) => match train::experiment(&cmd) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),

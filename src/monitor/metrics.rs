@@ -8,6 +8,40 @@ use prometheus::{Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCount
 /// Positions beyond this get no per-position series.
 pub const MAX_POSITION_LABELS: usize = 50;
 
+/// A gauge that is absent until its value is known, and absent again when it stops being known:
+/// a rule must never read "not known yet" as a number that means something else (a model created
+/// at 0 is 56 years old; a bottleneck of 0 is a cut graph). An unlabelled `GaugeVec` underneath.
+#[derive(Clone)]
+pub struct OptionalGauge(GaugeVec);
+
+impl OptionalGauge {
+    fn new(name: &str, help: &str) -> OptionalGauge {
+        OptionalGauge(GaugeVec::new(Opts::new(name, help), &[]).expect("valid metric"))
+    }
+
+    pub fn set(&self, value: f64) {
+        self.0.with_label_values::<&str>(&[]).set(value);
+    }
+
+    /// Sets the value when known, removes the series when not.
+    pub fn set_known(&self, value: Option<f64>) {
+        match value {
+            Some(v) => self.set(v),
+            None => self.clear(),
+        }
+    }
+
+    pub fn clear(&self) {
+        self.0.reset();
+    }
+
+    /// The value, when one is set.
+    pub fn get(&self) -> Option<f64> {
+        use prometheus::core::Collector;
+        self.0.collect().first().and_then(|family| family.get_metric().first().map(|m| m.get_gauge().get_value()))
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
     // ingest
@@ -23,7 +57,8 @@ pub struct Metrics {
     pub watermark: Gauge,
     pub up_since: Gauge,
     pub kafka_errors: IntCounterVec,
-    pub source_up: IntGauge,
+    /// Absent for sources without a connection (a file, the simulator) and until the source was opened.
+    pub source_up: OptionalGauge,
     pub last_checkpoint: Gauge,
     pub dead_letter_failures: IntCounter,
     pub monitor_last_success: Gauge,
@@ -31,7 +66,8 @@ pub struct Metrics {
     // identifiability
     pub graph_components: IntGaugeVec,
     pub positions_disconnected: IntGaugeVec,
-    pub overlap_bottleneck: Gauge,
+    /// Absent until a window closed, and while the bottleneck is undefined (no overlap graph).
+    pub overlap_bottleneck: OptionalGauge,
     pub identified: IntGaugeVec,
     // propensities / IPS
     pub propensity_min: Gauge,
@@ -46,7 +82,8 @@ pub struct Metrics {
     pub training_in_progress: IntGauge,
     pub training_loss: GaugeVec,
     pub last_training_success: Gauge,
-    pub current_model_created: Gauge,
+    /// Absent while there is no current model (the `ModelMissing` rule reads that absence).
+    pub current_model_created: OptionalGauge,
     pub last_promotion: Gauge,
     pub trainings: IntCounterVec,
     // residuals
@@ -76,6 +113,11 @@ impl Metrics {
         let r = Registry::new_custom(Some("ultr".into()), None).expect("valid prefix");
         let counter = |name: &str, help: &str| reg(&r, IntCounter::with_opts(Opts::new(name, help)).expect("valid metric"));
         let gauge = |name: &str, help: &str| reg(&r, Gauge::with_opts(Opts::new(name, help)).expect("valid metric"));
+        let optional = |name: &str, help: &str| {
+            let g = OptionalGauge::new(name, help);
+            reg(&r, g.0.clone());
+            g
+        };
         let gauge_vec = |name: &str, help: &str, labels: &[&str]| reg(&r, GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"));
         Metrics {
             records: counter("records_total", "Source records read (valid or not)."),
@@ -104,7 +146,7 @@ impl Metrics {
                 )
                 .expect("valid"),
             ),
-            source_up: reg(&r, IntGauge::with_opts(Opts::new("source_up", "1 while the source is reachable (0 during a broker outage; a file or the simulator, which has no connection, is 1).")).expect("valid")),
+            source_up: optional("source_up", "1 while the Kafka source is reachable, 0 while it is not (absent for a file or the simulator, which have no connection)."),
             last_checkpoint: gauge("last_checkpoint_timestamp_seconds", "When the state was last made durable."),
             dead_letter_failures: counter("dead_letter_failures_total", "Dead letters the dead-letter sink could not deliver."),
             monitor_last_success: gauge("monitor_last_success_timestamp_seconds", "When the monitor (identifiability, residuals) last finished without error."),
@@ -117,9 +159,9 @@ impl Metrics {
                 &r,
                 IntGaugeVec::new(Opts::new("positions_disconnected", "Positions (nodes) with no path to position 1."), &["graph"]).expect("valid"),
             ),
-            overlap_bottleneck: gauge(
+            overlap_bottleneck: optional(
                 "overlap_bottleneck",
-                "Weakest link of the best spanning tree of positions, swaps scoring 1 and adjacent positions their cross-fitted feature overlap 1 − |2·AUC − 1|.",
+                "Weakest link of the best spanning tree of positions, swaps scoring 1 and adjacent positions their cross-fitted feature overlap 1 − |2·AUC − 1| (absent until a window closed, and when undefined).",
             ),
             identified: reg(
                 &r,
@@ -146,9 +188,9 @@ impl Metrics {
             training_in_progress: reg(&r, IntGauge::with_opts(Opts::new("training_in_progress", "1 while a scheduled training runs.")).expect("valid")),
             training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
             last_training_success: gauge("last_training_success_timestamp_seconds", "When a training run by this process's scheduler last finished without error."),
-            current_model_created: gauge(
+            current_model_created: optional(
                 "current_model_created_timestamp_seconds",
-                "When the current (promoted) model was trained, from the models directory: right after restarts and whoever trains.",
+                "When the current (promoted) model was trained, from the models directory: right after restarts and whoever trains (absent while there is no current model).",
             ),
             last_promotion: gauge("last_promotion_timestamp_seconds", "When a checkpoint was last promoted."),
             trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Scheduled or triggered trainings by result: promoted, rejected, failed, skipped (nothing new to learn from), cancelled (by shutdown)."), &["result"]).expect("valid")),
@@ -210,13 +252,13 @@ impl Metrics {
         let collectors: Vec<&dyn Collector> = vec![
             &self.records, &self.sessions, &self.impressions, &self.bad_records, &self.late_sessions, &self.duplicate_sessions,
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
-            &self.kafka_errors, &self.source_up, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
+            &self.kafka_errors, &self.source_up.0, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
             &self.monitor_errors,
-            &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck, &self.identified, &self.propensity_min,
+            &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck.0, &self.identified, &self.propensity_min,
             &self.logged_propensity_dispersion, &self.logged_propensity_disagrees,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
             &self.training_in_progress,
-            &self.training_loss, &self.last_training_success, &self.current_model_created, &self.last_promotion, &self.trainings, &self.residual_mean,
+            &self.training_loss, &self.last_training_success, &self.current_model_created.0, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
             &self.misspecification_z, &self.misspecification_assessable, &self.policy_variation,
             &self.windows_open, &self.theta_interval, &self.swap_pairs,

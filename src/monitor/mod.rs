@@ -7,6 +7,7 @@ pub mod drift;
 pub mod metrics;
 pub mod misspecification;
 pub mod residuals;
+pub mod rules_time;
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -263,9 +264,7 @@ impl Monitor {
                 m.positions_disconnected.with_label_values(&[name]).set(g.cut_off_from_position_1.len() as i64);
             }
         }
-        if let Some(s) = id.overlap_bottleneck {
-            m.overlap_bottleneck.set(s);
-        }
+        m.overlap_bottleneck.set_known(id.overlap_bottleneck);
         m.identified.with_label_values(&[&id.model]).set(id.identified as i64);
         m.set_swap_pairs(&crate::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
         let deciding = match id.identification {

@@ -137,24 +137,14 @@ struct ServiceObserver<'a> {
 
 impl Observer for ServiceObserver<'_> {
     fn on_restored(&mut self, source: Option<Arc<SourceHealth>>) {
-        if source.is_none() {
-            // A file or the simulator has no connection to lose: it is up while the loop reads it.
-            self.counters.metrics.source_up.set(1);
-        }
+        // A file or the simulator has no connection to lose: `ultr_source_up` stays absent for them.
         *self.health.source.lock().unwrap_or_else(|e| e.into_inner()) = source;
         self.health.ready.store(true, Ordering::SeqCst);
     }
 
     fn on_progress(&mut self, _report: &RunReport) {
         self.health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-        if let Some(source) = self.health.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            let metrics = &self.counters.metrics;
-            metrics.source_up.set(source.is_up() as i64);
-            for (kind, n) in source.errors() {
-                let c = metrics.kafka_errors.with_label_values(&[&kind]);
-                c.inc_by(n.saturating_sub(c.get()));
-            }
-        }
+        export_source_health(&self.counters.metrics, &self.health);
     }
 
     fn after_checkpoint(&mut self, store: &StateStore, report: &RunReport) {
@@ -189,15 +179,33 @@ impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
         self.leader.store(held, Ordering::SeqCst);
     }
 
+    fn on_source(&mut self, source: Arc<SourceHealth>) {
+        *self.health.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
     fn on_progress(&mut self, report: &RunReport) {
         let now = chrono::Utc::now().timestamp_millis();
         self.health.last_progress_ms.store(now, Ordering::Relaxed);
         // Partition tasks checkpoint on their own; the instance counts as checkpointing while its loop turns.
         self.health.last_checkpoint_ms.store(report.last_checkpoint_unix_ms.max(now), Ordering::Relaxed);
+        export_source_health(&self.counters.metrics, &self.health);
     }
 
     fn should_stop(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// `ultr_source_up` and `ultr_kafka_errors_total` from the source's connection health, in either
+/// shape (a single instance's Kafka source, a scale-out instance's group member); nothing for a
+/// source without a connection.
+fn export_source_health(metrics: &Metrics, health: &Health) {
+    if let Some(source) = health.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        metrics.source_up.set(if source.is_up() { 1.0 } else { 0.0 });
+        for (kind, n) in source.errors() {
+            let c = metrics.kafka_errors.with_label_values(&[&kind]);
+            c.inc_by(n.saturating_sub(c.get()));
+        }
     }
 }
 

@@ -161,9 +161,16 @@ pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<C
     if psi > 0.2 || ph > 0.5 {
         add("ResidualDrift", "warning", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
     }
-    if let Some(created) = series.get("ultr_current_model_created_timestamp_seconds", &[]).filter(|c| now_unix_s - c > 26.0 * 3600.0) {
-        let detail = if created == 0.0 { "no model yet (the rule reads creation time 0)".to_string() } else { format!("model {:.1} h old > 26 h", (now_unix_s - created) / 3600.0) };
-        add("TrainingStale", "warning", detail);
+    match series.get("ultr_current_model_created_timestamp_seconds", &[]) {
+        Some(created) if now_unix_s - created > 26.0 * 3600.0 => {
+            add("TrainingStale", "warning", format!("model {:.1} h old > 26 h", (now_unix_s - created) / 3600.0));
+        }
+        Some(_) => {}
+        None => {
+            if let Some(started) = series.get("ultr_start_timestamp_seconds", &[]).filter(|s| now_unix_s - s > 26.0 * 3600.0) {
+                add("ModelMissing", "warning", format!("no current model {:.1} h after start", (now_unix_s - started) / 3600.0));
+            }
+        }
     }
     let bad = board.rate(300.0, |c| c.bad_records);
     let records = board.rate(300.0, |c| c.records);
@@ -193,6 +200,7 @@ pub const JUDGED_ALERTS: &[&str] = &[
     "MisspecificationUnassessable",
     "LoggedPropensityMismatch",
     "ResidualDrift",
+    "ModelMissing",
     "TrainingStale",
     "IngestErrorsHigh",
     "ConsumerLagHigh",
@@ -651,9 +659,14 @@ mod tests {
         );
         let mut fired = page(&sick);
         fired.sort();
-        let mut expected: Vec<&str> = JUDGED_ALERTS.iter().copied().filter(|a| *a != "IngestErrorsHigh").collect();
+        // A model exists, so ModelMissing cannot hold beside TrainingStale.
+        let mut expected: Vec<&str> = JUDGED_ALERTS.iter().copied().filter(|a| *a != "IngestErrorsHigh" && *a != "ModelMissing").collect();
         expected.sort();
         assert_eq!(fired, expected);
+        // No model: nothing a day after start, ModelMissing (not TrainingStale) after 26 h.
+        let no_model = |hours: f64| page(&format!("ultr_start_timestamp_seconds {}\n", now - hours * 3600.0));
+        assert!(no_model(25.0).is_empty());
+        assert_eq!(no_model(27.0), vec!["ModelMissing"]);
         // The dead-letter share: 2% of records over the samples' 5 minutes fires, 0.5% does not.
         let mut board = BoardState::default();
         let s = |t: f64, records: u64, bad: u64| crate::monitor::board::CounterSample { unix_s: t, records, sessions: records, bad_records: bad };

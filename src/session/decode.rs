@@ -30,6 +30,10 @@ pub struct DecodeLimits {
     pub max_features: usize,
     /// Largest accepted record, in bytes, checked before parsing.
     pub max_record_bytes: usize,
+    /// Longest accepted id (`session_id`, `query_id`, `policy_id`, `doc_id`), in bytes: ids are
+    /// keys of every statistic, held in memory per window and in the state, so one megabyte-long id
+    /// within a record that fits `max_record_bytes` is refused (`id_too_long`).
+    pub max_id_bytes: usize,
     /// The stream's feature dimension. Unset: the first accepted record with features fixes it.
     pub feature_dim: Option<usize>,
     /// The stream's bias-feature dimension, fixed the same way when unset.
@@ -106,6 +110,7 @@ impl Default for DecodeLimits {
             max_items: 1_000,
             max_features: 10_000,
             max_record_bytes: 16 << 20,
+            max_id_bytes: 1024,
             feature_dim: None,
             bias_feature_dim: None,
             feature_schema: None,
@@ -533,6 +538,9 @@ impl Decoder {
             if id.0.is_empty() {
                 return Err(Rejected::new(Reason::EmptyId, format!("{name} is empty")));
             }
+            if id.0.len() > self.limits.max_id_bytes {
+                return Err(Rejected::new(Reason::IdTooLong, format!("{name} is {} bytes > decode.max_id_bytes {}", id.0.len(), self.limits.max_id_bytes)));
+            }
         }
         let event_millis = raw.event_time.to_millis()?;
         if let Some(ceiling) = self.event_time_ceiling {
@@ -555,6 +563,12 @@ impl Decoder {
             if item.doc_id.0.is_empty() {
                 return Err(Rejected::new(Reason::EmptyId, format!("items[{i}].doc_id is empty")));
             }
+            if item.doc_id.0.len() > self.limits.max_id_bytes {
+                return Err(Rejected::new(
+                    Reason::IdTooLong,
+                    format!("items[{i}].doc_id is {} bytes > decode.max_id_bytes {}", item.doc_id.0.len(), self.limits.max_id_bytes),
+                ));
+            }
             if item.position <= 0 {
                 return Err(Rejected::new(
                     Reason::NonPositivePosition,
@@ -573,6 +587,14 @@ impl Decoder {
         self.positions_scratch.sort_unstable();
         if let Some(w) = self.positions_scratch.windows(2).find(|w| w[0] == w[1]) {
             return Err(Rejected::new(Reason::DuplicatePosition, format!("position {} appears twice", w[0])));
+        }
+        // One page showing one document twice would be its own swap pair (the same (q, d) at two
+        // positions of one session) and make Σ_k π(d,k|q) exceed 1: refused, like a repeated position.
+        let mut docs: Vec<&str> = raw.items.iter().map(|i| i.doc_id.0.as_ref()).collect();
+        docs.sort_unstable();
+        if let Some(w) = docs.windows(2).find(|w| w[0] == w[1]) {
+            let shown: String = w[0].chars().take(80).collect();
+            return Err(Rejected::new(Reason::DuplicateDocument, format!("doc_id {shown:?} appears twice in one session")));
         }
         let feature_dim = check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?;
         let bias_dim = check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?;

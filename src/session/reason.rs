@@ -17,6 +17,10 @@ pub enum Reason {
     TooManyItems,
     NonPositivePosition,
     DuplicatePosition,
+    /// One session lists the same `doc_id` at two positions.
+    DuplicateDocument,
+    /// An id longer than `decode.max_id_bytes`.
+    IdTooLong,
     TooManyFeatures,
     NonFiniteFeature,
     FeatureLengthMismatch,
@@ -26,7 +30,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NotUtf8,
         Reason::RecordTooLarge,
         Reason::InvalidJson,
@@ -39,6 +43,8 @@ impl Reason {
         Reason::TooManyItems,
         Reason::NonPositivePosition,
         Reason::DuplicatePosition,
+        Reason::DuplicateDocument,
+        Reason::IdTooLong,
         Reason::TooManyFeatures,
         Reason::NonFiniteFeature,
         Reason::FeatureLengthMismatch,
@@ -60,6 +66,8 @@ impl Reason {
             Reason::TooManyItems => "too_many_items",
             Reason::NonPositivePosition => "non_positive_position",
             Reason::DuplicatePosition => "duplicate_position",
+            Reason::DuplicateDocument => "duplicate_doc_id",
+            Reason::IdTooLong => "id_too_long",
             Reason::TooManyFeatures => "too_many_features",
             Reason::NonFiniteFeature => "non_finite_feature",
             Reason::FeatureLengthMismatch => "feature_length_mismatch",

@@ -106,7 +106,7 @@ impl ConsumerContext for StateSeekingContext {
 }
 
 /// A label for `ultr_kafka_errors_total{kind}`, and whether the error means the broker is unreachable.
-fn classify(error: &KafkaError) -> (&'static str, bool) {
+pub(crate) fn classify(error: &KafkaError) -> (&'static str, bool) {
     match error.rdkafka_error_code() {
         Some(RDKafkaErrorCode::AllBrokersDown) => ("all_brokers_down", true),
         Some(RDKafkaErrorCode::BrokerTransportFailure) => ("transport", true),

@@ -40,6 +40,22 @@ pub struct ObjectStoreConfig {
     pub lease_ttl: String,
 }
 
+impl ObjectStoreConfig {
+    /// Refuses an option key `object_store` does not know: `parse_url_opts` drops such keys
+    /// silently, so a typo (`aws_endpiont`) would send the client to real AWS with default settings.
+    pub fn check_option_keys(&self) -> Result<(), String> {
+        use std::str::FromStr;
+        for key in self.options.keys() {
+            if object_store::aws::AmazonS3ConfigKey::from_str(&key.to_ascii_lowercase()).is_err() {
+                return Err(format!(
+                    "key `state.object_store.options.{key}` is not an S3 option object_store knows (e.g. aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key, aws_allow_http)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn default_compact_interval() -> String {
     "30s".into()
 }
@@ -60,6 +76,7 @@ pub struct Remote {
 impl Remote {
     pub fn open(config: &ObjectStoreConfig) -> anyhow::Result<Remote> {
         let url = url::Url::parse(&config.url).with_context(|| format!("key `state.object_store.url` = {:?} is not a URL", config.url))?;
+        config.check_option_keys().map_err(|e| anyhow::anyhow!(e))?;
         let options = crate::sources::secrets::resolve_properties(&config.options).context("[state.object_store] options")?;
         let (store, prefix) = object_store::parse_url_opts(&url, options)
             .with_context(|| format!("key `state.object_store.url` = {:?}: cannot open this object store", config.url))?;

@@ -58,6 +58,21 @@ pub fn corpus() -> Vec<(Vec<u8>, Reason)> {
         (session("", &item("", "1", "")).into_bytes(), EmptyId),
         (session(&format!(r#","context":{{"pad":"{}"}}"#, "x".repeat(5000)), &ok_items).into_bytes(), RecordTooLarge),
     ];
+    // One page showing one document twice (90 of CLARA 2's 31,564 pages do): its own swap pair otherwise.
+    c.push((session("", &format!("{},{}", item("a", "1", ""), item("a", "2", ""))).into_bytes(), DuplicateDocument));
+    // Ids longer than decode.max_id_bytes (1 KiB by default) inside a record that fits the record limit.
+    c.push((session_with("query_id", &format!("{:?}", "q".repeat(2000)), &ok_items), IdTooLong));
+    c.push((session("", &format!("{},{}", item(&"d".repeat(1025), "1", ""), item("b", "2", ""))).into_bytes(), IdTooLong));
+    // A position beyond u32.
+    c.push((session("", &item("a", "4294967296", "")).into_bytes(), WrongType));
+    // bias_features: NaN, and a length that disagrees within the session.
+    c.push((session("", &item("a", "1", ",\"bias_features\":[0.5,\"NaN\"]")).into_bytes(), NonFiniteFeature));
+    c.push((session("", &format!("{},{}", item("a", "1", ",\"bias_features\":[0.5,0.1]"), item("b", "2", ",\"bias_features\":[0.5]"))).into_bytes(), FeatureLengthMismatch));
+    // A negative propensity, and NaN (JSON has no NaN literal; a string is the wrong type).
+    c.push((session("", &item("a", "1", ",\"propensity\":-0.2")).into_bytes(), BadPropensity));
+    c.push((session("", &item("a", "1", ",\"propensity\":\"NaN\"")).into_bytes(), WrongType));
+    // A nested context value (context values are strings, numbers or booleans).
+    c.push((session(r#","context":{"device":{"os":"ios"}}"#, &ok_items).into_bytes(), WrongType));
     // A bad record must not be confused with a good one carrying the same id.
     c.push((session("", &format!("{},{}", item("a", "1", ""), item("b", "1", ""))).into_bytes(), DuplicatePosition));
     c

@@ -1,0 +1,568 @@
+//! The shipped alert rules, evaluated by a real Prometheus server scraping real `ultr run`
+//! processes, in the three deployment shapes: (a) `ultr run pipelines/demo.toml`, (b) one instance
+//! on a real broker, (c) two instances in one consumer group over the S3 server with the compactor
+//! lease. A healthy deployment started fresh (no model, no closed window) must stay silent for longer
+//! than the rules' longest `for:` plus their longest range; each fault must fire its own alert and
+//! only the alerts it should.
+//!
+//! Time is compressed uniformly: `ultr rules-time-scale` divides every duration of
+//! `pipelines/alerts.yml` by the factor, and the service runs with windows and schedules divided by
+//! the same factor. The demo streams 200× faster than wall time (its 5-minute windows close every
+//! 1.5 s), so its runs use factor 200; the Kafka shapes use 120 (1-hour windows of 30 s).
+//!
+//! Each scenario prints `ALERTING <scenario>: <alert> <state> after <s> s` lines: the fault matrix.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::brokers::{tansu, wait_for_port, Guard};
+use common::{free_port, http_get};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::kafka::{ensure_topic, KafkaSink};
+use ultr::sinks::SessionSink;
+
+/// The demo's own compression: 0.1 s of event time per session at 2,000 sessions/s.
+const DEMO_FACTOR: f64 = 200.0;
+/// The Kafka shapes: an hour of rules time is 30 s.
+const KAFKA_FACTOR: f64 = 120.0;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn unique(name: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+/// The longest `for:` plus the longest range of the shipped rules, in seconds of rules time: how
+/// long a healthy deployment must stay silent.
+fn quiet_horizon_s() -> f64 {
+    let (_, found) = ultr::monitor::rules_time::scale_rules(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap(), 1.0).unwrap();
+    let longest = |kind: &str| found.iter().filter(|f| f.kind == kind).map(|f| f.seconds).fold(0.0, f64::max);
+    longest("for") + longest("range")
+}
+
+/// A Prometheus server with the shipped rules scaled by `factor`, scraping `targets` every `scrape`.
+struct Prometheus {
+    _guard: Guard,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Prometheus {
+    fn start(dir: &Path, factor: f64, targets: &[String], scrape: &str) -> Prometheus {
+        std::fs::create_dir_all(dir).unwrap();
+        let rules = dir.join("alerts.yml");
+        let out = Command::new(env!("CARGO_BIN_EXE_ultr"))
+            .arg("rules-time-scale")
+            .arg(repo().join("pipelines/alerts.yml"))
+            .args(["--factor", &factor.to_string(), "--out"])
+            .arg(&rules)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let quoted: Vec<String> = targets.iter().map(|t| format!("{t:?}")).collect();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n  evaluation_interval: {scrape}\nrule_files:\n  - {:?}\nscrape_configs:\n  - job_name: ultr\n    static_configs:\n      - targets: [{}]\n",
+                rules.display(),
+                quoted.join(", ")
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let log = dir.join("prometheus.log");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("prometheus (Debian package `prometheus`, installed by the README's test command) on PATH");
+        let guard = Guard(child);
+        wait_for_port(port, "prometheus", &log);
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(&addr, "/-/ready").map(|(c, _)| c).ok() != Some(200) {
+            assert!(Instant::now() < deadline, "prometheus not ready: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Prometheus { _guard: guard, addr, log }
+    }
+
+    fn api(&self, path: &str) -> serde_json::Value {
+        let (code, body) = http_get(&self.addr, path).unwrap();
+        assert_eq!(code, 200, "{path}: {body}\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+
+    /// The result vector of an instant query.
+    fn query(&self, expr: &str) -> Vec<serde_json::Value> {
+        let encoded: String = expr.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+        self.api(&format!("/api/v1/query?query={encoded}"))["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The sum of an instant query's values (None when it returns no series).
+    fn value(&self, expr: &str) -> Option<f64> {
+        let r = self.query(expr);
+        (!r.is_empty()).then(|| r.iter().filter_map(|s| s["value"][1].as_str().and_then(|v| v.parse::<f64>().ok())).sum())
+    }
+
+    /// Active alerts as (name, state).
+    fn alerts(&self) -> Vec<(String, String)> {
+        self.api("/api/v1/alerts")["data"]["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["labels"]["alertname"].as_str().unwrap().to_string(), a["state"].as_str().unwrap().to_string()))
+            .collect()
+    }
+}
+
+/// When each (alert, state) was first seen, in seconds since the watch began.
+#[derive(Default, Debug)]
+struct Seen(BTreeMap<(String, String), f64>);
+
+impl Seen {
+    fn firing(&self) -> Vec<String> {
+        self.0.keys().filter(|(_, s)| s == "firing").map(|(a, _)| a.clone()).collect()
+    }
+
+    fn fired_after(&self, alert: &str) -> Option<f64> {
+        self.0.get(&(alert.to_string(), "firing".to_string())).copied()
+    }
+
+    fn report(&self, scenario: &str) {
+        if self.0.is_empty() {
+            eprintln!("ALERTING {scenario}: no alert pending or firing");
+        }
+        for ((alert, state), at) in &self.0 {
+            eprintln!("ALERTING {scenario}: {alert} {state} after {at:.1} s");
+        }
+    }
+}
+
+/// Polls the alerts for up to `limit`, until `until` (when given) fires.
+fn watch(prom: &Prometheus, limit: Duration, until: Option<&str>) -> Seen {
+    let started = Instant::now();
+    let mut seen = Seen::default();
+    while started.elapsed() < limit {
+        for key in prom.alerts() {
+            seen.0.entry(key).or_insert(started.elapsed().as_secs_f64());
+        }
+        if until.is_some_and(|a| seen.fired_after(a).is_some()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    seen
+}
+
+/// A running `ultr run` (killed when dropped) and its HTTP address.
+struct Instance {
+    guard: Guard,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Instance {
+    fn start(config: &Path, dir: &Path, name: &str) -> Instance {
+        let state = dir.join(format!("{name}-state"));
+        let log = dir.join(format!("{name}.log"));
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_ultr"))
+            .arg("run")
+            .arg(config)
+            .arg("--state")
+            .arg(&state)
+            .args(["--listen", &addr])
+            .current_dir(dir)
+            .env("ULTR_LOG", "warn,ultr::story=info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting ultr run");
+        let guard = Guard(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(&addr, "/metrics").map(|(c, _)| c).ok() != Some(200) {
+            assert!(Instant::now() < deadline, "{name} did not serve /metrics: {}", tail(&log));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Instance { guard, addr, log }
+    }
+
+    fn healthz(&self) -> u16 {
+        http_get(&self.addr, "/healthz").map(|(c, _)| c).unwrap_or(0)
+    }
+}
+
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// The dashboard's queries; each must return a series in at least one healthy shape.
+fn dashboard_queries() -> Vec<String> {
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("pipelines/grafana-dashboard.json")).unwrap()).unwrap();
+    dashboard["panels"].as_array().unwrap().iter().flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string())).collect()
+}
+
+/// The dashboard queries that returned at least one series now.
+fn answered(prom: &Prometheus) -> Vec<String> {
+    dashboard_queries().into_iter().filter(|q| !prom.query(q).is_empty()).collect()
+}
+
+/// The demo config with `edit` applied to its text (the demo's own compression holds).
+fn demo_variant(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = edit(std::fs::read_to_string(repo().join("pipelines/demo.toml")).unwrap());
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// (a) `ultr run pipelines/demo.toml`, as shipped: silent from a fresh start through its first
+/// trainings and scored windows, longer than the longest `for:` plus the longest range.
+#[test]
+fn demo_shape_is_silent_when_healthy_and_its_dashboard_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ultr = Instance::start(&repo().join("pipelines/demo.toml"), dir.path(), "demo");
+    let prom = Prometheus::start(&dir.path().join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
+    let horizon = quiet_horizon_s() / DEMO_FACTOR;
+    // Past the horizon and past the first scored window under a promoted model.
+    let started = Instant::now();
+    let mut seen = Seen::default();
+    while started.elapsed().as_secs_f64() < horizon + 5.0 || prom.value("ultr_residual_windows_total").unwrap_or(0.0) < 3.0 {
+        assert!(started.elapsed() < Duration::from_secs(240), "no scored window under a model: {}", tail(&ultr.log));
+        let more = watch(&prom, Duration::from_secs(2), None);
+        for (k, at) in more.0 {
+            seen.0.entry(k).or_insert(at + started.elapsed().as_secs_f64());
+        }
+    }
+    seen.report("demo healthy");
+    eprintln!("ALERTING demo healthy: watched {:.0} s (quiet horizon {horizon:.1} s)", started.elapsed().as_secs_f64());
+    assert!(seen.firing().is_empty(), "a healthy demo fired {:?}\n{}", seen.firing(), tail(&ultr.log));
+    // The simulator has no connection: no `ultr_source_up` to page on.
+    assert_eq!(prom.value("ultr_source_up"), None);
+    assert_eq!(ultr.healthz(), 200);
+    let answered = answered(&prom);
+    let kafka_only = ["ultr_kafka_consumer_lag_messages", "ultr_bad_records_total"];
+    let missing: Vec<String> = dashboard_queries().into_iter().filter(|q| !answered.contains(q) && !kafka_only.iter().any(|k| q.contains(k))).collect();
+    assert!(missing.is_empty(), "dashboard queries without a series on the healthy demo: {missing:?}");
+}
+
+/// A producer writing simulated sessions at `rate` per second with event time = now (plus, while
+/// `garbage` is set, one malformed record per 10 sessions), until dropped.
+struct Producer {
+    stop: Arc<AtomicBool>,
+    garbage: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Producer {
+    fn start(brokers: &str, topic: &str, rate: u64) -> Producer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let garbage = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let (brokers, topic, s, g, n) = (brokers.to_string(), topic.to_string(), stop.clone(), garbage.clone(), sent.clone());
+        let handle = std::thread::spawn(move || {
+            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+            let sim = Simulator::new(SimConfig {
+                synthetic: SyntheticData { queries: 60, docs_per_query: 8, features: 3 },
+                relevance: RelevanceKind::Linear,
+                policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+                sessions: u64::MAX / 2,
+                seed: 91,
+                start_ms: now_ms,
+                interval_ms: (1000 / rate as i64).max(1),
+                ..SimConfig::default()
+            })
+            .unwrap();
+            let properties = [("linger.ms".to_string(), "20".to_string())].into_iter().collect();
+            let mut sink = KafkaSink::new(&brokers, &topic, &properties).unwrap();
+            let started = Instant::now();
+            let mut buf = Vec::new();
+            let mut i = 0u64;
+            while !s.load(Ordering::SeqCst) {
+                // Paced to the wall clock: session i is due at i / rate seconds.
+                let due = Duration::from_secs_f64(i as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait.min(Duration::from_millis(50)));
+                    continue;
+                }
+                let key = sim.session(i, &mut buf);
+                // A stopped broker makes sends fail (queue full); the producer keeps trying.
+                let _ = sink.send(&key, &buf);
+                if g.load(Ordering::SeqCst) && i % 10 == 0 {
+                    let _ = sink.send(&key, br#"{"session_id": "truncated"#);
+                }
+                i += 1;
+                n.store(i, Ordering::SeqCst);
+            }
+            let _ = sink.flush();
+        });
+        Producer { stop, garbage, sent, handle: Some(handle) }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// `kafka.toml`'s settings for the test broker, windows and schedules divided by KAFKA_FACTOR
+/// (1 h windows → 30 s, 5 min lateness → 2.5 s, the nightly schedule → every 12 minutes).
+fn kafka_config(dir: &Path, name: &str, brokers: &str, topic: &str, group: &str, store_prefix: Option<&str>) -> PathBuf {
+    let mut text = format!(
+        "batch_records = 500\n[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\n\
+         [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n\"session.timeout.ms\" = \"20000\"\n\"heartbeat.interval.ms\" = \"1000\"\n\
+         \"topic.metadata.refresh.interval.ms\" = \"1000\"\n\"reconnect.backoff.max.ms\" = \"1000\"\n\
+         [window]\nsize = \"30s\"\nallowed_lateness = \"2500ms\"\nidle_partition_timeout = \"250ms\"\n\
+         [state]\ncheckpoint_interval = \"1s\"\n\
+         [train]\ntower = \"mlp\"\nschedule = \"0 */12 * * * *\"\n"
+    );
+    if let Some(prefix) = store_prefix {
+        let endpoint = std::env::var("ULTR_S3_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9911".into());
+        text.push_str(&format!(
+            "[state.object_store]\nurl = \"s3://ultr-test/{prefix}\"\ncompact_interval = \"1s\"\nlease_ttl = \"4s\"\n\
+             [state.object_store.options]\naws_endpoint = {endpoint:?}\naws_allow_http = \"true\"\naws_access_key_id = \"ultr\"\n\
+             aws_secret_access_key = \"ultr\"\naws_region = \"us-east-1\"\n"
+        ));
+    }
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Waits until Prometheus has scraped every target once and `check` holds on it.
+fn wait_for(prom: &Prometheus, what: &str, limit: Duration, check: impl Fn(&Prometheus) -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check(prom) {
+        assert!(Instant::now() < deadline, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// (b) One instance on a real broker: silent when healthy; a burst of malformed records fires
+/// IngestErrorsHigh; the broker stopped fires KafkaSourceDown and fails /healthz.
+#[test]
+fn single_instance_on_a_broker_is_silent_when_healthy_and_each_fault_fires_its_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut broker = Some(tansu(dir.path(), "tansu", port, port, "memory://tansu/", false));
+    let brokers = format!("127.0.0.1:{port}");
+    let topic = unique("alerting-single");
+    ensure_topic(&brokers, &topic, 3).unwrap();
+    let producer = Producer::start(&brokers, &topic, 400);
+    let config = kafka_config(dir.path(), "single", &brokers, &topic, &unique("g"), None);
+    let ultr = Instance::start(&config, dir.path(), "single");
+    let prom = Prometheus::start(&dir.path().join("prometheus"), KAFKA_FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
+    wait_for(&prom, "a closed window", Duration::from_secs(90), |p| p.value("ultr_windows_closed_total").unwrap_or(0.0) >= 1.0);
+    let horizon = quiet_horizon_s() / KAFKA_FACTOR;
+    let healthy = watch(&prom, Duration::from_secs_f64(horizon + 5.0), None);
+    healthy.report("single healthy");
+    assert!(healthy.firing().is_empty(), "a healthy instance fired {:?}\n{}", healthy.firing(), tail(&ultr.log));
+    assert_eq!(prom.value("ultr_source_up"), Some(1.0));
+    assert_eq!(ultr.healthz(), 200);
+    let mut answered_here = answered(&prom);
+
+    // A burst of malformed records: 1 in 11 records refused.
+    producer.garbage.store(true, Ordering::SeqCst);
+    let burst = watch(&prom, Duration::from_secs(60), Some("IngestErrorsHigh"));
+    producer.garbage.store(false, Ordering::SeqCst);
+    burst.report("single malformed burst");
+    assert!(burst.fired_after("IngestErrorsHigh").is_some(), "{burst:?}");
+    assert_eq!(burst.firing(), vec!["IngestErrorsHigh".to_string()], "only IngestErrorsHigh");
+    answered_here.extend(answered(&prom));
+
+    // The burst's last records are counted when the consumer reaches them: wait until it resolves.
+    wait_for(&prom, "IngestErrorsHigh to resolve", Duration::from_secs(60), |p| p.alerts().is_empty());
+
+    // The broker stopped.
+    let sent_before = producer.sent.load(Ordering::SeqCst);
+    drop(broker.take());
+    let started = Instant::now();
+    let outage = watch(&prom, Duration::from_secs(90), Some("KafkaSourceDown"));
+    outage.report("single broker stopped");
+    assert!(outage.fired_after("KafkaSourceDown").is_some(), "{outage:?}\n{}", tail(&ultr.log));
+    assert_eq!(prom.value("ultr_source_up"), Some(0.0));
+    let (code, body) = http_get(&ultr.addr, "/healthz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("source unreachable"), "{body}");
+    let others: Vec<String> = outage.firing().into_iter().filter(|a| a != "KafkaSourceDown").collect();
+    assert!(others.is_empty(), "the outage also fired {others:?}");
+    eprintln!("ALERTING single broker stopped: {:.1} s after the stop; producer had sent {sent_before}", started.elapsed().as_secs_f64());
+    check_dashboard(&answered_here, &["ultr_kafka_consumer_lag_messages", "ultr_bad_records_total", "ultr_records_total"]);
+    drop(producer);
+}
+
+/// Each of `needles` is in some answered dashboard query.
+fn check_dashboard(answered: &[String], needles: &[&str]) {
+    for n in needles {
+        assert!(answered.iter().any(|q| q.contains(n)), "the dashboard's {n} query returned nothing: answered {answered:?}");
+    }
+}
+
+/// (c) Two instances in one group over the S3 server, with the compactor lease: silent when
+/// healthy; one SIGKILLed: the other takes its partitions, no ultr alert (Prometheus's `up` says
+/// it); the broker stopped: KafkaSourceDown from the survivor, /healthz 503.
+#[test]
+fn scaled_instances_are_silent_when_healthy_and_each_fault_fires_its_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut broker = Some(tansu(dir.path(), "tansu", port, port, "memory://tansu/", false));
+    let brokers = format!("127.0.0.1:{port}");
+    let topic = unique("alerting-scaled");
+    ensure_topic(&brokers, &topic, 4).unwrap();
+    let producer = Producer::start(&brokers, &topic, 400);
+    let (group, prefix) = (unique("g"), unique("alerting"));
+    let config = kafka_config(dir.path(), "scaled", &brokers, &topic, &group, Some(&prefix));
+    let a = Instance::start(&config, dir.path(), "a");
+    let b = Instance::start(&config, dir.path(), "b");
+    let prom = Prometheus::start(&dir.path().join("prometheus"), KAFKA_FACTOR, &[a.addr.clone(), b.addr.clone()], "250ms");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while prom.value("max(ultr_windows_closed_total)").unwrap_or(0.0) < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no window closed in 120 s\n{}\n{}\n{}",
+            http_get(&a.addr, "/metrics").map(|(_, m)| m).unwrap_or_default().lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n"),
+            tail(&a.log),
+            tail(&b.log)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let horizon = quiet_horizon_s() / KAFKA_FACTOR;
+    let healthy = watch(&prom, Duration::from_secs_f64(horizon + 5.0), None);
+    healthy.report("scaled healthy");
+    assert!(healthy.firing().is_empty(), "healthy instances fired {:?}\n{}\n{}", healthy.firing(), tail(&a.log), tail(&b.log));
+    assert_eq!(prom.query("ultr_source_up == 1").len(), 2, "both instances report their source up");
+    assert_eq!((a.healthz(), b.healthz()), (200, 200));
+
+    // One instance SIGKILLed: the survivor takes over; ultr's rules stay silent.
+    let mut a = a;
+    a.guard.0.kill().unwrap();
+    let _ = a.guard.0.wait();
+    let killed = watch(&prom, Duration::from_secs(40), None);
+    killed.report("scaled instance SIGKILLed");
+    assert!(killed.firing().is_empty(), "the kill fired {:?}", killed.firing());
+    assert_eq!(prom.value(&format!("up{{instance=\"{}\"}}", a.addr)), Some(0.0), "Prometheus sees the target down");
+    let closed_before = prom.value(&format!("ultr_windows_closed_total{{instance=\"{}\"}}", b.addr)).unwrap_or(0.0);
+
+    // The broker stopped: the survivor pages.
+    drop(broker.take());
+    let outage = watch(&prom, Duration::from_secs(90), Some("KafkaSourceDown"));
+    outage.report("scaled broker stopped");
+    assert!(outage.fired_after("KafkaSourceDown").is_some(), "{outage:?}\n{}", tail(&b.log));
+    let (code, body) = http_get(&b.addr, "/healthz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("source unreachable"), "{body}");
+    let others: Vec<String> = outage.firing().into_iter().filter(|a| a != "KafkaSourceDown").collect();
+    assert!(others.is_empty(), "the outage also fired {others:?}");
+    eprintln!("ALERTING scaled: the survivor had closed {closed_before} windows");
+    drop(producer);
+}
+
+/// Faults on the demo shape (the simulator as the source), each in its own fresh deployment.
+#[test]
+fn demo_faults_fire_their_own_alerts() {
+    let root = tempfile::tempdir().unwrap();
+    struct Fault {
+        name: &'static str,
+        edit: fn(String) -> String,
+        fires: &'static str,
+        /// Alerts the fault may fire beside its own (what it also means).
+        also: &'static [&'static str],
+    }
+    let faults = [
+        Fault {
+            name: "deterministic policy, embedding tower",
+            edit: |t| t.replace("tau = 0.3", "tau = 0.0").replace("tower = \"mlp\"", "tower = \"embedding\""),
+            fires: "IdentifiabilityLost",
+            // π ≡ 1 also leaves misspecification untestable.
+            also: &["MisspecificationUnassessable"],
+        },
+        Fault {
+            name: "misspecified stream (MLP relevance, linear tower)",
+            edit: |t| t.replace("relevance = \"linear\"", "relevance = \"mlp\"").replace("tower = \"mlp\"", "tower = \"linear\"").replace("schedule = \"0 * * * * *\"", "schedule = \"*/10 * * * * *\""),
+            fires: "MisspecificationSuspected",
+            also: &[],
+        },
+        Fault {
+            name: "stale propensity logger",
+            edit: |t| t.replace("interval_ms = 100", "interval_ms = 100\nlog_propensity = true\nlogged_tau = 0.8"),
+            fires: "LoggedPropensityMismatch",
+            also: &[],
+        },
+    ];
+    let mut failures = Vec::new();
+    for (i, fault) in faults.iter().enumerate() {
+        let dir = root.path().join(format!("fault-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = demo_variant(&dir, "demo", fault.edit);
+        let ultr = Instance::start(&config, &dir, "demo");
+        let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
+        let seen = watch(&prom, Duration::from_secs(150), Some(fault.fires));
+        seen.report(fault.name);
+        if seen.fired_after(fault.fires).is_none() {
+            failures.push(format!("{}: {} did not fire ({seen:?})\n{}", fault.name, fault.fires, tail(&ultr.log)));
+        }
+        let others: Vec<String> = seen.firing().into_iter().filter(|a| a != fault.fires && !fault.also.contains(&a.as_str())).collect();
+        if !others.is_empty() {
+            failures.push(format!("{}: also fired {others:?}", fault.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// No model ever trained is its own state (ModelMissing, not TrainingStale); a model then trained
+/// silences it, and that model growing older than the limit fires TrainingStale. Rules time runs
+/// 3,600× here (26 h → 26 s), so only the model rules are exercised.
+#[test]
+fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
+    const FACTOR: f64 = 3600.0;
+    let dir = tempfile::tempdir().unwrap();
+    let config = demo_variant(dir.path(), "demo", |t| t.replace("schedule = \"0 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0"));
+    let ultr = Instance::start(&config, dir.path(), "demo");
+    let prom = Prometheus::start(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
+    let missing = watch(&prom, Duration::from_secs(60), Some("ModelMissing"));
+    missing.report("no model ever trained");
+    assert!(missing.fired_after("ModelMissing").is_some(), "{missing:?}");
+    assert!(missing.fired_after("TrainingStale").is_none(), "no model is not a stale model");
+    assert_eq!(prom.value("ultr_current_model_created_timestamp_seconds"), None, "no model: no creation time");
+    // An external training promotes a first model.
+    let out = Command::new(env!("CARGO_BIN_EXE_ultr"))
+        .args(["train", "--config"])
+        .arg(&config)
+        .arg("--state")
+        .arg(dir.path().join("demo-state"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ultr train: {}", String::from_utf8_lossy(&out.stderr));
+    wait_for(&prom, "the model's creation time", Duration::from_secs(60), |p| p.value("ultr_current_model_created_timestamp_seconds").is_some());
+    let trained_at = Instant::now();
+    wait_for(&prom, "ModelMissing to resolve", Duration::from_secs(30), |p| !p.alerts().iter().any(|(a, _)| a == "ModelMissing"));
+    let stale = watch(&prom, Duration::from_secs(90), Some("TrainingStale"));
+    stale.report("model older than the limit");
+    let fired = stale.fired_after("TrainingStale").expect("TrainingStale fires once the model is older than 26 h of rules time");
+    eprintln!("ALERTING model older than the limit: TrainingStale firing {:.1} s after the model appeared (26 h + 10 min of rules time = 26.2 s)", trained_at.elapsed().as_secs_f64());
+    let _ = fired;
+    assert!(stale.fired_after("ModelMissing").is_none());
+}
