@@ -288,6 +288,7 @@ impl PipelineConfig {
         parse_duration_ms(&config.window.max_partition_clock_jump)
             .map_err(|e| invalid(format!("key `window.max_partition_clock_jump`: {e}")))?;
         parse_duration_ms(&config.decode.max_clock_skew).map_err(|e| invalid(format!("key `decode.max_clock_skew`: {e}")))?;
+        parse_duration_ms(&config.decode.max_event_age).map_err(|e| invalid(format!("key `decode.max_event_age`: {e}")))?;
         parse_duration_ms(&config.state.lookback).map_err(|e| invalid(format!("key `state.lookback`: {e}")))?;
         parse_duration_ms(&config.state.checkpoint_interval).map_err(|e| invalid(format!("key `state.checkpoint_interval`: {e}")))?;
         config.query_memory_limit_bytes().map_err(|e| invalid(e))?;

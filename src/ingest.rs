@@ -51,6 +51,8 @@ pub struct Ingest<S> {
     resume: ResumeOffsets,
     /// `decode.max_clock_skew` in ms; `None` disables the future-event-time check.
     max_clock_skew_ms: Option<i64>,
+    /// `decode.max_event_age` in ms, for live sources.
+    max_event_age_ms: Option<i64>,
     stream_clocks: BTreeMap<String, i64>,
     /// The latest wall clock this process has read: the future-time guard's reference never steps
     /// back with the clock (an NTP correction would otherwise refuse valid live records).
@@ -72,12 +74,14 @@ pub enum Next {
 impl<S: RecordSource> Ingest<S> {
     pub fn new(source: S, limits: DecodeLimits, batch_records: usize) -> Self {
         let max_clock_skew_ms = limits.max_clock_skew_ms();
+        let max_event_age_ms = limits.max_event_age_ms();
         Ingest {
             source,
             decoder: Decoder::new(limits),
             batch_records: batch_records.max(1),
             resume: ResumeOffsets::default(),
             max_clock_skew_ms,
+            max_event_age_ms,
             stream_clocks: BTreeMap::new(),
             wall_high_ms: i64::MIN,
         }
@@ -156,6 +160,9 @@ impl<S: RecordSource> Ingest<S> {
         let mut batch_resume = ResumeOffsets::default();
         let wall_ms = monotonic_wall(&mut self.wall_high_ms, chrono::Utc::now().timestamp_millis());
         let replay = self.source.replays_history();
+        // A live stream's events are judged against the wall clock from below too; a replay's are not.
+        let floor = if replay { None } else { self.max_event_age_ms.map(|age| wall_ms.saturating_sub(age)) };
+        self.decoder.set_event_time_floor(floor);
         for record in &records {
             let ceiling = self.max_clock_skew_ms.map(|skew| {
                 let reference = if replay { self.stream_clocks.get(&*record.position.stream).copied().unwrap_or(wall_ms) } else { wall_ms };

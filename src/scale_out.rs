@@ -164,9 +164,9 @@ impl Shared {
             self.remote.take_over(&prefix, &dir).with_context(|| format!("restoring {topic}[{partition}] from {}", self.remote.url))?;
         tracing::info!(topic, partition, restored, "partition state ready");
         let mut observer = TaskObserver { shared: self, writer, stop, global: self.stop.clone(), key: (topic.to_string(), partition) };
-        let kafka = self.kafka.clone();
+        let (kafka, health) = (self.kafka.clone(), self.health.clone());
         let open = move |resume: &ResumeOffsets| -> anyhow::Result<Box<dyn RecordSource + Send>> {
-            Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition)?))
+            Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition, health.clone())?))
         };
         run_with_source(&self.config, &dir, &mut observer, &open)
     }

@@ -30,7 +30,8 @@ use ultr::sinks::SessionSink;
 
 /// The demo's own compression: 0.1 s of event time per session at 2,000 sessions/s.
 const DEMO_FACTOR: f64 = 200.0;
-/// The Kafka shapes: an hour of rules time is 30 s.
+/// The Kafka shapes: an hour of rules time is 30 s (a 5-minute rate spans 10 scrapes and a few
+/// checkpoints, whose 1 s interval is not scaled).
 const KAFKA_FACTOR: f64 = 120.0;
 
 fn repo() -> PathBuf {
@@ -156,14 +157,20 @@ impl Seen {
 
 /// Polls the alerts for up to `limit`, until `until` (when given) fires.
 fn watch(prom: &Prometheus, limit: Duration, until: Option<&str>) -> Seen {
+    watch_on(prom, limit, until, Duration::ZERO)
+}
+
+/// As `watch`, and then `after` longer once `until` fired: whatever else the fault fires shows.
+fn watch_on(prom: &Prometheus, limit: Duration, until: Option<&str>, after: Duration) -> Seen {
     let started = Instant::now();
     let mut seen = Seen::default();
-    while started.elapsed() < limit {
+    let mut end = started + limit;
+    while Instant::now() < end {
         for key in prom.alerts() {
             seen.0.entry(key).or_insert(started.elapsed().as_secs_f64());
         }
-        if until.is_some_and(|a| seen.fired_after(a).is_some()) {
-            break;
+        if let Some(at) = until.and_then(|a| seen.fired_after(a)) {
+            end = end.min(started + Duration::from_secs_f64(at) + after);
         }
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -178,16 +185,18 @@ struct Instance {
 }
 
 impl Instance {
-    fn start(config: &Path, dir: &Path, name: &str) -> Instance {
+    /// Starts `ultr run` listening on `addr` (Prometheus may scrape it before it is up: the
+    /// rules then see the deployment from its first sample).
+    fn start(config: &Path, dir: &Path, name: &str, addr: &str) -> Instance {
         let state = dir.join(format!("{name}-state"));
         let log = dir.join(format!("{name}.log"));
-        let addr = format!("127.0.0.1:{}", free_port());
+        let addr = addr.to_string();
         let child = Command::new(env!("CARGO_BIN_EXE_ultr"))
             .arg("run")
             .arg(config)
             .arg("--state")
             .arg(&state)
-            .args(["--listen", &addr])
+            .args(["--listen", addr.as_str()])
             .current_dir(dir)
             .env("ULTR_LOG", "warn,ultr::story=info")
             .stdout(Stdio::null())
@@ -206,6 +215,10 @@ impl Instance {
     fn healthz(&self) -> u16 {
         http_get(&self.addr, "/healthz").map(|(c, _)| c).unwrap_or(0)
     }
+}
+
+fn local_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
 }
 
 fn tail(log: &Path) -> String {
@@ -238,8 +251,9 @@ fn demo_variant(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> Path
 #[test]
 fn demo_shape_is_silent_when_healthy_and_its_dashboard_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let ultr = Instance::start(&repo().join("pipelines/demo.toml"), dir.path(), "demo");
-    let prom = Prometheus::start(&dir.path().join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
+    let addr = local_addr();
+    let prom = Prometheus::start(&dir.path().join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&addr), "250ms");
+    let ultr = Instance::start(&repo().join("pipelines/demo.toml"), dir.path(), "demo", &addr);
     let horizon = quiet_horizon_s() / DEMO_FACTOR;
     // Past the horizon and past the first scored window under a promoted model.
     let started = Instant::now();
@@ -328,7 +342,8 @@ impl Drop for Producer {
 }
 
 /// `kafka.toml`'s settings for the test broker, windows and schedules divided by KAFKA_FACTOR
-/// (1 h windows → 30 s, 5 min lateness → 2.5 s, the nightly schedule → every 12 minutes).
+/// (1 h windows → 30 s, 5 min lateness → 2.5 s, 30 s idle timeout → 250 ms, the nightly schedule
+/// → every 12 minutes).
 fn kafka_config(dir: &Path, name: &str, brokers: &str, topic: &str, group: &str, store_prefix: Option<&str>) -> PathBuf {
     let mut text = format!(
         "batch_records = 500\n[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {group:?}\ntopics = [{topic:?}]\n\
@@ -372,11 +387,10 @@ fn single_instance_on_a_broker_is_silent_when_healthy_and_each_fault_fires_its_a
     ensure_topic(&brokers, &topic, 3).unwrap();
     let producer = Producer::start(&brokers, &topic, 400);
     let config = kafka_config(dir.path(), "single", &brokers, &topic, &unique("g"), None);
-    let ultr = Instance::start(&config, dir.path(), "single");
-    let prom = Prometheus::start(&dir.path().join("prometheus"), KAFKA_FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
-    wait_for(&prom, "a closed window", Duration::from_secs(90), |p| p.value("ultr_windows_closed_total").unwrap_or(0.0) >= 1.0);
-    let horizon = quiet_horizon_s() / KAFKA_FACTOR;
-    let healthy = watch(&prom, Duration::from_secs_f64(horizon + 5.0), None);
+    let addr = local_addr();
+    let prom = Prometheus::start(&dir.path().join("prometheus"), KAFKA_FACTOR, std::slice::from_ref(&addr), "250ms");
+    let ultr = Instance::start(&config, dir.path(), "single", &addr);
+    let healthy = watch_fresh_start(&prom, KAFKA_FACTOR, "ultr_windows_closed_total");
     healthy.report("single healthy");
     assert!(healthy.firing().is_empty(), "a healthy instance fired {:?}\n{}", healthy.firing(), tail(&ultr.log));
     assert_eq!(prom.value("ultr_source_up"), Some(1.0));
@@ -385,7 +399,7 @@ fn single_instance_on_a_broker_is_silent_when_healthy_and_each_fault_fires_its_a
 
     // A burst of malformed records: 1 in 11 records refused.
     producer.garbage.store(true, Ordering::SeqCst);
-    let burst = watch(&prom, Duration::from_secs(60), Some("IngestErrorsHigh"));
+    let burst = watch_on(&prom, Duration::from_secs(60), Some("IngestErrorsHigh"), Duration::from_secs(5));
     producer.garbage.store(false, Ordering::SeqCst);
     burst.report("single malformed burst");
     assert!(burst.fired_after("IngestErrorsHigh").is_some(), "{burst:?}");
@@ -399,7 +413,7 @@ fn single_instance_on_a_broker_is_silent_when_healthy_and_each_fault_fires_its_a
     let sent_before = producer.sent.load(Ordering::SeqCst);
     drop(broker.take());
     let started = Instant::now();
-    let outage = watch(&prom, Duration::from_secs(90), Some("KafkaSourceDown"));
+    let outage = watch_on(&prom, Duration::from_secs(90), Some("KafkaSourceDown"), Duration::from_secs(15));
     outage.report("single broker stopped");
     assert!(outage.fired_after("KafkaSourceDown").is_some(), "{outage:?}\n{}", tail(&ultr.log));
     assert_eq!(prom.value("ultr_source_up"), Some(0.0));
@@ -411,6 +425,26 @@ fn single_instance_on_a_broker_is_silent_when_healthy_and_each_fault_fires_its_a
     eprintln!("ALERTING single broker stopped: {:.1} s after the stop; producer had sent {sent_before}", started.elapsed().as_secs_f64());
     check_dashboard(&answered_here, &["ultr_kafka_consumer_lag_messages", "ultr_bad_records_total", "ultr_records_total"]);
     drop(producer);
+}
+
+/// From a fresh start: the alerts seen until every instance closed a window (`closed` ≥ 1) and the
+/// rules' quiet horizon (longest `for:` + longest range, compressed) after that.
+fn watch_fresh_start(prom: &Prometheus, factor: f64, closed: &str) -> Seen {
+    let started = Instant::now();
+    let mut seen = Seen::default();
+    let mut merge = |more: Seen, offset: f64| {
+        for (k, at) in more.0 {
+            seen.0.entry(k).or_insert(at + offset);
+        }
+    };
+    while prom.value(closed).unwrap_or(0.0) < 1.0 {
+        assert!(started.elapsed() < Duration::from_secs(120), "no window closed in 120 s");
+        merge(watch(prom, Duration::from_secs(1), None), started.elapsed().as_secs_f64());
+    }
+    let offset = started.elapsed().as_secs_f64();
+    merge(watch(prom, Duration::from_secs_f64(quiet_horizon_s() / factor + 5.0), None), offset);
+    eprintln!("ALERTING fresh start: first window after {offset:.0} s, watched {:.0} s", started.elapsed().as_secs_f64());
+    seen
 }
 
 /// Each of `needles` is in some answered dashboard query.
@@ -434,22 +468,11 @@ fn scaled_instances_are_silent_when_healthy_and_each_fault_fires_its_alert() {
     let producer = Producer::start(&brokers, &topic, 400);
     let (group, prefix) = (unique("g"), unique("alerting"));
     let config = kafka_config(dir.path(), "scaled", &brokers, &topic, &group, Some(&prefix));
-    let a = Instance::start(&config, dir.path(), "a");
-    let b = Instance::start(&config, dir.path(), "b");
-    let prom = Prometheus::start(&dir.path().join("prometheus"), KAFKA_FACTOR, &[a.addr.clone(), b.addr.clone()], "250ms");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while prom.value("max(ultr_windows_closed_total)").unwrap_or(0.0) < 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "no window closed in 120 s\n{}\n{}\n{}",
-            http_get(&a.addr, "/metrics").map(|(_, m)| m).unwrap_or_default().lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n"),
-            tail(&a.log),
-            tail(&b.log)
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    let horizon = quiet_horizon_s() / KAFKA_FACTOR;
-    let healthy = watch(&prom, Duration::from_secs_f64(horizon + 5.0), None);
+    let (addr_a, addr_b) = (local_addr(), local_addr());
+    let prom = Prometheus::start(&dir.path().join("prometheus"), KAFKA_FACTOR, &[addr_a.clone(), addr_b.clone()], "250ms");
+    let a = Instance::start(&config, dir.path(), "a", &addr_a);
+    let b = Instance::start(&config, dir.path(), "b", &addr_b);
+    let healthy = watch_fresh_start(&prom, KAFKA_FACTOR, "min(ultr_windows_closed_total)");
     healthy.report("scaled healthy");
     assert!(healthy.firing().is_empty(), "healthy instances fired {:?}\n{}\n{}", healthy.firing(), tail(&a.log), tail(&b.log));
     assert_eq!(prom.query("ultr_source_up == 1").len(), 2, "both instances report their source up");
@@ -467,7 +490,7 @@ fn scaled_instances_are_silent_when_healthy_and_each_fault_fires_its_alert() {
 
     // The broker stopped: the survivor pages.
     drop(broker.take());
-    let outage = watch(&prom, Duration::from_secs(90), Some("KafkaSourceDown"));
+    let outage = watch_on(&prom, Duration::from_secs(90), Some("KafkaSourceDown"), Duration::from_secs(15));
     outage.report("scaled broker stopped");
     assert!(outage.fired_after("KafkaSourceDown").is_some(), "{outage:?}\n{}", tail(&b.log));
     let (code, body) = http_get(&b.addr, "/healthz").unwrap();
@@ -516,9 +539,11 @@ fn demo_faults_fire_their_own_alerts() {
         let dir = root.path().join(format!("fault-{i}"));
         std::fs::create_dir_all(&dir).unwrap();
         let config = demo_variant(&dir, "demo", fault.edit);
-        let ultr = Instance::start(&config, &dir, "demo");
-        let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
-        let seen = watch(&prom, Duration::from_secs(150), Some(fault.fires));
+        let addr = local_addr();
+        let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&addr), "250ms");
+        let ultr = Instance::start(&config, &dir, "demo", &addr);
+        // Then the rules' quiet horizon longer: every other rule had its chance to fire.
+        let seen = watch_on(&prom, Duration::from_secs(150), Some(fault.fires), Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR));
         seen.report(fault.name);
         if seen.fired_after(fault.fires).is_none() {
             failures.push(format!("{}: {} did not fire ({seen:?})\n{}", fault.name, fault.fires, tail(&ultr.log)));
@@ -539,8 +564,9 @@ fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     const FACTOR: f64 = 3600.0;
     let dir = tempfile::tempdir().unwrap();
     let config = demo_variant(dir.path(), "demo", |t| t.replace("schedule = \"0 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0"));
-    let ultr = Instance::start(&config, dir.path(), "demo");
-    let prom = Prometheus::start(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&ultr.addr), "250ms");
+    let addr = local_addr();
+    let prom = Prometheus::start(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&addr), "250ms");
+    let _ultr = Instance::start(&config, dir.path(), "demo", &addr);
     let missing = watch(&prom, Duration::from_secs(60), Some("ModelMissing"));
     missing.report("no model ever trained");
     assert!(missing.fired_after("ModelMissing").is_some(), "{missing:?}");

@@ -52,9 +52,16 @@ fn object_store_settings_are_checked_naming_the_key() {
         (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\nlease_ttl = \"soon\"\n"), "state.object_store.lease_ttl"),
         (format!("{kafka}[dead_letter.file]\npath = \"dead.jsonl\"\n[state.object_store]\nurl = \"s3://b/p\"\n"), "dead_letter.file"),
         (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\nbucket = \"x\"\n"), "bucket"),
+        // Regression: object_store's parse_url_opts drops keys it does not know, so a typo sent the
+        // client to real AWS with default settings. Refused, naming the key and the file.
+        (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\noptions = {{ aws_endpiont = \"http://s3:5000\" }}\n"), "state.object_store.options.aws_endpiont"),
+        (format!("{kafka}[decode]\nmax_event_age = \"a while\"\n"), "decode.max_event_age"),
     ];
     for (text, key) in cases {
         let err = PipelineConfig::parse(&text, "scaled.toml").unwrap_err().to_string();
         assert!(err.contains("scaled.toml") && err.contains(key), "{key}: {err}");
     }
+    // The keys object_store knows pass, in either spelling and case.
+    let known = format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\noptions = {{ aws_endpoint = \"http://s3:5000\", AWS_REGION = \"us-east-1\", allow_http = \"true\", aws_access_key_id = \"env:K\" }}\n");
+    PipelineConfig::parse(&known, "ok.toml").unwrap();
 }

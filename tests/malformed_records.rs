@@ -40,11 +40,14 @@ fn valid_sessions() -> Vec<Vec<u8>> {
 
 #[test]
 fn every_corpus_record_is_refused_with_its_reason() {
-    let corpus = corpus();
+    let mut corpus = corpus();
+    corpus.extend(common::malformed::live_only());
     assert!(corpus.len() >= 30);
     let mut decoder = Decoder::new(DecodeLimits { feature_dim: Some(3), ..limits() });
     // What the ingest loop sets for a live stream: the wall clock plus the default skew.
     decoder.set_event_time_ceiling(Some(chrono::Utc::now().timestamp_millis() + 3_600_000));
+    // And a live floor (wall clock − decode.max_event_age); fixed here, so the corpus's 2026 dates stay inside it.
+    decoder.set_event_time_floor(Some(946_684_800_000)); // 2000-01-01
     for (bytes, expected) in &corpus {
         let got = decoder.decode(bytes);
         assert_eq!(
@@ -198,4 +201,14 @@ fn negative_zero_features_are_stored_as_zero() {
     let features = batch.column_by_name("features").unwrap().as_list::<i32>().value(0);
     let bits: Vec<u32> = features.as_primitive::<Float32Type>().values().iter().map(|v| v.to_bits()).collect();
     assert_eq!(bits, vec![0, 0, 0]);
+}
+
+/// 10,000 items under the default `decode.max_items` (1,000): refused whole, nothing appended.
+#[test]
+fn ten_thousand_items_at_the_default_limit_are_too_many() {
+    let items: Vec<String> = (1..=10_000).map(|k| item(&format!("d{k}"), &k.to_string(), "")).collect();
+    let record = session("", &items.join(","));
+    let mut decoder = Decoder::new(DecodeLimits::default());
+    assert_eq!(decoder.decode(record.as_bytes()).err().map(|r| r.reason), Some(Reason::TooManyItems));
+    assert_eq!(decoder.rows(), 0);
 }

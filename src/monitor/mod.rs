@@ -119,6 +119,19 @@ impl Monitor {
 
     /// Counters: add what the run report gained since the last call. Cheap; the ingest thread
     /// calls it at every checkpoint.
+    /// Records read and refused so far, on every turn of the loop (the rest waits for a
+    /// checkpoint): `IngestErrorsHigh`'s two rates move with the stream, not in checkpoint steps.
+    pub fn ingest_live(&mut self, report: &RunReport) {
+        let m = &self.metrics;
+        m.records.inc_by(report.records.saturating_sub(self.seen.records));
+        self.seen.records = self.seen.records.max(report.records);
+        for (reason, n) in &report.dead_letters {
+            let before = self.seen.dead_letters.entry(reason.clone()).or_insert(0);
+            m.bad_records.with_label_values(&[reason]).inc_by(n.saturating_sub(*before));
+            *before = (*before).max(*n);
+        }
+    }
+
     pub fn ingest(&mut self, report: &RunReport) {
         let m = &self.metrics;
         let d = |now: u64, before: u64| now.saturating_sub(before);

@@ -205,15 +205,16 @@ mod tests {
             for (x, y) in vb.iter().zip(&va) {
                 assert!((x - y).abs() < 1e-3, "{name}: range {x} s expected, {y} s written");
             }
-            let products = |t: &str| -> Vec<f64> {
-                t.split_whitespace().collect::<Vec<_>>().windows(3).filter(|w| w[1] == "*" && ["3600", "60"].contains(&w[2])).map(|w| w[0].parse::<f64>().unwrap() * w[2].parse::<f64>().unwrap()).collect()
-            };
-            let seconds_before = products(&tb);
-            constants += seconds_before.len();
+            // `N * 3600` / `N * 60` as whitespace-separated tokens (parentheses stripped).
+            let number = |t: &str| t.trim_matches(|c: char| !c.is_ascii_digit()).to_string();
+            let tokens: Vec<&str> = tb.split_whitespace().collect();
+            let products: Vec<(String, String)> =
+                tokens.windows(3).filter(|w| w[1] == "*" && ["3600", "60"].contains(&number(w[2]).as_str())).map(|w| (number(w[0]), number(w[2]))).collect();
+            constants += products.len();
             let mut tb_masked = tb.clone();
-            for w in tb.split_whitespace().collect::<Vec<_>>().windows(3).filter(|w| w[1] == "*" && ["3600", "60"].contains(&w[2])) {
-                let scaled = w[0].parse::<f64>().unwrap() * w[2].parse::<f64>().unwrap() / factor;
-                tb_masked = tb_masked.replacen(&format!("{} * {}", w[0], w[2]), &format_seconds(scaled), 1);
+            for (n, unit) in &products {
+                let scaled = n.parse::<f64>().unwrap() * unit.parse::<f64>().unwrap() / factor;
+                tb_masked = tb_masked.replacen(&format!("{n} * {unit}"), &format_seconds(scaled), 1);
             }
             assert_eq!(tb_masked, ta, "{name}: the expression changed beyond its durations");
         }

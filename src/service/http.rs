@@ -50,6 +50,19 @@ impl Health {
         }
     }
 
+    /// `ultr_source_up` and `ultr_kafka_errors_total` from the source's connection health (a
+    /// single instance's Kafka source, or a scale-out instance's clients); nothing for a source
+    /// without a connection.
+    pub fn export_source(&self, metrics: &Metrics) {
+        if let Some(source) = self.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            metrics.source_up.set(if source.is_up() { 1.0 } else { 0.0 });
+            for (kind, n) in source.errors() {
+                let c = metrics.kafka_errors.with_label_values(&[&kind]);
+                c.inc_by(n.saturating_sub(c.get()));
+            }
+        }
+    }
+
     /// Problems `/healthz` reports; empty when healthy.
     pub fn problems(&self) -> Vec<String> {
         let now = now_ms();
@@ -137,6 +150,9 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::
 }
 
 async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
+    // The source's health as of this scrape, not as of the ingest loop's last turn (a loop held up
+    // in a commit or a rebalance must not freeze `ultr_source_up` at 1 through an outage).
+    s.health.export_source(&s.metrics);
     ([(header::CONTENT_TYPE, Metrics::content_type())], s.metrics.render())
 }
 

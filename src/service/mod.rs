@@ -142,9 +142,10 @@ impl Observer for ServiceObserver<'_> {
         self.health.ready.store(true, Ordering::SeqCst);
     }
 
-    fn on_progress(&mut self, _report: &RunReport) {
+    fn on_progress(&mut self, report: &RunReport) {
         self.health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-        export_source_health(&self.counters.metrics, &self.health);
+        self.counters.ingest_live(report);
+        self.health.export_source(&self.counters.metrics);
     }
 
     fn after_checkpoint(&mut self, store: &StateStore, report: &RunReport) {
@@ -188,24 +189,12 @@ impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
         self.health.last_progress_ms.store(now, Ordering::Relaxed);
         // Partition tasks checkpoint on their own; the instance counts as checkpointing while its loop turns.
         self.health.last_checkpoint_ms.store(report.last_checkpoint_unix_ms.max(now), Ordering::Relaxed);
-        export_source_health(&self.counters.metrics, &self.health);
+        self.counters.ingest_live(report);
+        self.health.export_source(&self.counters.metrics);
     }
 
     fn should_stop(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
-    }
-}
-
-/// `ultr_source_up` and `ultr_kafka_errors_total` from the source's connection health, in either
-/// shape (a single instance's Kafka source, a scale-out instance's group member); nothing for a
-/// source without a connection.
-fn export_source_health(metrics: &Metrics, health: &Health) {
-    if let Some(source) = health.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        metrics.source_up.set(if source.is_up() { 1.0 } else { 0.0 });
-        for (kind, n) in source.errors() {
-            let c = metrics.kafka_errors.with_label_values(&[&kind]);
-            c.inc_by(n.saturating_sub(c.get()));
-        }
     }
 }
 

@@ -43,6 +43,13 @@ pub struct DecodeLimits {
     /// replays it is the newest event time accepted so far from that file (the wall clock before
     /// the first), so an old log replays while a corrupt year-9999 timestamp is still refused.
     pub max_clock_skew: String,
+    /// On a live stream (Kafka), a session whose `event_time` lies further than this before the
+    /// wall clock is refused (`stale_event_time`). A 1970 timestamp from a broken producer, read
+    /// first on a partition, would set that partition's clock decades behind: the clock moves at
+    /// most `window.max_partition_clock_jump` per session, so every window would stay open while it
+    /// crawled forward. Replays (files, the simulator) are not judged by the wall clock. Raise it to
+    /// re-read an older topic.
+    pub max_event_age: String,
     /// The names and version of the stream's feature vectors (`[decode.feature_schema]`). A model
     /// trained on the stream records it and exports it; a model whose schema differs is refused
     /// before it scores, warm-starts or competes at the gate. It also fixes the feature dimensions.
@@ -115,11 +122,17 @@ impl Default for DecodeLimits {
             bias_feature_dim: None,
             feature_schema: None,
             max_clock_skew: "1h".into(),
+            max_event_age: "365d".into(),
         }
     }
 }
 
 impl DecodeLimits {
+    /// `max_event_age` in milliseconds; `None` when it does not parse (the config refuses that).
+    pub fn max_event_age_ms(&self) -> Option<i64> {
+        humantime::parse_duration(self.max_event_age.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
     /// `max_clock_skew` in milliseconds; `None` when it does not parse (the config refuses that).
     pub fn max_clock_skew_ms(&self) -> Option<i64> {
         humantime::parse_duration(self.max_clock_skew.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -427,6 +440,7 @@ pub struct Decoder {
     positions_scratch: Vec<u32>,
     /// Sessions with a later event time are refused (`future_event_time`); set by the ingest loop.
     event_time_ceiling: Option<i64>,
+    event_time_floor: Option<i64>,
     /// Event time of the last accepted session.
     last_event_ms: Option<i64>,
     /// Read every record with serde_json, skipping the single-pass reader (the reference it is tested against).
@@ -457,6 +471,7 @@ impl Decoder {
             propensity: Float64Builder::new(),
             positions_scratch: Vec::new(),
             event_time_ceiling: None,
+            event_time_floor: None,
             last_event_ms: None,
             serde_json_only: false,
         }
@@ -472,6 +487,11 @@ impl Decoder {
     /// Refuse sessions whose event time exceeds `ceiling` (epoch ms); `None` accepts any time.
     pub fn set_event_time_ceiling(&mut self, ceiling: Option<i64>) {
         self.event_time_ceiling = ceiling;
+    }
+
+    /// Sessions older than this (epoch ms) are refused as `stale_event_time`; `None` accepts any age.
+    pub fn set_event_time_floor(&mut self, floor: Option<i64>) {
+        self.event_time_floor = floor;
     }
 
     /// Event time of the last accepted session.
@@ -543,6 +563,14 @@ impl Decoder {
             }
         }
         let event_millis = raw.event_time.to_millis()?;
+        if let Some(floor) = self.event_time_floor {
+            if event_millis < floor {
+                return Err(Rejected::new(
+                    Reason::StaleEventTime,
+                    format!("event_time {event_millis} ms is older than the wall clock − decode.max_event_age ({floor} ms)"),
+                ));
+            }
+        }
         if let Some(ceiling) = self.event_time_ceiling {
             if event_millis > ceiling {
                 return Err(Rejected::new(

@@ -27,10 +27,12 @@ pub enum Reason {
     BadPropensity,
     /// `event_time` beyond the reference clock plus `decode.max_clock_skew` (a broken producer clock).
     FutureEventTime,
+    /// `event_time` older than the wall clock minus `decode.max_event_age` on a live stream.
+    StaleEventTime,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::NotUtf8,
         Reason::RecordTooLarge,
         Reason::InvalidJson,
@@ -50,6 +52,7 @@ impl Reason {
         Reason::FeatureLengthMismatch,
         Reason::BadPropensity,
         Reason::FutureEventTime,
+        Reason::StaleEventTime,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +76,7 @@ impl Reason {
             Reason::FeatureLengthMismatch => "feature_length_mismatch",
             Reason::BadPropensity => "bad_propensity",
             Reason::FutureEventTime => "future_event_time",
+            Reason::StaleEventTime => "stale_event_time",
         }
     }
 

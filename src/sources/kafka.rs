@@ -153,8 +153,11 @@ impl KafkaSource {
     /// One partition, assigned by the caller instead of the group (a scale-out partition task):
     /// reads from `resume` (or `auto.offset.reset`), joins no group and commits nothing — the
     /// instance's group member commits for it.
-    pub fn assigned(config: &KafkaSourceConfig, resume: ResumeOffsets, topic: &str, partition: i32) -> anyhow::Result<Self> {
-        let mut source = Self::open(config, resume, false, false)?;
+    /// `health` is the instance's: every partition task's client reports into it, so the
+    /// instance's `ultr_source_up` does not hang on one client (its group member may be busy in a
+    /// commit or a rebalance while the tasks poll and see the outage).
+    pub fn assigned(config: &KafkaSourceConfig, resume: ResumeOffsets, topic: &str, partition: i32, health: Arc<SourceHealth>) -> anyhow::Result<Self> {
+        let mut source = Self::open_with(config, resume, false, false, health)?;
         let offset = source.position.lock().unwrap_or_else(|e| e.into_inner()).get(&format!("kafka:{topic}"), partition);
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, offset.map(Offset::Offset).unwrap_or(source.reset))?;
@@ -164,6 +167,10 @@ impl KafkaSource {
     }
 
     fn open(config: &KafkaSourceConfig, resume: ResumeOffsets, group_offsets: bool, subscribe: bool) -> anyhow::Result<Self> {
+        Self::open_with(config, resume, group_offsets, subscribe, Arc::new(SourceHealth::default()))
+    }
+
+    fn open_with(config: &KafkaSourceConfig, resume: ResumeOffsets, group_offsets: bool, subscribe: bool, health: Arc<SourceHealth>) -> anyhow::Result<Self> {
         let properties = resolve_properties(&config.properties).context("[source.kafka] properties")?;
         let reset = match properties.get("auto.offset.reset").map(String::as_str) {
             None | Some("earliest" | "smallest" | "beginning") => Offset::Beginning,
@@ -179,7 +186,6 @@ impl KafkaSource {
         for (k, v) in &properties {
             client.set(k, v);
         }
-        let health = Arc::new(SourceHealth::default());
         let position: Position = Arc::new(Mutex::new(resume));
         let reset = if group_offsets { Offset::Stored } else { reset };
         let context = StateSeekingContext { position: position.clone(), reset, health: health.clone() };

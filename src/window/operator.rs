@@ -198,7 +198,9 @@ impl WindowOperator {
                 self.counters.late_sessions += 1;
                 self.counters.late_impressions += origin.rows as u64;
                 late_rows.extend(rows);
-            } else if targets.iter().any(|s| self.open.get(s).is_some_and(|w| w.sessions.contains(&key))) {
+            } else if self.open.values().any(|w| w.sessions.contains(&key)) {
+                // Counted once while any window holding it is open, whatever event time the re-send
+                // carries (a retry stamped anew would otherwise count again in the next window).
                 self.counters.duplicate_sessions += 1;
             } else {
                 self.counters.sessions += 1;

@@ -86,3 +86,10 @@ pub fn session_with(key: &str, value: &str, items: &str) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap()
 }
 
+
+/// Records refused only on a live stream (Kafka), where the wall clock judges event times from
+/// below as well; a replay accepts them.
+pub fn live_only() -> Vec<(Vec<u8>, Reason)> {
+    let ok_items = format!("{},{}", item("a", "1", ""), item("b", "2", ""));
+    vec![(session_with("event_time", "\"1970-01-01T00:00:01Z\"", &ok_items), Reason::StaleEventTime)]
+}
