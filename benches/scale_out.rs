@@ -70,7 +70,7 @@ fn publish(topic: &str, sessions: u64) -> i64 {
     })
     .unwrap();
     ensure_topic(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, PARTITIONS).unwrap();
-    // One record per batch: tansu 0.6 serves fetches from batch boundaries only (tests/scale_out.rs).
+    // One record per batch: tansu 0.6 serves fetches from batch boundaries only (tests/deployment/scale_out.rs).
     let one_per_batch = [("batch.num.messages".to_string(), "1".to_string())].into_iter().collect();
     let mut sink = KafkaSink::new(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, &one_per_batch).unwrap();
     let mut buf = Vec::new();

@@ -1,4 +1,4 @@
-"""Runs an ONNX file in onnxruntime on raw little-endian inputs, for tests/onnx.rs.
+"""Runs an ONNX file in onnxruntime on raw little-endian inputs, for tests/deployment/onnx.rs.
 
     python3 scripts/onnx_run.py MODEL.onnx OUT_DIR NAME=FILE ...
 

@@ -2,7 +2,7 @@
 chromium-driver, Python's selenium) and prints what a reader sees as JSON; saves a screenshot.
 
 Usage: status_page_check.py URL SCREENSHOT.png
-Run by tests/service.rs (status_page_in_headless_chromium_*), which checks the values."""
+Run by tests/deployment/service.rs (status_page_in_headless_chromium_*), which checks the values."""
 import json
 import os
 import sys

@@ -40,8 +40,8 @@ if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}" || [ "$(cat 
   echo "$TANSU_FEATURES" > "$TANSU_STAMP"
 fi
 
-# 3. A real ONNX runtime for tests/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
-#    tests/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
+# 3. A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
+#    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
 #    PyPI in seconds) and selenium (WebDriver client for the status page's browser test), in a venv
 #    of their own.
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"

@@ -6,7 +6,7 @@
 //! (`significand as f64` then one `*` or `/` by an exact power of ten, |exp| ≤ 22), except that an
 //! f32 feature may use a multiplication where it provably rounds to the same f32 (`Decimal::to_f32`);
 //! every input it is unsure of (escapes, unknown or repeated keys, long or odd numbers, other value
-//! types) returns `None`. `tests/fuzz.rs` checks it against serde_json on mutated inputs.
+//! types) returns `None`. `tests/laboratory/fuzz.rs` checks it against serde_json on mutated inputs.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

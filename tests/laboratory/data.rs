@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 use ultr::simulate::dataset;
 
-mod common;
+use crate::common;
 
 #[test]
 fn shipped_data_decompress_to_their_recorded_digests() {

@@ -1,7 +1,7 @@
 //! Training: the Hager 2025 orderings on a small fast grid, the CLI's checkpoint / promotion gate /
 //! warm start, the framework-neutral export against burn, and refusals of data that cannot train.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! τ ∈ {0, 0.333}): what the monitor exports per window, asserted here and replayed through the
 //! alert rules with `promtool test rules`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! restart loses and double-counts nothing; a policy switch to τ = 0 makes IdentifiabilityLost fire
 //! (through promtool), and not before.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! or set ULTR_KAFKA_BROKERS): ≥ 100,000 simulated sessions go simulator → broker → Kafka source,
 //! every session arrives exactly once, and the impressions equal the file path's.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{SystemTime, UNIX_EPOCH};

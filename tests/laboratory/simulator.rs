@@ -1,7 +1,7 @@
 //! The simulator against its own ground truth: empirical CTR per position equals the analytic
 //! expectation computed from the ground-truth file, within 3 standard errors.
 
-mod common;
+use crate::common;
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{Int64Type, UInt32Type};

@@ -2,7 +2,7 @@
 //! scripts/test.sh; `$ULTR_PYTHON` names its interpreter) and reproduce `ultr score` on every
 //! MQ2008 document, and the additive click model's θ_k + b(z) + r(x) as `relevance.json` defines it.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! `SCALE_OUT_HISTORY=1` keeps the instances' logs (their folder is printed), adds librdkafka's
 //! group-protocol lines (`debug = "cgrp"`) to them and prints every instance's partition history.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

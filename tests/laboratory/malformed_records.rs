@@ -1,7 +1,7 @@
 //! Acceptance: a corpus of malformed records mixed into a valid stream — no panic, every bad record
 //! dead-lettered with the right reason and its original bytes, valid impressions identical to a clean run.
 
-mod common;
+use crate::common;
 
 use common::malformed::{corpus, item, session};
 

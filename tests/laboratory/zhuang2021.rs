@@ -4,7 +4,7 @@
 //! on PBM clicks, which the additive model fits exactly — and the attention matrix is a proper one
 //! (rows over the other positions sum to 1). README "Reproducing Zhuang et al. 2021" has the rest.
 
-mod common;
+use crate::common;
 
 use ultr::experiment::zhang2023::beyond_noise;
 use ultr::experiment::zhuang2021::{self as z, Method, Options};

@@ -5,7 +5,7 @@
 //! al. 2022"): MixEM beats the additive model on 0:1:1:0 beyond the paired seed noise, and REM's
 //! examination falls with depth on PBM clicks.
 
-mod common;
+use crate::common;
 
 use ultr::experiment::yan2022::{self as y, Method, Options};
 use ultr::train::config::TowerKind;

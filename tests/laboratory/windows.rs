@@ -3,7 +3,6 @@
 //! open windows checkpointed and restored from their partials along the way) equal a brute-force
 //! in-memory reference.
 
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::Write;

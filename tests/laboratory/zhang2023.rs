@@ -3,7 +3,7 @@
 //! asserted (see README "Zhang 2023" for the full-scale table and the ones that do not), and DLA's
 //! propensity model recovers the simulated examination P(E|k) = 1/k.
 
-mod common;
+use crate::common;
 
 use ultr::experiment::zhang2023::{self as z, Method, Options};
 use ultr::train::config::TowerKind;

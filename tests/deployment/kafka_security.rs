@@ -2,7 +2,7 @@
 //! production example) against a tansu broker with authentication behind a stunnel TLS listener,
 //! with the password read from a file; and a zstd-compressed topic on the test broker.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

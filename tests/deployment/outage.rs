@@ -3,7 +3,7 @@
 //! reports the outage and recovers, and the final state equals an uninterrupted run over the same
 //! records. The test prints its timeline (health, records, errors, lag) for the closing note.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

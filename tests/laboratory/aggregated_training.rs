@@ -3,7 +3,7 @@
 //! trained on either path recovers the same θ and nDCG within seed noise. Also the duplicate-session
 //! filter: what the 64-bit keys promise and that they survive a checkpoint.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! each time; the final state's cumulative counts and dead letters equal an uninterrupted run's (0 lost,
 //! 0 double-counted, no refused record listed twice).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! The HTTP endpoint under bad clients: connections that send half a request and stall, or a huge
 //! body, must not delay a Prometheus scrape; health endpoints report what they should.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

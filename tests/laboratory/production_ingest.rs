@@ -2,7 +2,7 @@
 //! outlier within the skew, a missing or truncated state file, a restart whose first record has
 //! another feature dimension, two writers on one state, and dead letters that are capped and rotated.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 //! `ULTR_FUZZ_CONFIG_EXECS` set the budget (the test command's short run uses the defaults; the
 //! long run in the closing note used 1,000,000+), `ULTR_FUZZ_SEED` the seed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -12,7 +12,7 @@
 //!
 //! Each scenario prints `ALERTING <scenario>: <alert> <state> after <s> s` lines: the fault matrix.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

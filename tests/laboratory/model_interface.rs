@@ -3,7 +3,7 @@
 //! `ultr models`; warm starts across models are refused naming both; a listwise model is refused on
 //! aggregated rows with the reason; gradient reversal scales the adversary's gradient by −η.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -120,7 +120,7 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
             "biased" => assert_eq!(*theta2, 0.0),
             // REM's likelihood is flat along the split of a non-click into "not examined" and "not
             // relevant", so EM (or gradient) moves slowly there: after a few epochs on 20,000 sessions
-            // its step is small (−0.10); `tests/yan2022.rs` checks it recovers a PBM's examination.
+            // its step is small (−0.10); `tests/laboratory/yan2022.rs` checks it recovers a PBM's examination.
             "rem" => assert!(*theta2 < -0.05, "{name}: log P(E_2)/P(E_1) = {theta2}"),
             "edot" | "einter" => assert!(*theta2 < -0.1, "{name}: position 2 − position 1 = {theta2}"),
             _ => assert!(*theta2 < -0.1 && *theta2 > additive - 0.1, "{name}: θ_2 − θ_1 = {theta2} (additive {additive})"),

@@ -1,0 +1,19 @@
+//! Integration tests of ultr's deployments: real `ultr` processes against a real Kafka-protocol
+//! broker (tansu), a real S3 server (moto), a real Prometheus server and a real ONNX runtime.
+//! Their assertions wait on wall-clock time, so they live in a binary of their own, apart from the
+//! CPU-bound training tests of `tests/laboratory/`. One binary links burn, datafusion and rdkafka once.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod alerting;
+mod deploy;
+mod http_endpoint;
+mod kafka_resume;
+mod kafka_roundtrip;
+mod kafka_security;
+mod kill_restart;
+mod onnx;
+mod outage;
+mod scale_out;
+mod service;

@@ -1,0 +1,25 @@
+//! Integration tests in the laboratory: the pipeline in process on files and the simulator, the
+//! models against the simulator's truth, the CLI's one-shot commands, the reproduced experiments.
+//! One binary links burn, datafusion and rdkafka once.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod aggregated_training;
+mod chunked_training;
+mod config;
+mod data;
+mod fuzz;
+mod identifiability;
+mod logged_propensity;
+mod malformed_records;
+mod misspecification;
+mod model_interface;
+mod production_ingest;
+mod simulator;
+mod theta_intervals;
+mod training;
+mod windows;
+mod yan2022;
+mod zhang2023;
+mod zhuang2021;
