@@ -4,7 +4,9 @@ WORKDIR /src
 # cmake builds the bundled librdkafka; libssl-dev gives it TLS and SCRAM.
 RUN apt-get update && apt-get install -y --no-install-recommends cmake libssl-dev && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN cargo build --release --bin ultr
+# The image ships a stripped binary: the release profile keeps line tables for ultr's own code (for
+# panics in tests), which a container does not need.
+RUN cargo build --release --bin ultr && strip target/release/ultr
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 && rm -rf /var/lib/apt/lists/*

@@ -13,6 +13,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod cli;
 pub mod config;
+pub mod config_reference;
 pub mod demo;
 pub mod eval;
 pub mod experiment;

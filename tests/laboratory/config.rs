@@ -65,3 +65,40 @@ fn object_store_settings_are_checked_naming_the_key() {
     let known = format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\noptions = {{ aws_endpoint = \"http://s3:5000\", AWS_REGION = \"us-east-1\", allow_http = \"true\", aws_access_key_id = \"env:K\" }}\n");
     PipelineConfig::parse(&known, "ok.toml").unwrap();
 }
+
+/// `docs/configuration.md` is what `ultr config-reference` writes today: a key added, removed or
+/// re-documented without regenerating it fails here (`ULTR_BLESS=1` rewrites the file). And the
+/// reference lists every key the loader fills in with a default.
+#[test]
+fn the_configuration_reference_is_generated_and_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let generated = ultr::config_reference::render();
+    if std::env::var_os("ULTR_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(committed == generated, "docs/configuration.md is stale: run `ultr config-reference > docs/configuration.md`");
+    let config = ultr::config::PipelineConfig::parse("source = \"simulator\"\n", "test").unwrap();
+    let defaults = toml::Value::try_from(&config).unwrap();
+    fn leaves(v: &toml::Value, path: &str, out: &mut Vec<(String, String)>) {
+        if let Some(t) = v.as_table() {
+            for (k, v) in t {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                if v.is_table() {
+                    leaves(v, &p, out);
+                } else {
+                    out.push((path.to_string(), k.clone()));
+                }
+            }
+        }
+    }
+    let mut keys = Vec::new();
+    leaves(&defaults, "", &mut keys);
+    assert!(keys.len() >= 90, "the walk over the defaults found only {} keys", keys.len());
+    for (table, key) in keys {
+        let section = if table.is_empty() { "## Top level".to_string() } else { format!("## `[{table}]`") };
+        let body = generated.split(&section).nth(1).unwrap_or_else(|| panic!("no section {section}"));
+        let body = body.split("\n## ").next().unwrap();
+        assert!(body.contains(&format!("| `{key}` |")), "{table}.{key} is not in the reference");
+    }
+}
