@@ -42,13 +42,14 @@ fi
 
 # 3. A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
-#    PyPI in seconds) and selenium (WebDriver client for the status page's browser test), in a venv
-#    of their own.
+#    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
+#    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked), in a venv of
+#    their own.
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium" 2>/dev/null; then
-  log "installing onnxruntime, numpy, moto[server] and selenium into $ULTR_VENV"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval" 2>/dev/null; then
+  log "installing onnxruntime, numpy, moto[server], selenium and pytrec_eval into $ULTR_VENV"
   python3 -m venv "$ULTR_VENV"
-  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5"
+  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
 fi
 export ULTR_PYTHON="$ULTR_VENV/bin/python"
 

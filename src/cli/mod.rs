@@ -42,6 +42,9 @@ enum Command {
     Decode(DecodeArgs),
     /// Consume sessions from Kafka and decode them.
     Consume(ConsumeArgs),
+    /// Import a released click log (Yandex relevance-prediction layout: PyClick's, Yandex's, NAVER's
+    /// CLARA 2) as contract sessions, one per result page, to JSONL or a Kafka topic.
+    Import(ImportArgs),
     /// Run a pipeline config's source through windows into the state directory (resumes after a crash).
     Ingest(IngestArgs),
     /// Analyse whether the state's data identifies a two-tower model. Exit 0 identified, 1 not, 2 error.
@@ -66,6 +69,9 @@ enum Command {
     /// Write a Prometheus rules file with every duration divided by a factor (`for:`, ranges,
     /// `N * 3600` constants), for running the shipped alerts against a time-compressed deployment.
     RulesTimeScale(RulesTimeScaleArgs),
+    /// Print the configuration reference (every key, its type, default and meaning) as Markdown:
+    /// `ultr config-reference > docs/configuration.md`.
+    ConfigReference,
     /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
     #[command(subcommand)]
     Experiment(train::ExperimentCommand),
@@ -279,6 +285,136 @@ struct SimulateArgs {
     truth: Option<PathBuf>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TimeUnit {
+    /// Milliseconds (CLARA 2's time field reads as milliseconds: its 31,564 pages span 82 days).
+    Ms,
+    S,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The log, plain or gzip: query lines `SessionID TimePassed Q QueryID RegionID URL…` and click
+    /// lines `SessionID TimePassed C URL`, tab-separated.
+    log: PathBuf,
+    /// The instant the log's time 0 stands for (RFC 3339, e.g. 2026-01-01T00:00:00Z).
+    #[arg(long)]
+    base_time: String,
+    /// The unit of the log's time field.
+    #[arg(long, value_enum, default_value = "ms")]
+    time_unit: TimeUnit,
+    /// `policy_id` of every session (the ranker that produced the log).
+    #[arg(long, default_value = "logged")]
+    policy_id: String,
+    /// JSONL output (`-` for stdout).
+    #[arg(long, conflicts_with = "topic")]
+    out: Option<PathBuf>,
+    /// Kafka topic to publish to (with --brokers), keyed by query id.
+    #[arg(long, requires = "brokers")]
+    topic: Option<String>,
+    #[arg(long)]
+    brokers: Option<String>,
+    /// Partitions when the topic has to be created.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Refused lines and pages, one dead letter each (the format of every other dead letter).
+    #[arg(long, default_value = "import-dead-letters.jsonl")]
+    dead_letter: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+fn import(args: &ImportArgs) -> anyhow::Result<()> {
+    use std::io::{BufRead, Read, Write};
+    use crate::sources::click_log::{ClickLogImporter, ImportSummary, Imported, TimeMapping};
+    let base = chrono::DateTime::parse_from_rfc3339(&args.base_time).with_context(|| format!("--base-time {:?}: not RFC 3339 (e.g. 2026-01-01T00:00:00Z)", args.base_time))?;
+    let time = TimeMapping {
+        base_ms: base.timestamp_millis(),
+        unit_ms: match args.time_unit {
+            TimeUnit::Ms => 1.0,
+            TimeUnit::S => 1000.0,
+        },
+    };
+    let mut file = std::fs::File::open(&args.log).with_context(|| format!("opening {}", args.log.display()))?;
+    let mut magic = [0u8; 2];
+    let gzip = file.read(&mut magic)? == 2 && magic == [0x1f, 0x8b];
+    let file = std::fs::File::open(&args.log)?;
+    let mut reader: Box<dyn BufRead> = if gzip {
+        Box::new(std::io::BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file)))
+    } else {
+        Box::new(std::io::BufReader::with_capacity(1 << 20, file))
+    };
+    let mut sink: Box<dyn SessionSink> = match (&args.out, &args.topic, &args.brokers) {
+        (_, Some(topic), Some(brokers)) => {
+            ensure_topic(brokers, topic, args.partitions)?;
+            Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
+        }
+        (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
+        (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
+        _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
+    };
+    let mut dead = std::io::BufWriter::new(std::fs::File::create(&args.dead_letter).with_context(|| format!("creating {}", args.dead_letter.display()))?);
+    let source = format!("file:{}", args.log.display());
+    let mut importer = ClickLogImporter::new(time, &args.policy_id);
+    let mut summary = ImportSummary::default();
+    let mut emit = |out: &mut Vec<Imported>, sink: &mut dyn SessionSink, dead: &mut dyn Write| -> anyhow::Result<()> {
+        for item in out.drain(..) {
+            summary.add(&item);
+            match item {
+                Imported::Session { key, json, .. } => sink.send(&key, json.as_bytes())?,
+                Imported::Refused { offset, reason, detail, text, .. } => {
+                    let letter = crate::sinks::dead_letter::DeadLetterLine {
+                        reason: reason.as_str().to_string(),
+                        detail,
+                        source: source.clone(),
+                        partition: 0,
+                        offset: offset as i64,
+                        payload_bytes: text.len() as u64,
+                        payload_sha256: crate::sinks::dead_letter::sha256_hex(text.as_bytes()),
+                        payload: Some(text),
+                        payload_base64: None,
+                        truncated: false,
+                    };
+                    serde_json::to_writer(&mut *dead, &letter)?;
+                    dead.write_all(b"\n")?;
+                }
+            }
+        }
+        Ok(())
+    };
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", args.log.display()))?;
+        if n == 0 {
+            break;
+        }
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        match std::str::from_utf8(line) {
+            Ok(text) => importer.push_line(text, offset, &mut out),
+            Err(_) => importer.push_undecodable(line, offset, &mut out),
+        }
+        offset += n as u64;
+        emit(&mut out, sink.as_mut(), &mut dead)?;
+    }
+    importer.finish(&mut out);
+    emit(&mut out, sink.as_mut(), &mut dead)?;
+    sink.flush()?;
+    dead.flush()?;
+    summary.lines = importer.lines();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!("{} lines → {} sessions, {} impressions, {} clicked", summary.lines, summary.sessions, summary.impressions, summary.clicks);
+        for (reason, n) in &summary.refused {
+            println!("  refused {reason}: {n} (see {})", args.dead_letter.display());
+        }
+    }
+    Ok(())
+}
+
 #[derive(Args)]
 struct DecodeArgs {
     /// JSONL files, plain or gzip.
@@ -338,6 +474,11 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => crate::demo::run(&args),
         Command::Simulate(args) => simulate(&args),
         Command::Decode(args) => decode(&args),
+        Command::Import(args) => import(&args),
+        Command::ConfigReference => {
+            print!("{}", crate::config_reference::render());
+            Ok(())
+        }
         Command::Consume(args) => consume(&args),
         Command::Ingest(args) => ingest(&args),
         Command::Identifiability(args) => match identifiability(&args) {

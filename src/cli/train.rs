@@ -55,8 +55,35 @@ pub struct EvalArgs {
     /// Positions the bias RMSE covers.
     #[arg(long, default_value_t = 10)]
     positions: usize,
+    /// Editors' graded labels as TREC qrels (`query iteration document grade`): rank every document
+    /// the state saw per query by the model, the logged order, naive click-through and a `biased`
+    /// model trained on the same rows, and score each ranking (nDCG@1/3/5/10, DCG@10).
+    #[arg(long, conflicts_with_all = ["labels", "truth"])]
+    qrels: Option<PathBuf>,
+    /// With --qrels: a ranked document without a label gains 0 at its rank (as trec_eval), or is
+    /// dropped before the cutoffs.
+    #[arg(long, value_enum, default_value = "zero")]
+    unjudged: UnjudgedArg,
+    /// With --qrels: bootstrap resamples of the query set for the intervals.
+    #[arg(long, default_value_t = 1000)]
+    bootstrap: usize,
+    /// With --qrels: the bootstrap's seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// With --qrels: write a TREC run file (`query Q0 document rank score tag`) of one ranking.
+    #[arg(long, requires = "qrels")]
+    run_out: Option<PathBuf>,
+    /// The ranking --run-out writes: model, logged, naive_ctr or biased.
+    #[arg(long, default_value = "model")]
+    run_ranker: String,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum UnjudgedArg {
+    Zero,
+    Drop,
 }
 
 #[derive(Args)]
@@ -351,6 +378,9 @@ fn labels_from_svmlight(files: &[PathBuf]) -> anyhow::Result<Labels> {
 }
 
 pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
+    if let Some(qrels) = &args.qrels {
+        return eval_judged(args, qrels);
+    }
     let config = load_config(&args.config)?;
     let store = ModelStore::open(&models_dir(&config, &args.state))?;
     let id = match &args.model {
@@ -373,6 +403,56 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     let report = evaluate(&trained, &heldout, labels.as_ref(), theta.as_deref(), args.positions, &device);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "report": report }))?);
+    } else {
+        println!("model {id}");
+        print!("{}", report.render());
+    }
+    Ok(())
+}
+
+/// `ultr eval --qrels`: every ranking from the same state, scored against editors' labels.
+fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
+    use crate::eval::judged::{evaluate as evaluate_judged, seen_by_query, Qrels, Ranking, Unjudged};
+    let qrels = Qrels::read(qrels_path)?;
+    let config = load_config(&args.config)?;
+    let store = ModelStore::open(&models_dir(&config, &args.state))?;
+    let id = match &args.model {
+        Some(id) => id.clone(),
+        None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
+    };
+    let device = config.train.backend.device()?;
+    let trained = store.load(&id, &device)?;
+    trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
+    let manifest = crate::state::read_manifest(&args.state)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let lookback = config.lookback_ms();
+    // Every session of the horizon: the labels are the editors', not the clicks', so nothing is held out.
+    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
+    trained.check_compatible(&all)?;
+    let seen = seen_by_query(&all);
+    let model = Ranking::from_rows("model", &all, &trained.relevance_of_rows(&all, &device));
+    // The naive baseline a team would train first: the same tower and settings, no position term, no IPS.
+    let mut biased_cfg = config.train.clone();
+    biased_cfg.model = crate::train::models::ModelKind::Biased;
+    biased_cfg.ips.enabled = false;
+    eprintln!("eval: training the biased model on the same {} rows", all.rows.len());
+    let (biased, _) = crate::train::fit::fit(&all, &biased_cfg, None, false).context("training the biased model for the comparison")?;
+    let biased = Ranking::from_rows("biased", &all, &biased.relevance_of_rows(&all, &device));
+    let rankings = vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), model, biased];
+    let unjudged = match args.unjudged {
+        UnjudgedArg::Zero => Unjudged::Zero,
+        UnjudgedArg::Drop => Unjudged::Drop,
+    };
+    let report = evaluate_judged(&qrels, &rankings, unjudged, args.bootstrap, args.seed)?;
+    if let Some(path) = &args.run_out {
+        let ranking = rankings.iter().find(|r| r.ranker == args.run_ranker).with_context(|| format!("--run-ranker {}: one of model, logged, naive_ctr, biased", args.run_ranker))?;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?);
+        let tag = if ranking.ranker == "model" { format!("ultr-{id}") } else { format!("ultr-{}", ranking.ranker) };
+        ranking.write_run(&mut out, &tag)?;
+        out.flush()?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "judged": report }))?);
     } else {
         println!("model {id}");
         print!("{}", report.render());

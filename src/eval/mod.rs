@@ -10,6 +10,8 @@ use crate::simulate::GroundTruth;
 use crate::train::data::Examples;
 use crate::train::fit::Trained;
 
+pub mod judged;
+
 /// Graded relevance per (query_id, doc_id).
 pub type Labels = HashMap<(String, String), f64>;
 

@@ -82,6 +82,9 @@ pub struct Metrics {
     pub training_in_progress: IntGauge,
     pub training_loss: GaugeVec,
     pub last_training_success: Gauge,
+    /// 1 when the last training converged, 0 when it ran out of epochs with its validation loss
+    /// still falling (or diverged); absent before the first training.
+    pub training_converged: OptionalGauge,
     /// Absent while there is no current model (the `ModelMissing` rule reads that absence).
     pub current_model_created: OptionalGauge,
     pub last_promotion: Gauge,
@@ -188,6 +191,10 @@ impl Metrics {
             training_in_progress: reg(&r, IntGauge::with_opts(Opts::new("training_in_progress", "1 while a scheduled training runs.")).expect("valid")),
             training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
             last_training_success: gauge("last_training_success_timestamp_seconds", "When a training run by this process's scheduler last finished without error."),
+            training_converged: optional(
+                "training_converged",
+                "1 when this process's last training converged; 0 when it stopped at max_epochs with its validation loss still falling (its θ is flattened toward 0), or diverged. Absent before the first training.",
+            ),
             current_model_created: optional(
                 "current_model_created_timestamp_seconds",
                 "When the current (promoted) model was trained, from the models directory: right after restarts and whoever trains (absent while there is no current model).",
@@ -258,7 +265,7 @@ impl Metrics {
             &self.logged_propensity_dispersion, &self.logged_propensity_disagrees,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
             &self.training_in_progress,
-            &self.training_loss, &self.last_training_success, &self.current_model_created.0, &self.last_promotion, &self.trainings, &self.residual_mean,
+            &self.training_loss, &self.last_training_success, &self.training_converged.0, &self.current_model_created.0, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
             &self.misspecification_z, &self.misspecification_assessable, &self.policy_variation,
             &self.windows_open, &self.theta_interval, &self.swap_pairs,

@@ -38,6 +38,7 @@ pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>)
         Ok(o) => {
             metrics.trainings.with_label_values(&[if o.decision.promoted { "promoted" } else { "rejected" }]).inc();
             metrics.training_seconds.set(o.fit.seconds);
+            metrics.training_converged.set(if o.fit.converged { 1.0 } else { 0.0 });
             if let Some(best) = o.fit.epochs.iter().find(|e| e.epoch == o.fit.best_epoch).or(o.fit.epochs.last()) {
                 metrics.training_loss.with_label_values(&["train"]).set(best.train_loss);
                 metrics.training_loss.with_label_values(&["validation"]).set(best.validation_loss);

@@ -1,5 +1,6 @@
 //! Where session records come from (files, Kafka, the simulator): raw bytes plus the source position of each.
 
+pub mod click_log;
 pub mod file;
 pub mod kafka;
 pub mod secrets;

@@ -445,6 +445,22 @@ pub struct FitReport {
     pub weights: WeightReport,
     pub warm_started: bool,
     pub seconds: f64,
+    /// False when the fit ran out of epochs (`max_epochs`) while its validation loss was still
+    /// falling (its lowest within the last `patience` epochs), or diverged: the model it keeps is
+    /// not the one its data support, and θ from it is flattened toward 0.
+    pub converged: bool,
+}
+
+/// Whether a fit that stopped for `stop` after `epochs` had converged (see `FitReport::converged`).
+pub fn converged(stop: StopReason, epochs: &[EpochStats], patience: usize) -> bool {
+    match stop {
+        StopReason::EarlyStopping => true,
+        StopReason::Diverged => false,
+        StopReason::MaxEpochs => {
+            let lowest = epochs.iter().enumerate().min_by(|a, b| a.1.validation_loss.total_cmp(&b.1.validation_loss)).map(|(i, _)| i + 1);
+            lowest.is_some_and(|i| epochs.len() - i >= patience.max(1))
+        }
+    }
 }
 
 /// What one pass over every chunk of the examples tells a fit before its first step.
@@ -552,7 +568,10 @@ impl Survey {
         }
         let n_features = self.n_features.unwrap_or(0);
         if cfg.tower != TowerKind::Embedding && n_features == 0 {
-            anyhow::bail!("tower = {:?} needs item features, but the stream carries none (use tower = \"embedding\")", cfg.tower);
+            anyhow::bail!(
+                "key `train.tower` = {:?} needs item features, but the stream carries none (ids and clicks only): set `[train] tower = \"embedding\"`, a relevance per (query, document) learned from the clicks",
+                cfg.tower
+            );
         }
         if let Some(limit) = cfg.feature_limit {
             if limit > n_features && cfg.tower != TowerKind::Embedding {
@@ -934,6 +953,14 @@ pub fn fit_chunks(
         bar.finish_and_clear();
     }
     trained.model = best.2;
+    let converged = converged(stop, &epochs, cfg.patience);
+    if !converged && stop == StopReason::MaxEpochs {
+        tracing::warn!(
+            epochs = epochs.len(),
+            "training stopped at max_epochs = {} with the validation loss still falling: not converged (raise [train] max_epochs)",
+            cfg.max_epochs
+        );
+    }
     let report = FitReport {
         epochs,
         best_epoch: best.1,
@@ -949,6 +976,7 @@ pub fn fit_chunks(
         weights: weight_report,
         warm_started: warm,
         seconds: started.elapsed().as_secs_f64(),
+        converged,
     };
     Ok((trained, report))
 }
@@ -956,6 +984,21 @@ pub fn fit_chunks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn epochs_with(losses: &[f64]) -> Vec<EpochStats> {
+        losses.iter().enumerate().map(|(i, l)| EpochStats { epoch: i + 1, train_loss: *l, validation_loss: *l, seconds: 1.0, impressions_per_second: 1.0 }).collect()
+    }
+
+    #[test]
+    fn a_fit_out_of_epochs_with_its_loss_still_falling_has_not_converged() {
+        let falling = epochs_with(&[0.9, 0.8, 0.7, 0.65, 0.6]);
+        assert!(!converged(StopReason::MaxEpochs, &falling, 3));
+        // Its lowest loss three epochs before the end: it had stopped improving.
+        let flat = epochs_with(&[0.9, 0.6, 0.61, 0.62, 0.63]);
+        assert!(converged(StopReason::MaxEpochs, &flat, 3));
+        assert!(converged(StopReason::EarlyStopping, &falling, 3));
+        assert!(!converged(StopReason::Diverged, &flat, 3));
+    }
 
     /// Regression: the visits of a spilled chunk each reshuffled its rows, so an epoch of
     /// `aggregated_epoch = "rows"` took some rows twice and others never. Now every visit splits

@@ -308,6 +308,12 @@ impl TrainOutcome {
             f.best_epoch,
             f.seconds
         ));
+        if !f.converged && f.stop == crate::train::fit::StopReason::MaxEpochs {
+            s.push_str(&format!(
+                "  NOT CONVERGED: max_epochs ({}) ran out with the validation loss still falling; θ is flattened toward 0 (raise [train] max_epochs)\n",
+                f.epochs.len()
+            ));
+        }
         if let Some(last) = f.epochs.last() {
             s.push_str(&format!("  last epoch: train loss {:.5}, validation loss {:.5}, {:.0} impressions/s\n", last.train_loss, last.validation_loss, last.impressions_per_second));
         }

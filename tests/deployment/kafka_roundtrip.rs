@@ -264,3 +264,71 @@ fn dead_letters_to_kafka_carry_bytes_and_reason() {
     assert_eq!(sha, Some(ultr::sinks::dead_letter::sha256_hex(&huge)));
     assert_eq!(truncated.as_deref(), Some("true"));
 }
+
+/// `ultr import --topic`: a released click log's pages arrive on the broker as contract sessions
+/// keyed by query id, the same records (as sorted impressions) as `ultr import --out`.
+#[test]
+fn imported_click_log_reaches_the_topic_as_the_file_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("search.log");
+    let mut lines = Vec::new();
+    for s in 0..400u32 {
+        let q = 100 + s % 17;
+        let urls: Vec<String> = (0..5).map(|k| format!("{}", 7_000 + (q * 31 + k * 7 + s % 3) % 60)).collect();
+        lines.push(format!("{s}\t{}\tQ\t{q}\t0.0\t{}", s * 1000, urls.join("\t")));
+        lines.push(format!("{s}\t{}\tC\t{}", s * 1000 + 300, urls[(s % 5) as usize]));
+    }
+    lines.push("400\tnot-a-time\tQ\t1\t0.0\t5".to_string());
+    std::fs::write(&log, lines.join("\n")).unwrap();
+    let ultr = env!("CARGO_BIN_EXE_ultr");
+    // A day ago: a live source refuses event times older than `decode.max_event_age`.
+    let base = (chrono::Utc::now() - chrono::Duration::days(1)).to_rfc3339();
+    let topic = unique("ultr-import");
+    let brokers = brokers();
+    let import = |args: &[&str]| {
+        let out = std::process::Command::new(ultr)
+            .arg("import")
+            .arg(&log)
+            .args(["--base-time", &base, "--json", "--dead-letter"])
+            .arg(dir.path().join("dead.jsonl"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let file = dir.path().join("sessions.jsonl");
+    let to_file = import(&["--out", file.to_str().unwrap()]);
+    let to_topic = import(&["--topic", topic.as_str(), "--brokers", brokers.as_str(), "--partitions", "3"]);
+    assert_eq!(to_file, to_topic);
+    assert_eq!(to_topic["sessions"], 400);
+    assert_eq!(to_topic["refused"]["malformed_log_line"], 1);
+
+    let config = KafkaSourceConfig {
+        brokers: brokers.clone(),
+        group_id: unique("ultr-import-group"),
+        topics: vec![topic.clone()],
+        properties: [("fetch.wait.max.ms".to_string(), "100".to_string())].into(),
+        idle_exit_ms: Some(5_000),
+    };
+    let mut ingest = Ingest::new(KafkaSource::new(&config, Default::default()).unwrap(), DecodeLimits::default(), 4096);
+    let mut batches = Vec::new();
+    loop {
+        match ingest.next().unwrap() {
+            Next::Batch(b) => {
+                assert!(b.dead_letters.is_empty(), "{:?}", b.dead_letters.first().map(|d| &d.detail));
+                batches.push(b.impressions);
+            }
+            Next::Idle => continue,
+            Next::End => break,
+        }
+    }
+    let mut dead = DeadLetterSink::discard();
+    let mut file_ingest = Ingest::new(FileSource::open(&file, 0).unwrap(), DecodeLimits::default(), 4096);
+    let mut file_rows = common::rows(&common::collect(&mut file_ingest, &mut dead));
+    let mut kafka_rows = common::rows(&batches);
+    file_rows.sort_unstable();
+    kafka_rows.sort_unstable();
+    assert_eq!(kafka_rows.len(), 2000);
+    assert!(kafka_rows == file_rows, "the topic and the file differ");
+}

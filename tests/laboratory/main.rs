@@ -7,6 +7,7 @@ mod common;
 
 mod aggregated_training;
 mod chunked_training;
+mod click_log;
 mod config;
 mod data;
 mod fuzz;
