@@ -87,6 +87,31 @@ fn skipped(attrs: &[String]) -> bool {
     attrs.iter().any(|a| a.contains("serde(") && (a.contains("skip)") || a.contains("skip,") || a.contains("skip_serializing)") || a.contains("skip_deserializing")))
 }
 
+/// The fields of a struct body or a struct variant, up to its closing `}` (or `},`), with their doc
+/// comments; fields serde keeps out of the file format are left out.
+fn body_fields<'a>(lines: &mut impl Iterator<Item = &'a str>) -> Vec<Field> {
+    let mut fields = Vec::new();
+    let (mut doc, mut attrs): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for l in lines {
+        let t = l.trim();
+        if t == "}" || t == "}," {
+            break;
+        }
+        if let Some(d) = t.strip_prefix("///") {
+            doc.push(d.to_string());
+        } else if t.starts_with("#[") {
+            attrs.push(t.to_string());
+        } else if let Some((name, ty)) = field_of(t) {
+            if !skipped(&attrs) {
+                fields.push(Field { name, ty, doc: join_doc(&doc), has_default: attrs.iter().any(|a| a.contains("serde(default")) });
+            }
+            doc.clear();
+            attrs.clear();
+        }
+    }
+    fields
+}
+
 /// Every `pub struct` and `pub enum` of the sources with its doc comment and fields.
 fn items() -> BTreeMap<String, Item> {
     let mut out = BTreeMap::new();
@@ -107,25 +132,7 @@ fn items() -> BTreeMap<String, Item> {
             let header = |kw: &str| t.strip_prefix(kw).and_then(|r| r.strip_suffix(" {")).filter(|n| n.chars().all(|c| c.is_alphanumeric() || c == '_')).map(str::to_string);
             if let Some(name) = header("pub struct ") {
                 let item_doc = join_doc(&doc);
-                let mut fields = Vec::new();
-                let (mut fdoc, mut fattrs): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
-                for l in lines.by_ref() {
-                    let t = l.trim();
-                    if t == "}" {
-                        break;
-                    }
-                    if let Some(d) = t.strip_prefix("///") {
-                        fdoc.push(d.to_string());
-                    } else if t.starts_with("#[") {
-                        fattrs.push(t.to_string());
-                    } else if let Some((fname, ty)) = field_of(t) {
-                        if !skipped(&fattrs) {
-                            fields.push(Field { name: fname, ty, doc: join_doc(&fdoc), has_default: fattrs.iter().any(|a| a.contains("serde(default")) });
-                        }
-                        fdoc.clear();
-                        fattrs.clear();
-                    }
-                }
+                let fields = body_fields(&mut lines);
                 out.entry(name).or_insert(Item { doc: item_doc, shape: Shape::Struct(fields) });
             } else if let Some(name) = header("pub enum ") {
                 let item_doc = join_doc(&doc);
@@ -146,23 +153,7 @@ fn items() -> BTreeMap<String, Item> {
                         variants.push((v.to_string(), Some(fields), None, join_doc(&vdoc)));
                         vdoc.clear();
                     } else if let Some(v) = t.strip_suffix(" {") {
-                        let mut fields = Vec::new();
-                        let (mut fdoc, mut fattrs): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
-                        for l in lines.by_ref() {
-                            let t = l.trim();
-                            if t == "}," || t == "}" {
-                                break;
-                            }
-                            if let Some(d) = t.strip_prefix("///") {
-                                fdoc.push(d.to_string());
-                            } else if t.starts_with("#[") {
-                                fattrs.push(t.to_string());
-                            } else if let Some((fname, ty)) = field_of(t) {
-                                fields.push(Field { name: fname, ty, doc: join_doc(&fdoc), has_default: fattrs.iter().any(|a| a.contains("serde(default")) });
-                                fdoc.clear();
-                                fattrs.clear();
-                            }
-                        }
+                        let fields = body_fields(&mut lines);
                         variants.push((v.to_string(), Some(fields), None, join_doc(&vdoc)));
                         vdoc.clear();
                     } else if let Some((v, inner)) = t.trim_end_matches(',').split_once('(') {

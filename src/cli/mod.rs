@@ -344,15 +344,7 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
     } else {
         Box::new(std::io::BufReader::with_capacity(1 << 20, file))
     };
-    let mut sink: Box<dyn SessionSink> = match (&args.out, &args.topic, &args.brokers) {
-        (_, Some(topic), Some(brokers)) => {
-            ensure_topic(brokers, topic, args.partitions)?;
-            Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
-        }
-        (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
-        (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
-        _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
-    };
+    let mut sink = session_sink(args.out.as_deref(), args.topic.as_deref(), args.brokers.as_deref(), args.partitions)?;
     let mut dead = std::io::BufWriter::new(std::fs::File::create(&args.dead_letter).with_context(|| format!("creating {}", args.dead_letter.display()))?);
     let source = format!("file:{}", args.log.display());
     let mut importer = ClickLogImporter::new(time, &args.policy_id);
@@ -413,6 +405,20 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where `simulate` and `import` send sessions: a JSONL file (`-` for stdout) or a Kafka topic,
+/// created with `partitions` when missing.
+fn session_sink(out: Option<&std::path::Path>, topic: Option<&str>, brokers: Option<&str>, partitions: i32) -> anyhow::Result<Box<dyn SessionSink>> {
+    Ok(match (out, topic, brokers) {
+        (_, Some(topic), Some(brokers)) => {
+            ensure_topic(brokers, topic, partitions)?;
+            Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
+        }
+        (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
+        (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
+        _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
+    })
 }
 
 #[derive(Args)]
@@ -520,15 +526,7 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.truth {
         sim.truth().save(path)?;
     }
-    let mut sink: Box<dyn SessionSink> = match (&args.out, &args.topic, &args.brokers) {
-        (_, Some(topic), Some(brokers)) => {
-            ensure_topic(brokers, topic, args.partitions)?;
-            Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
-        }
-        (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
-        (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
-        _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
-    };
+    let mut sink = session_sink(args.out.as_deref(), args.topic.as_deref(), args.brokers.as_deref(), args.partitions)?;
     let n = sim.run(sink.as_mut())?;
     eprintln!(
         "simulated {n} sessions over {} queries in {:.2}s ({:.0} sessions/s)",

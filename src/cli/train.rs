@@ -382,19 +382,8 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
         return eval_judged(args, qrels);
     }
     let config = load_config(&args.config)?;
-    let store = ModelStore::open(&models_dir(&config, &args.state))?;
-    let id = match &args.model {
-        Some(id) => id.clone(),
-        None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
-    };
+    let (id, trained, all) = model_and_horizon(args, &config)?;
     let device = config.train.backend.device()?;
-    let trained = store.load(&id, &device)?;
-    trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
-    let manifest = crate::state::read_manifest(&args.state)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let lookback = config.lookback_ms();
-    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
-    trained.check_compatible(&all)?;
     // The evaluation slice: sessions the model's optimizer, early stopping and promotion gate never chose by.
     let heldout = all.filter_sessions(|s| split_of(s, config.train.holdout()) == Split::Evaluation);
     let truth = ground_truth(&config, &args.truth)?;
@@ -410,25 +399,32 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The model `ultr eval` scores (`--model`, or CURRENT), checked against the stream's schema, and
+/// every row of the state's lookback horizon.
+fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result<(String, crate::train::fit::Trained, Examples)> {
+    let store = ModelStore::open(&models_dir(config, &args.state))?;
+    let id = match &args.model {
+        Some(id) => id.clone(),
+        None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
+    };
+    let trained = store.load(&id, &config.train.backend.device()?)?;
+    trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
+    let manifest = crate::state::read_manifest(&args.state)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let lookback = config.lookback_ms();
+    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
+    trained.check_compatible(&all)?;
+    Ok((id, trained, all))
+}
+
 /// `ultr eval --qrels`: every ranking from the same state, scored against editors' labels.
 fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
     use crate::eval::judged::{evaluate as evaluate_judged, seen_by_query, Qrels, Ranking, Unjudged};
     let qrels = Qrels::read(qrels_path)?;
     let config = load_config(&args.config)?;
-    let store = ModelStore::open(&models_dir(&config, &args.state))?;
-    let id = match &args.model {
-        Some(id) => id.clone(),
-        None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
-    };
-    let device = config.train.backend.device()?;
-    let trained = store.load(&id, &device)?;
-    trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
-    let manifest = crate::state::read_manifest(&args.state)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let lookback = config.lookback_ms();
     // Every session of the horizon: the labels are the editors', not the clicks', so nothing is held out.
-    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
-    trained.check_compatible(&all)?;
+    let (id, trained, all) = model_and_horizon(args, &config)?;
+    let device = config.train.backend.device()?;
     let seen = seen_by_query(&all);
     let model = Ranking::from_rows("model", &all, &trained.relevance_of_rows(&all, &device));
     // The naive baseline a team would train first: the same tower and settings, no position term, no IPS.
