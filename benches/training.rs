@@ -1,7 +1,8 @@
 //! Training throughput (impressions/s per epoch) per tower and burn backend, on MQ2008 sessions
 //! streamed through the pipeline. Threads: run with `RAYON_NUM_THREADS=1` and `=2`.
 //!
-//! `cargo bench --bench training` (optionally `-- SESSIONS EPOCHS`).
+//! `cargo bench --bench training --features ndarray-backend` (optionally `-- SESSIONS EPOCHS`);
+//! without the feature only burn-flex is measured.
 
 use std::time::Instant;
 
@@ -39,7 +40,8 @@ fn main() {
     );
     println!("{:<10} {:<8} {:>14} {:>10}", "tower", "backend", "impressions/s", "s/epoch");
     for tower in [TowerKind::Embedding, TowerKind::Linear, TowerKind::Mlp] {
-        for backend in [BackendKind::Flex, BackendKind::Ndarray] {
+        let backends: &[BackendKind] = if cfg!(feature = "ndarray-backend") { &[BackendKind::Flex, BackendKind::Ndarray] } else { &[BackendKind::Flex] };
+        for &backend in backends {
             let cfg = TrainConfig { tower, backend, max_epochs: epochs, patience: epochs + 1, ..TrainConfig::default() };
             let (_, report) = fit(&ex, &cfg, None, false).unwrap();
             let per_epoch = report.epochs.iter().map(|e| e.impressions_per_second).sum::<f64>() / report.epochs.len() as f64;

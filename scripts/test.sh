@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# The one test command (README): installs what the tests need on a fresh machine, starts a real
-# Kafka-protocol broker (tansu 0.6.0) on 127.0.0.1:9092 when none is listening, installs onnxruntime
-# (PyPI, in a venv) for the ONNX export test, and runs every test.
-# Tests that need their own broker (outage with sqlite storage, SASL behind a TLS listener) start
-# `tansu` and `stunnel` themselves; both are installed here.
+# The one test command (README): installs what the tests need on a fresh machine, builds ultr with
+# its tests and a real Kafka-protocol broker (tansu 0.6), starts the broker on 127.0.0.1:9092 when
+# none is listening and moto's S3 server, and runs every test. Tests that need a broker of their own
+# (outage with sqlite storage, SASL behind a TLS listener) start it and `stunnel` themselves.
+# Arguments go to `cargo nextest run` (e.g. `scripts/test.sh -E 'test(/^windows::/)'`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-TANSU_VERSION=0.6.0
 BROKER_HOST=127.0.0.1
 BROKER_PORT=9092
 
@@ -30,15 +29,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# 2. The broker: tansu from crates.io, with dynostore for memory:// storage and libsql for
-#    sqlite:// storage (topics that survive a broker restart, for the outage test).
-TANSU_STAMP="$HOME/.cargo/ultr-tansu-features"
-TANSU_FEATURES="dynostore,libsql"
-if ! tansu --version 2>/dev/null | grep -q "tansu ${TANSU_VERSION}" || [ "$(cat "$TANSU_STAMP" 2>/dev/null)" != "$TANSU_FEATURES" ]; then
-  log "installing tansu ${TANSU_VERSION} with ${TANSU_FEATURES} (about 15 minutes on 2 cores)"
-  cargo install tansu --version "${TANSU_VERSION}" --features "${TANSU_FEATURES}" --locked --force
-  echo "$TANSU_FEATURES" > "$TANSU_STAMP"
+# 2. Build everything the tests run, in one cargo build: ultr, its tests, and the tests' broker
+#    (`ultr-test-broker`, tansu 0.6's command line; `--features test-broker`), so that the crates
+#    tansu and ultr share compile once. The tests find the broker through CARGO_BIN_EXE.
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+NEXTEST=(cargo nextest run --release --features test-broker)
+if ! cargo nextest --version >/dev/null 2>&1; then
+  log "installing cargo-nextest"
+  cargo install cargo-nextest --locked
 fi
+log "building ultr, its tests and the test broker (release)"
+"${NEXTEST[@]}" --no-run
+BROKER_BIN="$TARGET_DIR/release/ultr-test-broker"
 
 # 3. A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
@@ -64,8 +66,8 @@ trap cleanup EXIT
 if port_open; then
   log "a broker is already listening on ${BROKER_HOST}:${BROKER_PORT}; using it"
 else
-  log "starting tansu on ${BROKER_HOST}:${BROKER_PORT} (memory storage)"
-  tansu broker \
+  log "starting the test broker (tansu) on ${BROKER_HOST}:${BROKER_PORT} (memory storage)"
+  "$BROKER_BIN" broker \
     --listener-url "tcp://${BROKER_HOST}:${BROKER_PORT}" \
     --advertised-listener-url "tcp://${BROKER_HOST}:${BROKER_PORT}" \
     --storage-engine "memory://tansu/" >"${TMPDIR:-/tmp}/ultr-tansu.log" 2>&1 &
@@ -88,6 +90,16 @@ fi
 curl -fsS -X PUT "http://${BROKER_HOST}:${S3_PORT}/ultr-test" >/dev/null || true
 export ULTR_S3_ENDPOINT="http://${BROKER_HOST}:${S3_PORT}"
 
-# 4. Every test, in the release profile (one build serves tests, benches and the binary).
-log "cargo test --release"
-cargo test --release "$@"
+# 4. Every test, in the release profile (one build serves tests, benches and the binary), run by
+#    cargo-nextest (.config/nextest.toml: the slowest tests first).
+if [ $# -gt 0 ]; then
+  log "cargo nextest run --release $*"
+  "${NEXTEST[@]}" "$@"
+else
+  # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
+  # CPU-bound training tests of the laboratory.
+  log "cargo nextest run --release: tests/deployment"
+  "${NEXTEST[@]}" -E 'binary(deployment)'
+  log "cargo nextest run --release: tests/laboratory and the unit tests"
+  "${NEXTEST[@]}" -E 'not binary(deployment)'
+fi

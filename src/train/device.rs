@@ -10,7 +10,8 @@ pub enum BackendKind {
     /// `burn-flex`, burn-ndarray's successor: the default (measured faster here, see README).
     #[default]
     Flex,
-    /// `burn-ndarray`, deprecated since burn 0.22; kept to compare.
+    /// `burn-ndarray`, deprecated since burn 0.22; kept to compare (build with
+    /// `--features ndarray-backend`).
     Ndarray,
     /// CUDA (build with `--features cuda`).
     Cuda,
@@ -21,8 +22,11 @@ impl BackendKind {
     pub fn device(self) -> anyhow::Result<Device> {
         match self {
             BackendKind::Flex => Ok(Device::flex()),
+            #[cfg(feature = "ndarray-backend")]
             #[allow(deprecated)] // measured against flex on purpose
             BackendKind::Ndarray => Ok(Device::ndarray()),
+            #[cfg(not(feature = "ndarray-backend"))]
+            BackendKind::Ndarray => anyhow::bail!("backend `ndarray` needs a build with `--features ndarray-backend`"),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => Ok(Device::cuda(0)),
             #[cfg(not(feature = "cuda"))]

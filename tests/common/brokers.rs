@@ -31,9 +31,15 @@ pub fn wait_for_port(port: u16, what: &str, log: &Path) {
 /// Starts `tansu broker` in `dir`, listening on `port`, advertising `advertised_port` (another port
 /// when a TLS proxy fronts it), storing in `storage` (e.g. `sqlite://broker.db`, relative to `dir`,
 /// or `memory://tansu/`).
+/// The broker's command: `ultr-test-broker` when the tests are built with `--features test-broker`
+/// (scripts/test.sh), else `tansu` on PATH.
+pub fn tansu_command() -> Command {
+    Command::new(option_env!("CARGO_BIN_EXE_ultr-test-broker").unwrap_or("tansu"))
+}
+
 pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &str, authentication: bool) -> Guard {
     let log = dir.join(format!("{name}.log"));
-    let mut cmd = Command::new("tansu");
+    let mut cmd = tansu_command();
     cmd.arg("broker")
         .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
         .args(["--advertised-listener-url", &format!("tcp://127.0.0.1:{advertised_port}")])
@@ -47,7 +53,7 @@ pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
-        .expect("tansu on PATH (the README's test command installs it)");
+        .expect("the test broker (the README's test command builds it) or tansu on PATH");
     let guard = Guard(child);
     wait_for_port(port, "tansu", &log);
     guard
@@ -91,9 +97,9 @@ pub fn stunnel(dir: &Path, accept_port: u16, connect_port: u16, cert: &Path, key
 
 /// `tansu user create` (SCRAM-SHA-512) against a broker on `port`.
 pub fn create_scram_user(port: u16, user: &str, password: &str) {
-    let out = Command::new("tansu")
+    let out = tansu_command()
         .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{port}"), user, password, "--mechanism", "scram512"])
         .output()
-        .expect("tansu on PATH");
+        .expect("the test broker or tansu on PATH");
     assert!(out.status.success(), "tansu user create: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }

@@ -235,20 +235,25 @@ fn a_well_specified_model_stays_silent_over_twenty_windows() {
 
 /// Functional-form misfit (linear tower on MLP relevance) and omitted variables (30 of 46 features)
 /// at τ = 0.333: the first or second held-out window crosses the threshold, and the rule fires.
+/// A misspecified additive model fires within two held-out windows, and the rule with it.
+fn fires_within_two_windows(s: Scenario) {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&s, dir.path());
+    let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
+    let crossed = o.scored[first..].iter().position(|w| w.misspecification.z > threshold());
+    assert!(crossed.is_some_and(|c| c <= 1), "{}: z {:?}", s.name, o.scored.iter().map(|w| w.misspecification.z).collect::<Vec<_>>());
+    // The rule fires by the end of the second held-out window's scrape interval.
+    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}"], &[((first + 2) * 10 - 1, "MisspecificationSuspected", true)]);
+}
+
 #[test]
-fn misfit_and_omitted_variables_fire_within_two_windows() {
-    for s in [
-        Scenario { name: "linear tower on MLP relevance", relevance: RelevanceKind::Mlp, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 3, sessions_per_window: 15_000, seed: 12, click_mixture: None, model: "additive" },
-        Scenario { name: "omitted features (30 of 46)", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: Some(30), windows_after: 3, sessions_per_window: 15_000, seed: 13, click_mixture: None, model: "additive" },
-    ] {
-        let dir = tempfile::tempdir().unwrap();
-        let o = run(&s, dir.path());
-        let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
-        let crossed = o.scored[first..].iter().position(|w| w.misspecification.z > threshold());
-        assert!(crossed.is_some_and(|c| c <= 1), "{}: z {:?}", s.name, o.scored.iter().map(|w| w.misspecification.z).collect::<Vec<_>>());
-        // The rule fires by the end of the second held-out window's scrape interval.
-        promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}"], &[((first + 2) * 10 - 1, "MisspecificationSuspected", true)]);
-    }
+fn a_linear_tower_on_mlp_relevance_fires_within_two_windows() {
+    fires_within_two_windows(Scenario { name: "linear tower on MLP relevance", relevance: RelevanceKind::Mlp, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 3, sessions_per_window: 15_000, seed: 12, click_mixture: None, model: "additive" });
+}
+
+#[test]
+fn omitted_features_fire_within_two_windows() {
+    fires_within_two_windows(Scenario { name: "omitted features (30 of 46)", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: Some(30), windows_after: 3, sessions_per_window: 15_000, seed: 13, click_mixture: None, model: "additive" });
 }
 
 /// A deterministic policy (τ = 0): the linear tower is identified (feature overlap) and nothing
@@ -309,9 +314,8 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
 /// The test is the per-document one (levels per (q, d) and per position refit on the held-out rows);
 /// on this stream the simulator's exact click probability scores z ≈ 0 (`explore_mixture_oracle`,
 /// README "The 0:1:1:0 mixture, model by model").
-#[test]
-fn a_non_factorising_mixture_fires_for_the_additive_model_and_not_for_mixem() {
-    let scenario = |model: &'static str| Scenario {
+fn mixture_scenario(model: &'static str) -> Scenario {
+    Scenario {
         name: model,
         relevance: RelevanceKind::Linear,
         tau: 0.333,
@@ -322,9 +326,13 @@ fn a_non_factorising_mixture_fires_for_the_additive_model_and_not_for_mixem() {
         seed: 16,
         click_mixture: Some([0.0, 1.0, 1.0, 0.0]),
         model,
-    };
+    }
+}
+
+#[test]
+fn a_non_factorising_mixture_fires_for_the_additive_model() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&scenario("additive"), &dir.path().join("additive"));
+    let o = run(&mixture_scenario("additive"), &dir.path().join("additive"));
     let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
     let zs: Vec<f64> = o.scored[first..].iter().map(|w| w.misspecification.z).collect();
     assert!(o.scored[first..].iter().all(|w| w.misspecification.assessable), "assessable");
@@ -333,8 +341,12 @@ fn a_non_factorising_mixture_fires_for_the_additive_model_and_not_for_mixem() {
     // The alert is firing in the last minute of the window that crossed.
     let window = first + crossed.unwrap();
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &[((window + 1) * 10 - 1, "MisspecificationSuspected", true)]);
+}
 
-    let o = run(&scenario("mixem"), &dir.path().join("mixem"));
+#[test]
+fn a_non_factorising_mixture_is_silent_for_mixem() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&mixture_scenario("mixem"), &dir.path().join("mixem"));
     let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
     let held_out = &o.scored[first..];
     assert!(held_out.len() >= 4 && held_out.iter().all(|w| w.misspecification.assessable), "assessable");

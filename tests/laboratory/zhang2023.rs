@@ -1,6 +1,7 @@
 //! `ultr experiment zhang2023` at a small scale (MQ2008 fold 1, 50,000 training sessions per cell, 3
-//! seeds, the Oracle and Random policies): Zhang et al. 2023's claims that reproduce on MQ2008 are
-//! asserted (see README "Zhang 2023" for the full-scale table and the ones that do not), and DLA's
+//! seeds, the Random policy, the cells the assertions read): the claim of Zhang et al. 2023 that
+//! reproduces robustly on MQ2008 at this scale is asserted (docs/experiments.md has the full-scale
+//! table, with the claims that need the Oracle policy and the adversarial methods), and DLA's
 //! propensity model recovers the simulated examination P(E|k) = 1/k.
 
 use crate::common;
@@ -19,8 +20,10 @@ fn options(out: &std::path::Path) -> Options {
         backend: BackendKind::Flex,
         tower: TowerKind::Mlp,
         max_positions: 50,
-        policies: vec![1.0, 0.0],
-        methods: Method::table(),
+        // Claim 4 reads Biased and PAL at Random, the propensity check DLA at Random; the other
+        // cells are reported by the full run only (they were printed here, never asserted).
+        policies: vec![0.0],
+        methods: Method::table().into_iter().filter(|m| ["Biased", "PAL", "DLA"].contains(&m.name.as_str())).collect(),
         eta_sweep: Vec::new(),
         dropout_sweep: Vec::new(),
         progress: false,
@@ -38,16 +41,14 @@ fn zhang2023_claims_on_mq2008() {
     }
     let table = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     eprintln!("{table}");
-    assert_eq!(summary.runs.len(), 2 * 5 * 3);
+    assert_eq!(summary.runs.len(), 3 * 3);
     assert!(summary.runs.iter().all(|r| r.train_sessions == 50_000 && r.test_queries > 100));
     let claim = |n: u8| summary.checks.iter().find(|c| c.claim == n).unwrap();
-    for c in &summary.checks {
-        eprintln!("claim {}: {} — {} ({})", c.claim, c.statement, c.holds, c.detail);
-    }
-    // What reproduces robustly on MQ2008 at this scale (README "Zhang 2023"): Biased is below PAL at
-    // Random (claim 4) beyond the paired seed noise. Claims 1–3 are reported, not asserted: at this
-    // size GradRev − PAL at Oracle ranged from +0.013 to +0.007 over two runs (runs in parallel are
-    // not bit-reproducible), within noise; at full scale claim 2 holds on MQ2008 (README).
+    eprintln!("claim 4: {}", claim(4).detail);
+    // What reproduces robustly on MQ2008 at this scale (docs/experiments.md "Zhang 2023"): Biased is
+    // below PAL at Random (claim 4) beyond the paired seed noise. Claims 1–3 are not asserted: at this
+    // size GradRev − PAL at Oracle ranged from +0.013 to +0.007 over two runs, within noise; at full
+    // scale claim 2 holds on MQ2008 (docs/experiments.md).
     assert!(claim(4).holds, "claim 4: {}", claim(4).detail);
     // DLA's propensity model at Random: φ_k − φ_1 = log P(E|k)/P(E|1) = −ln k, decreasing in k
     // (at 50,000 sessions it falls short of the truth by up to ~0.26 at k = 5).
