@@ -39,9 +39,12 @@ fn main() {
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into())
     );
     println!("{:<10} {:<8} {:>14} {:>10}", "tower", "backend", "impressions/s", "s/epoch");
+    let mut backends = vec![BackendKind::Flex];
+    if cfg!(feature = "ndarray-backend") {
+        backends.push(BackendKind::Ndarray);
+    }
     for tower in [TowerKind::Embedding, TowerKind::Linear, TowerKind::Mlp] {
-        let backends: &[BackendKind] = if cfg!(feature = "ndarray-backend") { &[BackendKind::Flex, BackendKind::Ndarray] } else { &[BackendKind::Flex] };
-        for &backend in backends {
+        for &backend in &backends {
             let cfg = TrainConfig { tower, backend, max_epochs: epochs, patience: epochs + 1, ..TrainConfig::default() };
             let (_, report) = fit(&ex, &cfg, None, false).unwrap();
             let per_epoch = report.epochs.iter().map(|e| e.impressions_per_second).sum::<f64>() / report.epochs.len() as f64;
