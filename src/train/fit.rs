@@ -433,8 +433,12 @@ pub struct FitReport {
     pub best_epoch: usize,
     pub best_validation_loss: f64,
     pub stop: StopReason,
+    /// Training units: sessions, or aggregated rows when `aggregated_rows` (then a unit is one
+    /// distinct (query, document, position, …) row with its impression count, not a session).
     pub train_sessions: usize,
     pub validation_sessions: usize,
+    /// The examples were aggregated rows (`[train] aggregate`), so the unit counts are rows.
+    pub aggregated_rows: bool,
     pub train_impressions: usize,
     pub validation_impressions: usize,
     /// The deepest position among the examples.
@@ -968,6 +972,7 @@ pub fn fit_chunks(
         stop,
         train_sessions: survey.train_sessions,
         validation_sessions: survey.validation_sessions,
+        aggregated_rows: survey.rows_only,
         train_impressions: train_rows,
         validation_impressions: survey.validation_impressions,
         max_position: survey.positions.last().copied().unwrap_or(0),
@@ -979,6 +984,26 @@ pub fn fit_chunks(
         converged,
     };
     Ok((trained, report))
+}
+
+impl FitReport {
+    /// The summary's line of what was trained: units (sessions, or aggregated rows), impressions,
+    /// how it started and stopped.
+    pub fn trained_line(&self) -> String {
+        let unit = if self.aggregated_rows { "aggregated rows" } else { "sessions" };
+        format!(
+            "  {} {unit} / {} impressions trained, {} / {} validation; {}; {} epochs ({:?}, best {}), {:.1}s\n",
+            self.train_sessions,
+            self.train_impressions,
+            self.validation_sessions,
+            self.validation_impressions,
+            if self.warm_started { "warm start" } else { "cold start" },
+            self.epochs.len(),
+            self.stop,
+            self.best_epoch,
+            self.seconds
+        )
+    }
 }
 
 #[cfg(test)]

@@ -296,18 +296,7 @@ impl TrainOutcome {
         let f = &self.fit;
         let mut s = String::new();
         s.push_str(&format!("checkpoint {} in {}\n", self.id, self.models_dir.display()));
-        s.push_str(&format!(
-            "  {} sessions / {} impressions trained, {} / {} validation; {}; {} epochs ({:?}, best {}), {:.1}s\n",
-            f.train_sessions,
-            f.train_impressions,
-            f.validation_sessions,
-            f.validation_impressions,
-            if f.warm_started { "warm start" } else { "cold start" },
-            f.epochs.len(),
-            f.stop,
-            f.best_epoch,
-            f.seconds
-        ));
+        s.push_str(&f.trained_line());
         if !f.converged && f.stop == crate::train::fit::StopReason::MaxEpochs {
             s.push_str(&format!(
                 "  NOT CONVERGED: max_epochs ({}) ran out with the validation loss still falling; θ is flattened toward 0 (raise [train] max_epochs)\n",

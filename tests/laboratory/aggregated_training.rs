@@ -173,3 +173,18 @@ fn the_duplicate_filter_keeps_distinct_sessions_apart_and_survives_a_checkpoint(
     let manifest = ultr::state::read_manifest(&state).unwrap();
     assert_eq!(manifest.windows.iter().map(|w| w.sessions).sum::<u64>(), 350);
 }
+
+/// Regression (issue 37): the train summary called aggregated rows "sessions" ("51237 sessions"
+/// for a log of 31,474 sessions).
+#[test]
+fn the_train_summary_names_aggregated_rows_as_rows() {
+    let (raw, _) = raw_examples(2_000, 3);
+    let agg = raw.aggregate(HOLDOUT);
+    let cfg = TrainConfig { max_epochs: 2, ..config(1) };
+    let (_, raw_report) = fit(&raw, &cfg, None, false).unwrap();
+    let (_, agg_report) = fit(&agg, &cfg, None, false).unwrap();
+    assert!(!raw_report.aggregated_rows && agg_report.aggregated_rows);
+    let (raw_line, agg_line) = (raw_report.trained_line(), agg_report.trained_line());
+    assert!(raw_line.contains(&format!("{} sessions / ", raw_report.train_sessions)), "{raw_line}");
+    assert!(agg_line.contains(&format!("{} aggregated rows / ", agg_report.train_sessions)) && !agg_line.contains("sessions"), "{agg_line}");
+}
