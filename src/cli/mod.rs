@@ -269,17 +269,8 @@ impl SimArgs {
 struct SimulateArgs {
     #[command(flatten)]
     sim: SimArgs,
-    /// JSONL output (`.gz` for gzip); `-` for stdout.
-    #[arg(long, conflicts_with = "topic")]
-    out: Option<PathBuf>,
-    /// Kafka topic to publish to (with --brokers).
-    #[arg(long, requires = "brokers")]
-    topic: Option<String>,
-    #[arg(long)]
-    brokers: Option<String>,
-    /// Partitions when the topic has to be created.
-    #[arg(long, default_value_t = 4)]
-    partitions: i32,
+    #[command(flatten)]
+    sink: SessionSinkArgs,
     /// Ground-truth JSON output.
     #[arg(long)]
     truth: Option<PathBuf>,
@@ -306,17 +297,8 @@ struct ImportArgs {
     /// `policy_id` of every session (the ranker that produced the log).
     #[arg(long, default_value = "logged")]
     policy_id: String,
-    /// JSONL output (`-` for stdout).
-    #[arg(long, conflicts_with = "topic")]
-    out: Option<PathBuf>,
-    /// Kafka topic to publish to (with --brokers), keyed by query id.
-    #[arg(long, requires = "brokers")]
-    topic: Option<String>,
-    #[arg(long)]
-    brokers: Option<String>,
-    /// Partitions when the topic has to be created.
-    #[arg(long, default_value_t = 4)]
-    partitions: i32,
+    #[command(flatten)]
+    sink: SessionSinkArgs,
     /// Refused lines and pages, one dead letter each (the format of every other dead letter).
     #[arg(long, default_value = "import-dead-letters.jsonl")]
     dead_letter: PathBuf,
@@ -344,7 +326,7 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
     } else {
         Box::new(std::io::BufReader::with_capacity(1 << 20, file))
     };
-    let mut sink = session_sink(args.out.as_deref(), args.topic.as_deref(), args.brokers.as_deref(), args.partitions)?;
+    let mut sink = args.sink.open()?;
     let mut dead = std::io::BufWriter::new(std::fs::File::create(&args.dead_letter).with_context(|| format!("creating {}", args.dead_letter.display()))?);
     let source = format!("file:{}", args.log.display());
     let mut importer = ClickLogImporter::new(time, &args.policy_id);
@@ -409,16 +391,34 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
 
 /// Where `simulate` and `import` send sessions: a JSONL file (`-` for stdout) or a Kafka topic,
 /// created with `partitions` when missing.
-fn session_sink(out: Option<&std::path::Path>, topic: Option<&str>, brokers: Option<&str>, partitions: i32) -> anyhow::Result<Box<dyn SessionSink>> {
-    Ok(match (out, topic, brokers) {
-        (_, Some(topic), Some(brokers)) => {
-            ensure_topic(brokers, topic, partitions)?;
-            Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
-        }
-        (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
-        (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
-        _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
-    })
+/// Where `simulate` and `import` write sessions: a JSONL file or a Kafka topic.
+#[derive(Args)]
+struct SessionSinkArgs {
+    /// JSONL output (`.gz` for gzip); `-` for stdout.
+    #[arg(long, conflicts_with = "topic")]
+    out: Option<PathBuf>,
+    /// Kafka topic to publish to (with --brokers), keyed by query id.
+    #[arg(long, requires = "brokers")]
+    topic: Option<String>,
+    #[arg(long)]
+    brokers: Option<String>,
+    /// Partitions when the topic has to be created.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+}
+
+impl SessionSinkArgs {
+    fn open(&self) -> anyhow::Result<Box<dyn SessionSink>> {
+        Ok(match (&self.out, &self.topic, &self.brokers) {
+            (_, Some(topic), Some(brokers)) => {
+                ensure_topic(brokers, topic, self.partitions)?;
+                Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
+            }
+            (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
+            (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
+            _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
+        })
+    }
 }
 
 #[derive(Args)]
@@ -526,7 +526,7 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.truth {
         sim.truth().save(path)?;
     }
-    let mut sink = session_sink(args.out.as_deref(), args.topic.as_deref(), args.brokers.as_deref(), args.partitions)?;
+    let mut sink = args.sink.open()?;
     let n = sim.run(sink.as_mut())?;
     eprintln!(
         "simulated {n} sessions over {} queries in {:.2}s ({:.0} sessions/s)",
