@@ -22,7 +22,7 @@ use ultr::ingest::{Ingest, Next};
 use ultr::session::DecodeLimits;
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{SimConfig, Simulator};
-use ultr::sources::simulator::SimulatorSource;
+use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::chunks::load_training_data;
 use ultr::train::data::{load_from_state, ExamplesBuilder, Horizon};

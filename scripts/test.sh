@@ -33,7 +33,7 @@ fi
 #    (`ultr-test-broker`, tansu 0.6's command line; `--features test-broker`), so that the crates
 #    tansu and ultr share compile once. The tests find the broker through CARGO_BIN_EXE.
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-NEXTEST=(cargo nextest run --release --features test-broker)
+NEXTEST=(cargo nextest run --workspace --release --features test-broker)
 if ! cargo nextest --version >/dev/null 2>&1; then
   log "installing cargo-nextest"
   cargo install cargo-nextest --locked

@@ -7,14 +7,14 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{Float64Type, Int64Type, UInt32Type};
 
 use crate::config::{DeadLetterConfig, PipelineConfig};
-use crate::ingest::Ingest;
-use crate::session::DecodeLimits;
-use crate::simulate::click::{ClickModel, ClickModelKind};
-use crate::simulate::relevance::RelevanceKind;
-use crate::simulate::{PolicyConfig, SimConfig};
-use crate::sinks::dead_letter::DeadLetterSink;
-use crate::sources::simulator::SimulatorSource;
-use crate::window::position_ctr;
+use ultr_core::ingest::Ingest;
+use ultr_core::session::DecodeLimits;
+use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
+use ultr_lab::simulate::relevance::RelevanceKind;
+use ultr_lab::simulate::{PolicyConfig, SimConfig};
+use ultr_core::sinks::dead_letter::DeadLetterSink;
+use ultr_lab::simulate::source::SimulatorSource;
+use ultr_core::window::position_ctr;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -37,7 +37,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         ..SimConfig::default()
     };
     println!("ultr demo: {} simulated sessions (synthetic features, additive PBM, ε-greedy τ = 0.3)", args.sessions);
-    let sim = crate::cli::simulator(config)?;
+    let sim = std::sync::Arc::new(ultr_lab::simulate::Simulator::new(config)?);
     let started = std::time::Instant::now();
     let mut ingest = Ingest::new(SimulatorSource::new(sim.clone(), 0), DecodeLimits::default(), 4096);
     std::fs::create_dir_all(&args.out)?;
@@ -82,10 +82,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         report.counters.duplicate_sessions,
         state.display()
     );
-    let manifest = crate::state::read_manifest(&state)?;
-    let cumulative = runtime.block_on(crate::state::cumulative::compute(&state, &manifest, pipeline.lookback_ms()))?;
-    crate::state::cumulative::write(&state, &cumulative)?;
-    let analysis = crate::train::identifiability(&cumulative, &pipeline)?;
+    let manifest = ultr_core::state::read_manifest(&state)?;
+    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&state, &manifest, pipeline.lookback_ms()))?;
+    ultr_core::state::cumulative::write(&state, &cumulative)?;
+    let analysis = ultr_train::identifiability(&cumulative, &pipeline.identifiability, &pipeline.train)?;
     print!("\n{}", analysis.render());
     println!("\ndead letters: {}", dead_path.display());
     Ok(())

@@ -1,8 +1,11 @@
 //! `ultr`: streaming unbiased learning to rank. Session logs in (Kafka, files, simulator), decoded to
 //! Arrow impressions, windowed by DataFusion SQL, turned into debiased two-tower models and alerts.
 //!
-//! Data flow, one module per stage: `sources` → `session` (decode) → `ingest` → … ; `sinks` carry
-//! records out (Kafka, JSONL, dead letters); `simulate` is the laboratory with known ground truth.
+//! The crates follow the data flow: `ultr-core` (session contract, sources, sinks, windows and
+//! `sql/`, state, identifiability) → `ultr-train` (models, fit, checkpoints, export, evaluation) →
+//! `ultr-lab` (simulator, experiments) → this crate: the command line, the assembled pipeline
+//! config, the always-on service with its monitor, and scale-out. The lower crates are re-exported
+//! under their stage names, so `ultr::window`, `ultr::train` and `ultr::simulate` name one thing each.
 
 /// mimalloc for every binary, test and bench linking the library (see Cargo.toml for why); the
 /// `system-allocator` feature leaves the system's malloc in place, so heap profilers (heaptrack) see
@@ -11,25 +14,16 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+pub use ultr_core::{identify, ingest, progress, session, sinks, sources, state, units, window};
+pub use ultr_lab::{experiment, simulate};
+pub use ultr_train as train;
+pub use ultr_train::eval;
+
 pub mod cli;
 pub mod config;
 pub mod config_reference;
 pub mod demo;
-pub mod eval;
-pub mod experiment;
-pub mod identify;
-pub mod ingest;
 pub mod monitor;
 pub mod pipeline;
-pub mod progress;
 pub mod scale_out;
 pub mod service;
-pub mod session;
-pub mod simulate;
-pub mod sinks;
-pub mod sources;
-pub mod state;
-pub mod summary;
-pub mod train;
-pub mod units;
-pub mod window;

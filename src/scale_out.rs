@@ -26,12 +26,12 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{PipelineConfig, SourceConfig};
 use crate::pipeline::{run_with_source, Observer, RunReport};
-use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
-use crate::state::merged::{compact, CompactReport, MergeTarget};
-use crate::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
-use crate::state::{lease, StateStore};
-use crate::units::parse_duration_ms;
+use ultr_core::sources::kafka::{KafkaSource, KafkaSourceConfig};
+use ultr_core::sources::{RecordSource, ResumeOffsets, SourceHealth};
+use ultr_core::state::merged::{compact, CompactReport, MergeTarget};
+use ultr_core::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
+use ultr_core::state::{lease, StateStore};
+use ultr_core::units::parse_duration_ms;
 
 /// The merged view's folder under an instance's `--state` directory.
 pub fn merged_dir(root: &Path) -> PathBuf {
@@ -168,7 +168,7 @@ impl Shared {
         let open = move |resume: &ResumeOffsets| -> anyhow::Result<Box<dyn RecordSource + Send>> {
             Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition, health.clone())?))
         };
-        run_with_source(&self.config, &dir, &mut observer, &open)
+        run_with_source(&self.config.core(), &dir, &mut observer, &open)
     }
 }
 
@@ -208,7 +208,7 @@ struct GroupContext {
 
 impl ClientContext for GroupContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        let (kind, down) = crate::sources::kafka::classify(&error);
+        let (kind, down) = ultr_core::sources::kafka::classify(&error);
         tracing::warn!(kind, "Kafka: {error} ({reason}); retrying");
         self.shared.health.error(kind, down);
     }
@@ -272,7 +272,7 @@ impl ConsumerContext for GroupContext {
 /// The merged view's target settings for `config`.
 pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
     Ok(MergeTarget {
-        source: crate::pipeline::source_identity(config),
+        source: config.source_identity(),
         window: config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
         holdout: config.train.holdout(),
         retention_ms: Some(config.retention_ms()),
@@ -374,10 +374,10 @@ fn add(total: &mut RunReport, r: &RunReport) {
 pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserver) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
     let SourceConfig::Kafka(kafka) = &config.source else { bail!("key `state.object_store` needs `[source.kafka]`") };
-    crate::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+    ultr_core::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
     let remote = Arc::new(Remote::open(store_config)?);
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-    let _lock = crate::state::lock::DirLock::acquire(root, "scale-out state directory")?;
+    let _lock = ultr_core::state::lock::DirLock::acquire(root, "scale-out state directory")?;
     let compact_every = Duration::from_millis(parse_duration_ms(&store_config.compact_interval).unwrap_or(30_000).max(1) as u64);
     let lease_ttl = parse_duration_ms(&store_config.lease_ttl).unwrap_or(90_000);
     let me = instance_id();
@@ -397,7 +397,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
         live: Mutex::new(BTreeMap::new()),
     });
     observer.on_source(shared.health.clone());
-    let properties = crate::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
+    let properties = ultr_core::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
     let mut client = ClientConfig::new();
     client
         .set("bootstrap.servers", &kafka.brokers)
@@ -552,7 +552,7 @@ fn compaction_round(
             true
         })
     } else {
-        let local_seq = crate::state::read_manifest(&merged).ok().map(|m| m.seq);
+        let local_seq = ultr_core::state::read_manifest(&merged).ok().map(|m| m.seq);
         match remote.manifest(MERGED_PREFIX) {
             Ok(Some(m)) if Some(m.seq) != local_seq => remote.fetch(MERGED_PREFIX, &merged),
             Ok(_) => Ok(false),
@@ -561,7 +561,7 @@ fn compaction_round(
     };
     match outcome {
         Ok(true) => {
-            if let Ok(m) = crate::state::read_manifest(&merged) {
+            if let Ok(m) = ultr_core::state::read_manifest(&merged) {
                 total.watermark_ms = m.operator.watermark;
             }
             observer.on_merged(&merged, total);
@@ -577,7 +577,7 @@ fn compaction_round(
 /// when its source ends. A task stopped by a revocation checkpoints its windows open, even when
 /// it had read everything, and the member that receives the partition closes them; offsets alone
 /// do not tell that this happened.
-pub fn unfinished(manifest: Option<&crate::state::Manifest>, topic: &str, partition: i32, high: i64) -> Option<String> {
+pub fn unfinished(manifest: Option<&ultr_core::state::Manifest>, topic: &str, partition: i32, high: i64) -> Option<String> {
     let stored = manifest.and_then(|m| m.resume.get(&format!("kafka:{topic}"), partition)).unwrap_or(0);
     if stored < high {
         return Some(format!("stored to offset {stored} of {high}"));
@@ -667,7 +667,7 @@ fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, commit
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Manifest, OpenWindowEntry, StateStore};
+    use ultr_core::state::{Manifest, OpenWindowEntry, StateStore};
 
     /// Regression test: a clean-clone CI run merged 3 of 6 partitions' windows. Those partitions'
     /// last tasks had been stopped by a revocation after reading everything, so their states held
@@ -679,7 +679,7 @@ mod tests {
         let store = StateStore::open(dir.path(), "test", config.window_spec().unwrap(), config.train.holdout()).unwrap();
         let mut m: Manifest = store.manifest().clone();
         assert_eq!(unfinished(None, "t", 0, 10).as_deref(), Some("stored to offset 0 of 10"));
-        m.resume.merge(&crate::sources::ResumeOffsets([("kafka:t".to_string(), [(0, 10)].into_iter().collect())].into_iter().collect()));
+        m.resume.merge(&ultr_core::sources::ResumeOffsets([("kafka:t".to_string(), [(0, 10)].into_iter().collect())].into_iter().collect()));
         assert_eq!(unfinished(Some(&m), "t", 0, 10), None, "read to the end, nothing open");
         assert!(unfinished(Some(&m), "t", 0, 11).is_some(), "one record short");
         m.open_windows.push(OpenWindowEntry { start_ms: 0, dir: "open-0".into(), files: Default::default() });

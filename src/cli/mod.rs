@@ -11,19 +11,19 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::PipelineConfig;
-use crate::ingest::Ingest;
-use crate::session::DecodeLimits;
-use crate::simulate::click::{ClickModel, ClickModelKind};
-use crate::simulate::policy::{RankerKind, Sampling};
-use crate::simulate::relevance::RelevanceKind;
-use crate::simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
-use crate::sinks::dead_letter::DeadLetterSink;
-use crate::sinks::jsonl::JsonlSink;
-use crate::sinks::kafka::{ensure_topic, KafkaSink};
-use crate::sinks::SessionSink;
-use crate::sources::file::FileSource;
-use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use crate::summary::IngestSummary;
+use ultr_core::ingest::Ingest;
+use ultr_core::session::DecodeLimits;
+use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
+use ultr_lab::simulate::policy::{RankerKind, Sampling};
+use ultr_lab::simulate::relevance::RelevanceKind;
+use ultr_lab::simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr_core::sinks::dead_letter::DeadLetterSink;
+use ultr_core::sinks::jsonl::JsonlSink;
+use ultr_core::sinks::kafka::{ensure_topic, KafkaSink};
+use ultr_core::sinks::SessionSink;
+use ultr_core::sources::file::FileSource;
+use ultr_core::sources::kafka::{KafkaSource, KafkaSourceConfig};
+use ultr_core::ingest::IngestSummary;
 
 #[derive(Parser)]
 #[command(name = "ultr", version, about = "Streaming unbiased learning to rank")]
@@ -308,7 +308,7 @@ struct ImportArgs {
 
 fn import(args: &ImportArgs) -> anyhow::Result<()> {
     use std::io::{BufRead, Read, Write};
-    use crate::sources::click_log::{ClickLogImporter, ImportSummary, Imported, TimeMapping};
+    use ultr_core::sources::click_log::{ClickLogImporter, ImportSummary, Imported, TimeMapping};
     let base = chrono::DateTime::parse_from_rfc3339(&args.base_time).with_context(|| format!("--base-time {:?}: not RFC 3339 (e.g. 2026-01-01T00:00:00Z)", args.base_time))?;
     let time = TimeMapping {
         base_ms: base.timestamp_millis(),
@@ -337,14 +337,14 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
             match item {
                 Imported::Session { key, json, .. } => sink.send(&key, json.as_bytes())?,
                 Imported::Refused { offset, reason, detail, text, .. } => {
-                    let letter = crate::sinks::dead_letter::DeadLetterLine {
+                    let letter = ultr_core::sinks::dead_letter::DeadLetterLine {
                         reason: reason.as_str().to_string(),
                         detail,
                         source: source.clone(),
                         partition: 0,
                         offset: offset as i64,
                         payload_bytes: text.len() as u64,
-                        payload_sha256: crate::sinks::dead_letter::sha256_hex(text.as_bytes()),
+                        payload_sha256: ultr_core::sinks::dead_letter::sha256_hex(text.as_bytes()),
                         payload: Some(text),
                         payload_base64: None,
                         truncated: false,
@@ -605,11 +605,11 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         report
     } else {
         let total = match &config.source {
-            crate::config::SourceConfig::File { paths } => crate::progress::estimate_records(paths),
+            crate::config::SourceConfig::File { paths } => ultr_core::progress::estimate_records(paths),
             crate::config::SourceConfig::Simulator => Some(config.simulator.sessions),
             crate::config::SourceConfig::Kafka(_) => None,
         };
-        let mut progress = IngestProgress(crate::progress::bar(total, "records"));
+        let mut progress = IngestProgress(ultr_core::progress::bar(total, "records"));
         let report = crate::pipeline::run_to_state(&config, &state, &mut progress)?;
         progress.0.finish_and_clear();
         report
@@ -637,7 +637,7 @@ impl crate::pipeline::Observer for IngestProgress {
 }
 
 fn rekey(args: &RekeyArgs) -> anyhow::Result<()> {
-    let report = crate::sinks::rekey::rekey(&crate::sinks::rekey::Rekey {
+    let report = ultr_core::sinks::rekey::rekey(&ultr_core::sinks::rekey::Rekey {
         brokers: &args.brokers,
         from: &args.from,
         to: &args.to,
@@ -658,21 +658,21 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
-    let wait = crate::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
-    let ttl = crate::units::parse_duration_ms(&store.lease_ttl).map_err(|e| anyhow::anyhow!("key `state.object_store.lease_ttl`: {e}"))?;
-    let remote = crate::state::remote::Remote::open(store)?;
+    let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
+    let ttl = ultr_core::units::parse_duration_ms(&store.lease_ttl).map_err(|e| anyhow::anyhow!("key `state.object_store.lease_ttl`: {e}"))?;
+    let remote = ultr_core::state::remote::Remote::open(store)?;
     let me = crate::scale_out::instance_id();
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait.max(0) as u64);
-    while !crate::state::lease::try_acquire(&remote, &me, ttl, chrono::Utc::now().timestamp_millis())? {
+    while !ultr_core::state::lease::try_acquire(&remote, &me, ttl, chrono::Utc::now().timestamp_millis())? {
         if std::time::Instant::now() >= deadline {
-            let holder = crate::state::lease::holder(&remote, chrono::Utc::now().timestamp_millis())?;
+            let holder = ultr_core::state::lease::holder(&remote, chrono::Utc::now().timestamp_millis())?;
             anyhow::bail!("the compactor lease in {} is held by {holder:?}; it compacts, or try again after its lease_ttl", remote.url);
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    let _lock = crate::state::lock::DirLock::acquire(&state, "state directory")?;
+    let _lock = ultr_core::state::lock::DirLock::acquire(&state, "state directory")?;
     let result = crate::scale_out::compact_once(&config, &remote, &state, &mut None);
-    crate::state::lease::release(&remote, &me)?;
+    ultr_core::state::lease::release(&remote, &me)?;
     let report = result?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -711,12 +711,12 @@ fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
         // Only the identifiability and training defaults matter here.
         None => PipelineConfig::parse("source = \"simulator\"", "(defaults)")?,
     };
-    let manifest = crate::state::read_manifest(&args.state)?;
+    let manifest = ultr_core::state::read_manifest(&args.state)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let cumulative = runtime.block_on(crate::state::cumulative::compute(&args.state, &manifest, config.lookback_ms()))?;
+    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.lookback_ms()))?;
     anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
-    crate::state::cumulative::write(&args.state, &cumulative)?;
-    let report = crate::train::identifiability(&cumulative, &config)?;
+    ultr_core::state::cumulative::write(&args.state, &cumulative)?;
+    let report = ultr_train::identifiability(&cumulative, &config.identifiability, &config.train)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -7,12 +7,13 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::config::{PipelineConfig, SourceConfig};
-use crate::eval::{evaluate, labels_from_truth, truth_theta, Labels};
-use crate::simulate::{dataset, GroundTruth, Simulator};
-use crate::train::checkpoint::ModelStore;
-use crate::train::data::{load_from_state, split_of, Examples, Horizon, Split};
-use crate::train::device::BackendKind;
-use crate::train::{models_dir, train_from_state, TrainRequest};
+use ultr_lab::simulate::{labels_from_truth, truth_theta};
+use ultr_train::eval::{evaluate, Labels};
+use ultr_lab::simulate::{dataset, GroundTruth, Simulator};
+use ultr_train::checkpoint::ModelStore;
+use ultr_train::data::{load_from_state, split_of, Examples, Horizon, Split};
+use ultr_train::device::BackendKind;
+use ultr_train::{models_dir, train_from_state, TrainRequest};
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -164,12 +165,12 @@ pub struct ThetaCoverageArgs {
     #[arg(long, default_value_t = 0.3)]
     tau: f64,
     #[arg(long, value_enum, default_value = "linear")]
-    relevance: crate::simulate::relevance::RelevanceKind,
+    relevance: ultr_lab::simulate::relevance::RelevanceKind,
     /// σ of the simulator's per-document relevance noise: 0 keeps a linear tower well specified.
     #[arg(long, default_value_t = 0.0)]
     noise: f64,
     #[arg(long, value_enum, default_value = "linear")]
-    tower: crate::train::config::TowerKind,
+    tower: ultr_train::config::TowerKind,
     #[arg(long, default_value_t = 10)]
     positions: usize,
     #[arg(long, default_value_t = 50)]
@@ -228,7 +229,7 @@ pub struct LtrExperimentArgs {
     #[arg(long, value_enum, default_value = "flex")]
     backend: BackendKind,
     #[arg(long, value_enum, default_value = "mlp")]
-    tower: crate::train::config::TowerKind,
+    tower: ultr_train::config::TowerKind,
     /// The top this many of each ranking are shown (1..=64: a click pattern is 64 bits).
     #[arg(long, default_value_t = 10)]
     max_positions: usize,
@@ -280,7 +281,7 @@ pub struct Zhang2023Args {
     #[arg(long, value_enum, default_value = "flex")]
     backend: BackendKind,
     #[arg(long, value_enum, default_value = "mlp")]
-    tower: crate::train::config::TowerKind,
+    tower: ultr_train::config::TowerKind,
     #[arg(long, default_value_t = 50)]
     max_positions: usize,
     /// Logging policies: w of the label in s = w·y + (1−w)·n.
@@ -337,7 +338,8 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
     }
     let outcome = train_from_state(&TrainRequest {
         state_dir: &args.state,
-        config: &config,
+        core: &config.core(),
+        config: &config.train,
         warm_start: args.warm_start,
         compare_cold: args.compare_cold,
         force: args.force,
@@ -346,7 +348,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
     })?;
     if let Some(t) = &outcome.theta_intervals {
         let truth = ground_truth(&config, &None).ok().flatten().map(|g| truth_theta(&g));
-        let svg = crate::experiment::plot::intervals_svg(&format!("checkpoint {}", outcome.id), t, truth.as_deref());
+        let svg = ultr_lab::experiment::plot::intervals_svg(&format!("checkpoint {}", outcome.id), t, truth.as_deref());
         std::fs::write(outcome.models_dir.join(&outcome.id).join("theta_intervals.svg"), svg)?;
     }
     if args.json {
@@ -401,15 +403,15 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
 
 /// The model `ultr eval` scores (`--model`, or CURRENT), checked against the stream's schema, and
 /// every row of the state's lookback horizon.
-fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result<(String, crate::train::fit::Trained, Examples)> {
-    let store = ModelStore::open(&models_dir(config, &args.state))?;
+fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result<(String, ultr_train::fit::Trained, Examples)> {
+    let store = ModelStore::open(&models_dir(&config.train, &args.state))?;
     let id = match &args.model {
         Some(id) => id.clone(),
         None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
     };
     let trained = store.load(&id, &config.train.backend.device()?)?;
     trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
-    let manifest = crate::state::read_manifest(&args.state)?;
+    let manifest = ultr_core::state::read_manifest(&args.state)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let lookback = config.lookback_ms();
     let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
@@ -419,7 +421,7 @@ fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result
 
 /// `ultr eval --qrels`: every ranking from the same state, scored against editors' labels.
 fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
-    use crate::eval::judged::{evaluate as evaluate_judged, seen_by_query, Qrels, Ranking, Unjudged};
+    use ultr_train::eval::judged::{evaluate as evaluate_judged, seen_by_query, Qrels, Ranking, Unjudged};
     let qrels = Qrels::read(qrels_path)?;
     let config = load_config(&args.config)?;
     // Every session of the horizon: the labels are the editors', not the clicks', so nothing is held out.
@@ -429,10 +431,10 @@ fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
     let model = Ranking::from_rows("model", &all, &trained.relevance_of_rows(&all, &device));
     // The naive baseline a team would train first: the same tower and settings, no position term, no IPS.
     let mut biased_cfg = config.train.clone();
-    biased_cfg.model = crate::train::models::ModelKind::Biased;
+    biased_cfg.model = ultr_train::models::ModelKind::Biased;
     biased_cfg.ips.enabled = false;
     eprintln!("eval: training the biased model on the same {} rows", all.rows.len());
-    let (biased, _) = crate::train::fit::fit(&all, &biased_cfg, None, false).context("training the biased model for the comparison")?;
+    let (biased, _) = ultr_train::fit::fit(&all, &biased_cfg, None, false).context("training the biased model for the comparison")?;
     let biased = Ranking::from_rows("biased", &all, &biased.relevance_of_rows(&all, &device));
     let rankings = vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), model, biased];
     let unjudged = match args.unjudged {
@@ -458,7 +460,7 @@ fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
 
 /// Items to score, as examples with one pseudo-session per query (positions do not matter for r(x)).
 fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples> {
-    use crate::train::data::{Row, SessionSpan};
+    use ultr_train::data::{Row, SessionSpan};
     let mut ex = Examples { n_features, ..Examples::default() };
     let add_query = |ex: &mut Examples, query: &str, docs: Vec<(String, Vec<f32>)>| -> anyhow::Result<()> {
         let start = ex.rows.len();
@@ -477,9 +479,9 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
     };
     let is_jsonl = input.extension().is_some_and(|e| e == "jsonl" || e == "gz");
     if is_jsonl {
-        let mut ingest = crate::ingest::Ingest::new(crate::sources::file::FileSource::open(input, 0)?, Default::default(), 4096);
+        let mut ingest = ultr_core::ingest::Ingest::new(ultr_core::sources::file::FileSource::open(input, 0)?, Default::default(), 4096);
         let dead_path = input.with_extension("score-dead-letters.jsonl");
-        let mut dead = crate::sinks::dead_letter::DeadLetterSink::file(&dead_path)?;
+        let mut dead = ultr_core::sinks::dead_letter::DeadLetterSink::file(&dead_path)?;
         let mut batches = Vec::new();
         ingest.drain(&mut dead, |b| batches.push(b.impressions.clone()))?;
         for batch in batches {
@@ -511,7 +513,7 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
 
 pub fn score(args: &ScoreArgs) -> anyhow::Result<()> {
     let device = args.backend.device()?;
-    let (store_dir, id) = if args.model.join(crate::train::checkpoint::CURRENT).exists() {
+    let (store_dir, id) = if args.model.join(ultr_train::checkpoint::CURRENT).exists() {
         let store = ModelStore::open(&args.model)?;
         let id = store.current_id()?.context("no current model")?;
         (args.model.clone(), id)
@@ -562,13 +564,13 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
     };
     let data_dir = match &a.data {
         Some(d) => d.clone(),
-        None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
+        None => ultr_lab::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
     };
     let data: Vec<PathBuf> = (1..=5).map(|i| data_dir.join(format!("S{i}.txt"))).collect();
     for f in &data {
-        anyhow::ensure!(crate::simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
+        anyhow::ensure!(ultr_lab::simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
     }
-    let summary = crate::experiment::hager2025::run(&crate::experiment::hager2025::Options {
+    let summary = ultr_lab::experiment::hager2025::run(&ultr_lab::experiment::hager2025::Options {
         out: a.out.clone(),
         data,
         train_sessions: a.train_sessions,
@@ -588,8 +590,8 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
 
 impl LtrExperimentArgs {
     /// MQ2008 fold 1 (train, validation, test) and, when found or named, LightGBM's rank data.
-    fn datasets(&self) -> anyhow::Result<Vec<crate::experiment::yan2022::Data>> {
-        use crate::experiment::yan2022 as y;
+    fn datasets(&self) -> anyhow::Result<Vec<ultr_lab::experiment::yan2022::Data>> {
+        use ultr_lab::experiment::yan2022 as y;
         let (mq, rank) = data_dirs(&self.mq2008, &self.lightgbm_rank)?;
         let mut datasets = vec![y::mq2008(&mq)?];
         if let Some(dir) = rank {
@@ -606,7 +608,7 @@ impl LtrExperimentArgs {
 }
 
 fn propensity_smoothing(a: &PropensitySmoothingArgs) -> anyhow::Result<bool> {
-    use crate::experiment::propensity_smoothing as p;
+    use ultr_lab::experiment::propensity_smoothing as p;
     let opts = p::Options {
         out: a.out.clone(),
         sessions: a.sessions,
@@ -622,13 +624,13 @@ fn propensity_smoothing(a: &PropensitySmoothingArgs) -> anyhow::Result<bool> {
 }
 
 fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
-    use crate::experiment::theta_coverage as t;
-    let uncertainty = crate::train::uncertainty::UncertaintyConfig {
+    use ultr_lab::experiment::theta_coverage as t;
+    let uncertainty = ultr_train::uncertainty::UncertaintyConfig {
         enabled: true,
         replicates: a.replicates,
         unit: match a.unit.as_str() {
-            "query" => crate::train::uncertainty::ResampleUnit::Query,
-            "impression" => crate::train::uncertainty::ResampleUnit::Impression,
+            "query" => ultr_train::uncertainty::ResampleUnit::Query,
+            "impression" => ultr_train::uncertainty::ResampleUnit::Impression,
             other => anyhow::bail!("--unit {other:?}: query or impression"),
         },
         level: a.level,
@@ -659,7 +661,7 @@ fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
 }
 
 fn zhuang2021(a: &Zhuang2021Args) -> anyhow::Result<bool> {
-    use crate::experiment::zhuang2021 as z;
+    use ultr_lab::experiment::zhuang2021 as z;
     let r = &a.run;
     r.check()?;
     let datasets = r.datasets()?;
@@ -691,12 +693,12 @@ fn zhuang2021(a: &Zhuang2021Args) -> anyhow::Result<bool> {
 }
 
 fn yan2022(a: &Yan2022Args) -> anyhow::Result<bool> {
-    use crate::experiment::yan2022 as y;
+    use ultr_lab::experiment::yan2022 as y;
     let r = &a.run;
     r.check()?;
     let datasets = r.datasets()?;
     for m in &a.mixtures {
-        crate::simulate::click::ClickModel::parse_mixture(m).with_context(|| format!("--mixtures `{m}`"))?;
+        ultr_lab::simulate::click::ClickModel::parse_mixture(m).with_context(|| format!("--mixtures `{m}`"))?;
     }
     let opts = y::Options {
         out: a.out.clone(),
@@ -723,18 +725,18 @@ fn yan2022(a: &Yan2022Args) -> anyhow::Result<bool> {
 fn data_dirs(mq2008: &Option<PathBuf>, lightgbm_rank: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
     let mq = match mq2008 {
         Some(d) => d.clone(),
-        None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
+        None => ultr_lab::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
     };
     let rank = match lightgbm_rank {
         Some(d) if d.as_os_str() == "none" => None,
         Some(d) => Some(d.clone()),
-        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| crate::simulate::dataset::data_file_exists(&d.join("rank.train"))),
+        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| ultr_lab::simulate::dataset::data_file_exists(&d.join("rank.train"))),
     };
     Ok((mq, rank))
 }
 
 fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
-    use crate::experiment::zhang2023 as z;
+    use ultr_lab::experiment::zhang2023 as z;
     let (mq, rank) = data_dirs(&a.mq2008, &a.lightgbm_rank)?;
     let mut datasets = vec![z::mq2008(&mq)?];
     if let Some(dir) = rank {

@@ -38,8 +38,8 @@
 
 use serde::Serialize;
 
-use crate::identify::policy::{blind_reason, policy_variation};
-use crate::train::data::Row;
+use ultr_core::identify::policy::{blind_reason, policy_variation};
+use ultr_train::data::Row;
 
 /// The test on one batch of held-out rows.
 #[derive(Debug, Clone, Serialize, PartialEq)]

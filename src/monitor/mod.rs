@@ -15,16 +15,16 @@ use std::sync::Arc;
 
 use crate::config::PipelineConfig;
 use crate::pipeline::RunReport;
-use crate::state::Manifest;
-use crate::train::checkpoint::ModelStore;
-use crate::train::data::examples_for_windows;
-use crate::train::fit::Trained;
+use ultr_core::state::Manifest;
+use ultr_train::checkpoint::ModelStore;
+use ultr_train::data::examples_for_windows;
+use ultr_train::fit::Trained;
 use drift::{psi, PageHinkley};
 use metrics::Metrics;
 use misspecification::{score_test, MisspecificationTest, Nuisance};
-use crate::train::config::TowerKind;
+use ultr_train::config::TowerKind;
 use residuals::{summarize, ResidualSummary, BINS};
-use crate::train::data::{Split, split_of};
+use ultr_train::data::{Split, split_of};
 
 /// At most this many windows are scored in one checkpoint (the newest).
 const MAX_WINDOWS_SCORED_AT_ONCE: usize = 8;
@@ -90,7 +90,7 @@ pub fn span_in_short(start_ms: i64, end_ms: i64) -> String {
 impl Monitor {
     pub fn new(metrics: Arc<Metrics>, config: &PipelineConfig, state_dir: &Path) -> Monitor {
         metrics.up_since.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
-        let models_dir = crate::train::models_dir(config, state_dir);
+        let models_dir = ultr_train::models_dir(&config.train, state_dir);
         // TrainingStale reads this: restored from the models directory at start, not from this process.
         // (Only when the folder exists: opening the store would create it inside a state not made yet.)
         if models_dir.is_dir() {
@@ -267,8 +267,8 @@ impl Monitor {
             return Ok(());
         }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let cumulative = rt.block_on(crate::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
-        let id = crate::train::identifiability(&cumulative, &self.config)?;
+        let cumulative = rt.block_on(ultr_core::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
+        let id = ultr_train::identifiability(&cumulative, &self.config.identifiability, &self.config.train)?;
         let m = &self.metrics;
         let graphs = [("swap", Some(&id.swap_graph)), ("overlap", id.overlap_graph.as_ref()), ("union", Some(&id.union_graph))];
         for (name, graph) in graphs {
@@ -279,9 +279,9 @@ impl Monitor {
         }
         m.overlap_bottleneck.set_known(id.overlap_bottleneck);
         m.identified.with_label_values(&[&id.model]).set(id.identified as i64);
-        m.set_swap_pairs(&crate::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
+        m.set_swap_pairs(&ultr_core::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
         let deciding = match id.identification {
-            crate::identify::Identification::SwapsOrFeatureOverlap => ("union", &id.union_graph, "swaps or feature overlap between positions (feature tower)"),
+            ultr_core::identify::Identification::SwapsOrFeatureOverlap => ("union", &id.union_graph, "swaps or feature overlap between positions (feature tower)"),
             _ => ("swap", &id.swap_graph, "swaps of the same (query, document) between positions (per-document relevance)"),
         };
         m.board.update(|b| {
@@ -326,7 +326,7 @@ impl Monitor {
             tracing::info!(target: "ultr::story", "logged propensities: {disagrees} policy(ies) disagree with the counted π");
         }
         self.told.logged_propensity_disagrees = Some(disagrees);
-        let ips_pi = rt.block_on(crate::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
+        let ips_pi = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
         if let Some(p) = propensity_min(&ips_pi) {
             m.propensity_min.set(p);
         }

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::train::data::Row;
+use ultr_train::data::Row;
 
 /// Residual histogram bins over [−1, 1] (for the PSI drift statistic).
 pub const BINS: usize = 10;

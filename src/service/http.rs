@@ -16,7 +16,7 @@ use axum::Router;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::monitor::metrics::Metrics;
-use crate::sources::SourceHealth;
+use ultr_core::sources::SourceHealth;
 
 /// What `/healthz`, `/livez` and `/readyz` report; the ingest loop updates it.
 pub struct Health {

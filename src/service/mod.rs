@@ -3,6 +3,7 @@
 //! over HTTP, scheduled retraining, and a graceful stop on SIGTERM/SIGINT (checkpoint, commit,
 //! exit 0).
 
+pub mod config;
 pub mod http;
 pub mod schedule;
 pub mod status_page;
@@ -12,29 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 
 use crate::config::PipelineConfig;
 use crate::monitor::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::pipeline::{run_to_state, Observer, RunReport};
-use crate::sources::SourceHealth;
-use crate::state::{Manifest, StateStore};
+use ultr_core::sources::SourceHealth;
+use ultr_core::state::{Manifest, StateStore};
 use http::Health;
-
-/// `[service]`: the HTTP endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServiceConfig {
-    /// Address for `/metrics` and `/healthz`.
-    pub listen: String,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        ServiceConfig { listen: "127.0.0.1:9898".into() }
-    }
-}
 
 pub struct ServiceOptions {
     pub state_dir: PathBuf,
@@ -171,7 +157,7 @@ struct ScaledServiceObserver<'a> {
 impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
     fn on_merged(&mut self, merged_dir: &std::path::Path, report: &RunReport) {
         self.counters.ingest(report);
-        if let Ok(manifest) = crate::state::read_manifest(merged_dir) {
+        if let Ok(manifest) = ultr_core::state::read_manifest(merged_dir) {
             self.monitor.post(manifest);
         }
     }
@@ -228,7 +214,7 @@ fn list_earlier_trainings(metrics: &Metrics, models_dir: &std::path::Path) {
     if !models_dir.is_dir() {
         return;
     }
-    let Ok(list) = crate::train::checkpoint::ModelStore::open(models_dir).and_then(|s| s.list()) else { return };
+    let Ok(list) = ultr_train::checkpoint::ModelStore::open(models_dir).and_then(|s| s.list()) else { return };
     for info in list.iter().rev().take(crate::monitor::board::TRAININGS_KEPT).rev() {
         let finished = chrono::DateTime::parse_from_rfc3339(&info.created_at).map_or(0.0, |t| t.timestamp_millis() as f64 / 1000.0);
         metrics.board.push_training(crate::monitor::board::TrainingCard {
@@ -273,7 +259,7 @@ fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<
     let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged), merged.clone())?;
     let mut counters = Monitor::new(metrics.clone(), &config, &merged);
     describe_stream(&metrics, &config, &opts.state_dir, true);
-    list_earlier_trainings(&metrics, &crate::train::models_dir(&config, &merged));
+    list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &merged));
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
     eprintln!("ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); merged view in {}", server.addr, server.addr, server.addr, merged.display());
     let leader = Arc::new(AtomicBool::new(false));
@@ -308,12 +294,12 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir), opts.state_dir.clone())?;
     let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
     describe_stream(&metrics, config, &opts.state_dir, false);
-    list_earlier_trainings(&metrics, &crate::train::models_dir(config, &opts.state_dir));
+    list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &opts.state_dir));
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
     eprintln!("ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); state in {}", server.addr, server.addr, server.addr, opts.state_dir.display());
     let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
     if let Some(s) = &config.train.schedule {
-        eprintln!("ultr run: retraining on schedule {s:?} (models in {})", crate::train::models_dir(config, &opts.state_dir).display());
+        eprintln!("ultr run: retraining on schedule {s:?} (models in {})", ultr_train::models_dir(&config.train, &opts.state_dir).display());
     }
     let report = run_to_state(
         config,

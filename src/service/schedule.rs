@@ -14,8 +14,8 @@ use chrono::Utc;
 use crate::config::PipelineConfig;
 use crate::monitor::board::TrainingCard;
 use crate::monitor::metrics::Metrics;
-use crate::train::fit::Cancelled;
-use crate::train::{train_from_state, TrainOutcome, TrainRequest};
+use ultr_train::fit::Cancelled;
+use ultr_train::{train_from_state, TrainOutcome, TrainRequest};
 
 /// The outcome of one scheduled run, kept for logs and tests.
 #[derive(Debug, Clone)]
@@ -85,13 +85,13 @@ impl Scheduler {
                     next = schedule.after(&Utc::now()).next();
                     continue;
                 }
-                let store = crate::train::checkpoint::ModelStore::open(&crate::train::models_dir(&config, &state_dir)).ok();
+                let store = ultr_train::checkpoint::ModelStore::open(&ultr_train::models_dir(&config.train, &state_dir)).ok();
                 let current_end = store
                     .as_ref()
                     .and_then(|s| s.current_id().ok().flatten().and_then(|id| s.info(&id).ok()))
                     .map(|info| info.data_range_ms.map(|(_, end)| end).unwrap_or(i64::MIN));
                 let warm = config.train.warm_start && current_end.is_some();
-                let newest = crate::state::read_manifest(&state_dir).ok().and_then(|m| m.windows.iter().map(|w| w.end_ms).max());
+                let newest = ultr_core::state::read_manifest(&state_dir).ok().and_then(|m| m.windows.iter().map(|w| w.end_ms).max());
                 // Nothing to learn from is a skip, not a failure: no window yet, or none newer than the model.
                 let skip = match (newest, current_end) {
                     (None, _) => Some("no closed windows yet".to_string()),
@@ -107,7 +107,8 @@ impl Scheduler {
                 metrics.training_in_progress.set(1);
                 let outcome = train_from_state(&TrainRequest {
                     state_dir: &state_dir,
-                    config: &config,
+                    core: &config.core(),
+                    config: &config.train,
                     warm_start: warm,
                     compare_cold: false,
                     force: false,

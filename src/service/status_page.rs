@@ -236,7 +236,7 @@ pub fn newest_dead_letters(path: &Path, n: usize) -> Vec<LetterRow> {
     lines
         .iter()
         .rev()
-        .filter_map(|l| serde_json::from_str::<crate::sinks::dead_letter::DeadLetterLine>(l).ok())
+        .filter_map(|l| serde_json::from_str::<ultr_core::sinks::dead_letter::DeadLetterLine>(l).ok())
         .take(n)
         .map(|d| {
             let payload = d.payload.clone().unwrap_or_else(|| "(binary payload)".into());
@@ -684,7 +684,7 @@ mod tests {
         m.bad_records.with_label_values(&["<b>reason</b>"]).inc();
         let dir = tempfile::tempdir().unwrap();
         let letters = dir.path().join("dead.jsonl");
-        let line = crate::sinks::dead_letter::DeadLetterLine {
+        let line = ultr_core::sinks::dead_letter::DeadLetterLine {
             reason: "duplicate_position".into(),
             detail: "<img src=x>".into(),
             source: "f".into(),

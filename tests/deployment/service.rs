@@ -426,7 +426,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel) 
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
             if !self.trained && latest >= self.switch_ms {
-                let req = ultr::train::TrainRequest { state_dir: store.dir(), config: self.config, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
+                let req = ultr::train::TrainRequest { state_dir: store.dir(), core: &self.config.core(), config: &self.config.train, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
             }

@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use burn::module::Module;
 
-use ultr::eval::{evaluate, labels_from_truth, truth_theta};
+use ultr::eval::evaluate;
+use ultr::simulate::{labels_from_truth, truth_theta};
 use ultr::ingest::Ingest;
 use ultr::session::DecodeLimits;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::sources::simulator::SimulatorSource;
+use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{AggregatedEpoch, TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::{fit, make_batch};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ultr::config::PipelineConfig;
-use ultr::eval::truth_theta;
+use ultr::simulate::truth_theta;
 use ultr::simulate::Simulator;
 use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::chunks::{load_training_data, ExampleChunks, TrainingData};
@@ -88,8 +88,8 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     // The gate's loss of a model, summed over evaluation chunks, is the in-memory loss.
     let pipeline = config("");
     let (model, _) = fit(&all, &TrainConfig { max_epochs: 2, ..pipeline.train.clone() }, None, false).unwrap();
-    let in_memory = evaluation_losses(&[&model], &TrainingData::InMemory(all.clone()), &pipeline).unwrap().remove(0).unwrap();
-    let chunked = evaluation_losses(&[&model], &data, &pipeline).unwrap().remove(0).unwrap();
+    let in_memory = evaluation_losses(&[&model], &TrainingData::InMemory(all.clone()), &pipeline.train).unwrap().remove(0).unwrap();
+    let chunked = evaluation_losses(&[&model], &data, &pipeline.train).unwrap().remove(0).unwrap();
     assert!((in_memory - chunked).abs() <= 1e-6 * in_memory, "evaluation loss in memory {in_memory} vs over chunks {chunked}");
 
     // Fits: in memory (two seeds, for the noise) and streaming the chunks every epoch.
@@ -136,7 +136,7 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
     let state = dir.path().join("state");
     let cfg = config("memory_budget = \"64KiB\"\n");
     ultr::pipeline::run_to_state(&cfg, &state, &mut ultr::pipeline::NoObserver).unwrap();
-    let outcome = train_from_state(&TrainRequest { state_dir: &state, config: &cfg, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None })
+    let outcome = train_from_state(&TrainRequest { state_dir: &state, core: &cfg.core(), config: &cfg.train, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None })
         .unwrap();
     assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);
     assert!(outcome.decision.promoted, "{}", outcome.decision.reason);

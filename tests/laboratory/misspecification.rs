@@ -112,7 +112,7 @@ fn run(s: &Scenario, dir: &Path) -> Outcome {
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
             if !self.trained && latest >= T0 + 6 * WINDOW_MS {
-                let req = ultr::train::TrainRequest { state_dir: store.dir(), config: self.config, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
+                let req = ultr::train::TrainRequest { state_dir: store.dir(), core: &self.config.core(), config: &self.config.train, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
                 let outcome = ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
                 // What the mixture learnt (a measurement for issue 14's note).
@@ -406,7 +406,7 @@ fn explore_mixture_oracle() {
         o.truth.queries.iter().flat_map(|q| q.docs.iter().map(move |d| ((q.query_id.clone(), d.doc_id.clone()), d.omega))).collect();
     let manifest = ultr::state::read_manifest(&o.state).unwrap();
     let device = config.train.backend.device().unwrap();
-    let store = ultr::train::checkpoint::ModelStore::open(&ultr::train::models_dir(&config, &o.state)).unwrap();
+    let store = ultr::train::checkpoint::ModelStore::open(&ultr::train::models_dir(&config.train, &o.state)).unwrap();
     let id = store.current_id().unwrap().unwrap();
     let trained = store.load(&id, &device).unwrap();
     let data_end = store.info(&id).unwrap().data_range_ms.unwrap().1;

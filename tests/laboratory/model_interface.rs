@@ -1,4 +1,4 @@
-//! The model interface (`src/train/models/`): the additive model gives, bit for bit, what it gave
+//! The model interface (`crates/train/src/models/`): the additive model gives, bit for bit, what it gave
 //! before the interface; every model trains from a state through `ultr train` and is listed by
 //! `ultr models`; warm starts across models are refused naming both; a listwise model is refused on
 //! aggregated rows with the reason; gradient reversal scales the adversary's gradient by −η.
@@ -13,7 +13,7 @@ use ultr::ingest::Ingest;
 use ultr::session::DecodeLimits;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::sources::simulator::SimulatorSource;
+use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::fit;

@@ -12,7 +12,7 @@ use ultr::simulate::policy::{RankerKind, Sampling};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{DataFormat, GroundTruth, PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::sources::simulator::SimulatorSource;
+use ultr::simulate::source::SimulatorSource;
 use ultr::window::position_ctr;
 
 /// Simulates, decodes, runs sql/position_ctr.sql, and compares every position with the expectation

@@ -1,0 +1,68 @@
+//! Identifiability thresholds (`[identifiability]`).
+
+use serde::{Deserialize, Serialize};
+
+/// Identifiability thresholds (`[identifiability]`). Which graph identifies the model and which
+/// positions count follow `[train]` (`tower`, `max_positions`), so the verdict is for the model trained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentifiabilityConfig {
+    /// Adjacent positions are linked in the overlap graph when their cross-fitted overlap score
+    /// (1 − |2·AUC − 1|) reaches this.
+    pub min_overlap_score: f64,
+    /// Positions with fewer sampled impressions are left out of the overlap graph.
+    pub min_samples: usize,
+    /// Below this impression-weighted within-position sd of π(d,k|q), residuals cannot be tested
+    /// against the policy: misspecification is reported as not assessable instead of healthy.
+    pub min_policy_variation: f64,
+    /// A policy's logged propensities are flagged as disagreeing with its counted π when the
+    /// Pearson dispersion of its (q, d, k) display counts around the logged π exceeds this (≈ 1 when
+    /// the log is right; `identify::logged`).
+    pub max_logged_propensity_dispersion: f64,
+    /// Keys of earlier releases, refused with what replaced them.
+    #[serde(skip_serializing)]
+    pub max_position: Option<toml::Value>,
+    #[serde(skip_serializing)]
+    pub eta: Option<toml::Value>,
+    #[serde(skip_serializing)]
+    pub identified_by: Option<toml::Value>,
+}
+
+impl Default for IdentifiabilityConfig {
+    fn default() -> Self {
+        IdentifiabilityConfig {
+            min_overlap_score: 0.1,
+            min_samples: 30,
+            min_policy_variation: 0.01,
+            max_logged_propensity_dispersion: 2.0,
+            max_position: None,
+            eta: None,
+            identified_by: None,
+        }
+    }
+}
+
+impl IdentifiabilityConfig {
+    /// Every `[identifiability]` key checked, removed keys refused with what replaced them.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, set, now) in [
+            ("max_position", self.max_position.is_some(), "the graphs cover `[train] max_positions`, the positions the model has"),
+            ("eta", self.eta.is_some(), "the overlap score is a cross-fitted AUC and has no η"),
+            ("identified_by", self.identified_by.is_some(), "identification follows `[train] tower` (swaps for `embedding`, swaps or feature overlap otherwise)"),
+        ] {
+            if set {
+                return Err(format!("key `identifiability.{key}` was removed: {now}"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.min_overlap_score) {
+            return Err(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", self.min_overlap_score));
+        }
+        if !(self.max_logged_propensity_dispersion > 0.0 && self.max_logged_propensity_dispersion.is_finite()) {
+            return Err(format!("key `identifiability.max_logged_propensity_dispersion` = {} must be a finite number > 0", self.max_logged_propensity_dispersion));
+        }
+        if !(0.0..=1.0).contains(&self.min_policy_variation) {
+            return Err(format!("key `identifiability.min_policy_variation` = {} must lie in [0, 1]", self.min_policy_variation));
+        }
+        Ok(())
+    }
+}

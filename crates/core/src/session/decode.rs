@@ -1,0 +1,453 @@
+//! Decode and validate session JSON into rows of the impressions batch; a record is taken whole or refused whole.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder,
+    TimestampMillisecondBuilder, UInt32Builder,
+};
+use datafusion::arrow::record_batch::RecordBatch;
+use serde::Deserialize;
+
+use super::reason::{classify, Reason, Rejected};
+use super::schema::{impressions_schema, SCHEMA_VERSION};
+
+mod raw;
+mod single_pass;
+
+use raw::{ContextValue, Features, RawSession};
+
+/// Limits that keep one absurd record from costing the pipeline memory or time.
+/// Lives under `[decode]` in a pipeline config.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecodeLimits {
+    /// Most items one session may carry.
+    pub max_items: usize,
+    /// Most dense features one item may carry.
+    pub max_features: usize,
+    /// Largest accepted record, in bytes, checked before parsing.
+    pub max_record_bytes: usize,
+    /// Longest accepted id (`session_id`, `query_id`, `policy_id`, `doc_id`), in bytes: ids are
+    /// keys of every statistic, held in memory per window and in the state, so one megabyte-long id
+    /// within a record that fits `max_record_bytes` is refused (`id_too_long`).
+    pub max_id_bytes: usize,
+    /// The stream's feature dimension. Unset: the first accepted record with features fixes it.
+    pub feature_dim: Option<usize>,
+    /// The stream's bias-feature dimension, fixed the same way when unset.
+    pub bias_feature_dim: Option<usize>,
+    /// A session whose `event_time` lies further than this beyond the reference clock is refused
+    /// (`future_event_time`). The reference is the wall clock for Kafka and the simulator; for file
+    /// replays it is the newest event time accepted so far from that file (the wall clock before
+    /// the first), so an old log replays while a corrupt year-9999 timestamp is still refused.
+    pub max_clock_skew: String,
+    /// On a live stream (Kafka), a session whose `event_time` lies further than this before the
+    /// wall clock is refused (`stale_event_time`). A 1970 timestamp from a broken producer, read
+    /// first on a partition, would set that partition's clock decades behind: the clock moves at
+    /// most `window.max_partition_clock_jump` per session, so every window would stay open while it
+    /// crawled forward. Replays (files, the simulator) are not judged by the wall clock. Raise it to
+    /// re-read an older topic.
+    pub max_event_age: String,
+    /// The names and version of the stream's feature vectors (`[decode.feature_schema]`). A model
+    /// trained on the stream records it and exports it; a model whose schema differs is refused
+    /// before it scores, warm-starts or competes at the gate. It also fixes the feature dimensions.
+    pub feature_schema: Option<FeatureSchema>,
+}
+
+/// `[decode.feature_schema]`: what `items[].features` and `items[].bias_features` mean, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureSchema {
+    /// The schema's name, e.g. the feature store's feature-set name.
+    pub name: String,
+    /// Bumped whenever a feature's meaning, order or scale changes.
+    pub version: u32,
+    /// `items[].features`, in order.
+    pub features: Vec<String>,
+    /// `items[].bias_features`, in order.
+    #[serde(default)]
+    pub bias_features: Vec<String>,
+}
+
+impl FeatureSchema {
+    /// `name@version`.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+
+    /// Names non-empty and unique, counts matching the configured dimensions.
+    pub fn validate(&self, feature_dim: Option<usize>, bias_feature_dim: Option<usize>) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("key `decode.feature_schema.name` must not be empty".into());
+        }
+        for (key, names, dim) in [("features", &self.features, feature_dim), ("bias_features", &self.bias_features, bias_feature_dim)] {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(dup) = names.iter().find(|n| n.trim().is_empty() || !seen.insert(n.as_str())) {
+                return Err(format!("key `decode.feature_schema.{key}`: name {dup:?} is empty or repeated"));
+            }
+            if let Some(d) = dim.filter(|d| *d != names.len()) {
+                return Err(format!("key `decode.feature_schema.{key}` names {} features but `decode.{}` is {d}", names.len(), if key == "features" { "feature_dim" } else { "bias_feature_dim" }));
+            }
+        }
+        if self.features.is_empty() {
+            return Err("key `decode.feature_schema.features` must name at least one feature".into());
+        }
+        Ok(())
+    }
+
+    /// Whether a model trained on `trained` may score a stream of `stream`: both absent, or equal.
+    pub fn check_compatible(trained: Option<&FeatureSchema>, stream: Option<&FeatureSchema>) -> Result<(), String> {
+        let label = |s: Option<&FeatureSchema>| s.map_or("none (positional features)".to_string(), |s| format!("{} ({} features)", s.label(), s.features.len()));
+        if trained == stream {
+            return Ok(());
+        }
+        let detail = match (trained, stream) {
+            (Some(a), Some(b)) if a.name == b.name && a.version == b.version => " (same name and version, different feature names: bump the version)".to_string(),
+            _ => String::new(),
+        };
+        Err(format!("the model was trained on feature schema {} but the stream's is {}{detail} (key `decode.feature_schema`)", label(trained), label(stream)))
+    }
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_items: 1_000,
+            max_features: 10_000,
+            max_record_bytes: 16 << 20,
+            max_id_bytes: 1024,
+            feature_dim: None,
+            bias_feature_dim: None,
+            feature_schema: None,
+            max_clock_skew: "1h".into(),
+            max_event_age: "365d".into(),
+        }
+    }
+}
+
+impl DecodeLimits {
+    /// `max_event_age` in milliseconds; `None` when it does not parse (the config refuses that).
+    pub fn max_event_age_ms(&self) -> Option<i64> {
+        humantime::parse_duration(self.max_event_age.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// `max_clock_skew` in milliseconds; `None` when it does not parse (the config refuses that).
+    pub fn max_clock_skew_ms(&self) -> Option<i64> {
+        humantime::parse_duration(self.max_clock_skew.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+/// Accumulates accepted sessions as impression rows and hands them out as Arrow batches.
+pub struct Decoder {
+    limits: DecodeLimits,
+    feature_dim: Option<usize>,
+    bias_feature_dim: Option<usize>,
+    rows: usize,
+    session_id: StringBuilder,
+    query_id: StringBuilder,
+    event_time: TimestampMillisecondBuilder,
+    policy_id: StringBuilder,
+    context: StringBuilder,
+    doc_id: StringBuilder,
+    position: UInt32Builder,
+    clicked: BooleanBuilder,
+    n_items: UInt32Builder,
+    features: ListBuilder<Float32Builder>,
+    bias_features: ListBuilder<Float32Builder>,
+    propensity: Float64Builder,
+    positions_scratch: Vec<u32>,
+    /// Sessions with a later event time are refused (`future_event_time`); set by the ingest loop.
+    event_time_ceiling: Option<i64>,
+    event_time_floor: Option<i64>,
+    /// Event time of the last accepted session.
+    last_event_ms: Option<i64>,
+    /// Read every record with serde_json, skipping the single-pass reader (the reference it is tested against).
+    serde_json_only: bool,
+}
+
+impl Decoder {
+    pub fn new(limits: DecodeLimits) -> Self {
+        let item = || ListBuilder::new(Float32Builder::new()).with_field(Arc::new(
+            datafusion::arrow::datatypes::Field::new("item", datafusion::arrow::datatypes::DataType::Float32, false),
+        ));
+        Decoder {
+            feature_dim: limits.feature_dim.or(limits.feature_schema.as_ref().map(|s| s.features.len())),
+            bias_feature_dim: limits.bias_feature_dim.or(limits.feature_schema.as_ref().filter(|s| !s.bias_features.is_empty()).map(|s| s.bias_features.len())),
+            limits,
+            rows: 0,
+            session_id: StringBuilder::new(),
+            query_id: StringBuilder::new(),
+            event_time: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            policy_id: StringBuilder::new(),
+            context: StringBuilder::new(),
+            doc_id: StringBuilder::new(),
+            position: UInt32Builder::new(),
+            clicked: BooleanBuilder::new(),
+            n_items: UInt32Builder::new(),
+            features: item(),
+            bias_features: item(),
+            propensity: Float64Builder::new(),
+            positions_scratch: Vec::new(),
+            event_time_ceiling: None,
+            event_time_floor: None,
+            last_event_ms: None,
+            serde_json_only: false,
+        }
+    }
+
+    /// A decoder that reads every record with serde_json alone: the reference the single-pass
+    /// reader must match (same rows, same refusals), used by the differential tests and benches.
+    pub fn serde_json_only(mut self) -> Self {
+        self.serde_json_only = true;
+        self
+    }
+
+    /// Refuse sessions whose event time exceeds `ceiling` (epoch ms); `None` accepts any time.
+    pub fn set_event_time_ceiling(&mut self, ceiling: Option<i64>) {
+        self.event_time_ceiling = ceiling;
+    }
+
+    /// Sessions older than this (epoch ms) are refused as `stale_event_time`; `None` accepts any age.
+    pub fn set_event_time_floor(&mut self, floor: Option<i64>) {
+        self.event_time_floor = floor;
+    }
+
+    /// Event time of the last accepted session.
+    pub fn last_event_ms(&self) -> Option<i64> {
+        self.last_event_ms
+    }
+
+    /// Locks the dimensions a previous run of this state already fixed (from its manifest), so a
+    /// restart whose first record differs cannot lock another dimension.
+    pub fn lock_dims(&mut self, feature_dim: Option<usize>, bias_feature_dim: Option<usize>) {
+        self.feature_dim = self.feature_dim.or(feature_dim);
+        self.bias_feature_dim = self.bias_feature_dim.or(bias_feature_dim);
+    }
+
+    /// The bias-feature dimension the stream is locked to, once known.
+    pub fn bias_feature_dim(&self) -> Option<usize> {
+        self.bias_feature_dim
+    }
+
+    pub fn limits(&self) -> &DecodeLimits {
+        &self.limits
+    }
+
+    /// The feature dimension the stream is locked to, once known.
+    pub fn feature_dim(&self) -> Option<usize> {
+        self.feature_dim
+    }
+
+    /// Impression rows buffered since the last `finish`.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Validates one record; on success appends its items as rows, on failure appends nothing.
+    /// Returns the number of impressions added.
+    pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, Rejected> {
+        if bytes.len() > self.limits.max_record_bytes {
+            return Err(Rejected::new(
+                Reason::RecordTooLarge,
+                format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes),
+            ));
+        }
+        let fast = if self.serde_json_only { None } else { single_pass::read(bytes, self.feature_dim.unwrap_or(64)) };
+        let raw: RawSession = match fast {
+            Some(raw) => raw,
+            None => {
+                let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
+                serde_json::from_str(text).map_err(classify)?
+            }
+        };
+        let checked = self.validate(&raw)?;
+        self.append(&raw, checked);
+        Ok(raw.items.len())
+    }
+
+    fn validate(&mut self, raw: &RawSession) -> Result<Checked, Rejected> {
+        if raw.schema_version != SCHEMA_VERSION {
+            return Err(Rejected::new(
+                Reason::UnsupportedSchemaVersion,
+                format!("schema_version {} (this build reads {SCHEMA_VERSION})", raw.schema_version),
+            ));
+        }
+        for (name, id) in [("session_id", &raw.session_id), ("query_id", &raw.query_id), ("policy_id", &raw.policy_id)] {
+            if id.0.is_empty() {
+                return Err(Rejected::new(Reason::EmptyId, format!("{name} is empty")));
+            }
+            if id.0.len() > self.limits.max_id_bytes {
+                return Err(Rejected::new(Reason::IdTooLong, format!("{name} is {} bytes > decode.max_id_bytes {}", id.0.len(), self.limits.max_id_bytes)));
+            }
+        }
+        let event_millis = raw.event_time.to_millis()?;
+        if let Some(floor) = self.event_time_floor {
+            if event_millis < floor {
+                return Err(Rejected::new(
+                    Reason::StaleEventTime,
+                    format!("event_time {event_millis} ms is older than the wall clock − decode.max_event_age ({floor} ms)"),
+                ));
+            }
+        }
+        if let Some(ceiling) = self.event_time_ceiling {
+            if event_millis > ceiling {
+                return Err(Rejected::new(
+                    Reason::FutureEventTime,
+                    format!("event_time {event_millis} ms is beyond the reference clock + decode.max_clock_skew ({ceiling} ms)"),
+                ));
+            }
+        }
+        let n = raw.items.len();
+        if n == 0 {
+            return Err(Rejected::new(Reason::NoItems, "items is empty"));
+        }
+        if n > self.limits.max_items {
+            return Err(Rejected::new(Reason::TooManyItems, format!("{n} items > max_items {}", self.limits.max_items)));
+        }
+        self.positions_scratch.clear();
+        for (i, item) in raw.items.iter().enumerate() {
+            if item.doc_id.0.is_empty() {
+                return Err(Rejected::new(Reason::EmptyId, format!("items[{i}].doc_id is empty")));
+            }
+            if item.doc_id.0.len() > self.limits.max_id_bytes {
+                return Err(Rejected::new(
+                    Reason::IdTooLong,
+                    format!("items[{i}].doc_id is {} bytes > decode.max_id_bytes {}", item.doc_id.0.len(), self.limits.max_id_bytes),
+                ));
+            }
+            if item.position <= 0 {
+                return Err(Rejected::new(
+                    Reason::NonPositivePosition,
+                    format!("items[{i}].position = {} (positions are 1-based)", item.position),
+                ));
+            }
+            let position = u32::try_from(item.position)
+                .map_err(|_| Rejected::new(Reason::WrongType, format!("items[{i}].position {} overflows u32", item.position)))?;
+            self.positions_scratch.push(position);
+            if let Some(p) = item.propensity {
+                if !(p > 0.0 && p <= 1.0) {
+                    return Err(Rejected::new(Reason::BadPropensity, format!("items[{i}].propensity = {p} is outside (0, 1]")));
+                }
+            }
+        }
+        self.positions_scratch.sort_unstable();
+        if let Some(w) = self.positions_scratch.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Rejected::new(Reason::DuplicatePosition, format!("position {} appears twice", w[0])));
+        }
+        // One page showing one document twice would be its own swap pair (the same (q, d) at two
+        // positions of one session) and make Σ_k π(d,k|q) exceed 1: refused, like a repeated position.
+        let mut docs: Vec<&str> = raw.items.iter().map(|i| i.doc_id.0.as_ref()).collect();
+        docs.sort_unstable();
+        if let Some(w) = docs.windows(2).find(|w| w[0] == w[1]) {
+            let shown: String = w[0].chars().take(80).collect();
+            return Err(Rejected::new(Reason::DuplicateDocument, format!("doc_id {shown:?} appears twice in one session")));
+        }
+        let feature_dim = check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?;
+        let bias_dim = check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?;
+        Ok(Checked { event_millis, feature_dim, bias_dim })
+    }
+
+    fn append(&mut self, raw: &RawSession, checked: Checked) {
+        // The record is accepted: lock dimensions the stream had not fixed yet.
+        self.feature_dim = self.feature_dim.or(checked.feature_dim);
+        self.bias_feature_dim = self.bias_feature_dim.or(checked.bias_dim);
+        self.last_event_ms = Some(checked.event_millis);
+        let context = raw.context.as_ref().and_then(canonical_context);
+        let n = raw.items.len() as u32;
+        for item in &raw.items {
+            self.session_id.append_value(&raw.session_id.0);
+            self.query_id.append_value(&raw.query_id.0);
+            self.event_time.append_value(checked.event_millis);
+            self.policy_id.append_value(&raw.policy_id.0);
+            self.context.append_option(context.as_deref());
+            self.doc_id.append_value(&item.doc_id.0);
+            self.position.append_value(item.position as u32);
+            self.clicked.append_value(item.clicked.0);
+            self.n_items.append_value(n);
+            append_list(&mut self.features, item.features.as_ref());
+            append_list(&mut self.bias_features, item.bias_features.as_ref());
+            self.propensity.append_option(item.propensity);
+        }
+        self.rows += raw.items.len();
+    }
+
+    /// Hands out the buffered rows as one batch (possibly empty) and starts a new one.
+    pub fn finish(&mut self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.session_id.finish()),
+            Arc::new(self.query_id.finish()),
+            Arc::new(self.event_time.finish()),
+            Arc::new(self.policy_id.finish()),
+            Arc::new(self.context.finish()),
+            Arc::new(self.doc_id.finish()),
+            Arc::new(self.position.finish()),
+            Arc::new(self.clicked.finish()),
+            Arc::new(self.n_items.finish()),
+            Arc::new(self.features.finish()),
+            Arc::new(self.bias_features.finish()),
+            Arc::new(self.propensity.finish()),
+        ];
+        self.rows = 0;
+        RecordBatch::try_new(impressions_schema(), columns).expect("decoder builds columns that match the impressions schema")
+    }
+}
+
+struct Checked {
+    event_millis: i64,
+    feature_dim: Option<usize>,
+    bias_dim: Option<usize>,
+}
+
+/// All present vectors must share one length, agree with the stream's, and stay under the limit.
+fn check_dims<'a>(
+    vectors: impl Iterator<Item = Option<&'a Features>>,
+    stream_dim: Option<usize>,
+    max: usize,
+    name: &str,
+) -> Result<Option<usize>, Rejected> {
+    let mut seen: Option<usize> = None;
+    for (i, v) in vectors.enumerate() {
+        let Some(v) = v else { continue };
+        let len = v.0.len();
+        if len > max {
+            return Err(Rejected::new(Reason::TooManyFeatures, format!("items[{i}].{name} has {len} values > max_features {max}")));
+        }
+        if let Some(expected) = seen.or(stream_dim) {
+            if len != expected {
+                return Err(Rejected::new(
+                    Reason::FeatureLengthMismatch,
+                    format!("items[{i}].{name} has {len} values, the stream has {expected}"),
+                ));
+            }
+        }
+        seen = Some(len);
+    }
+    Ok(seen)
+}
+
+fn append_list(builder: &mut ListBuilder<Float32Builder>, values: Option<&Features>) {
+    match values {
+        Some(v) => {
+            builder.values().append_slice(&v.0);
+            builder.append(true);
+        }
+        None => builder.append(false),
+    }
+}
+
+/// `k=v` pairs sorted by key and joined with `;` — one comparable string per bias configuration.
+fn canonical_context(map: &BTreeMap<Cow<'_, str>, ContextValue>) -> Option<String> {
+    let mut out = String::new();
+    for (k, v) in map {
+        let Some(v) = &v.0 else { continue };
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(k);
+        out.push('=');
+        out.push_str(v);
+    }
+    (!out.is_empty()).then_some(out)
+}

@@ -1,0 +1,10 @@
+//! The session-log contract: what one logged session is, its Arrow form, and why a record is refused.
+
+pub mod decode;
+pub mod reason;
+pub mod schema;
+
+pub use decode::{DecodeLimits, Decoder};
+pub use reason::{Reason, Rejected};
+pub use schema::{impressions_schema, SCHEMA_VERSION};
+

@@ -1,0 +1,331 @@
+//! Kafka source on rdkafka: a consumer-group member that yields raw records with partition offsets.
+//! The state, not the group, decides where reading starts: every assigned partition is positioned
+//! at the state's resume offset in the rebalance callback (the group's committed offset is only a
+//! lag report). Transient broker errors are counted and retried, never fatal.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use super::{Poll, RawRecord, RecordSource, ResumeOffsets, SourceHealth, SourcePosition};
+use super::secrets::resolve_properties;
+
+/// How to reach and read the session topic. Lives under `[source.kafka]` in a pipeline config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceConfig {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// Consumer group id.
+    pub group_id: String,
+    /// Topics to subscribe to.
+    pub topics: Vec<String>,
+    /// Extra librdkafka properties passed through verbatim (e.g. `security.protocol`,
+    /// `sasl.mechanism`). A value `env:NAME` is read from environment variable NAME and
+    /// `file:PATH` from a file (trailing newline dropped), so secrets need not sit in the TOML.
+    /// `auto.offset.reset` (default `earliest`) says where a partition the state has never read
+    /// starts.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// Stop (end of stream) after this long without a message; unset runs forever.
+    #[serde(default)]
+    pub idle_exit_ms: Option<u64>,
+}
+
+/// Offsets the state has accounted for, shared with the rebalance callback.
+type Position = Arc<Mutex<ResumeOffsets>>;
+
+/// The consumer's callbacks: seek-on-assign and error accounting.
+pub struct StateSeekingContext {
+    position: Position,
+    /// Where a partition unknown to the state starts (`auto.offset.reset`).
+    reset: Offset,
+    health: Arc<SourceHealth>,
+}
+
+impl ClientContext for StateSeekingContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let (kind, down) = classify(&error);
+        tracing::warn!(kind, "Kafka: {error} ({reason}); retrying");
+        self.health.error(kind, down);
+    }
+}
+
+impl ConsumerContext for StateSeekingContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let position = self.position.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+                for (topic, partition) in parts {
+                    let offset = match position.get(&format!("kafka:{topic}"), partition) {
+                        Some(o) => Offset::Offset(o),
+                        None => self.reset,
+                    };
+                    tracing::info!(topic, partition, ?offset, "assigned; reading from the state's offset");
+                    if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                        tracing::warn!("cannot position {topic}[{partition}]: {e}");
+                    }
+                }
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                let code: RDKafkaErrorCode = other.into();
+                tracing::warn!("rebalance error {code}; dropping the assignment");
+                self.health.error("rebalance", false);
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!("applying the rebalance: {e}");
+            self.health.error("rebalance", false);
+        }
+    }
+}
+
+/// A label for `ultr_kafka_errors_total{kind}`, and whether the error means the broker is unreachable.
+pub fn classify(error: &KafkaError) -> (&'static str, bool) {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::AllBrokersDown) => ("all_brokers_down", true),
+        Some(RDKafkaErrorCode::BrokerTransportFailure) => ("transport", true),
+        Some(RDKafkaErrorCode::Resolve) => ("resolve", true),
+        Some(RDKafkaErrorCode::Authentication) | Some(RDKafkaErrorCode::SaslAuthenticationFailed) => ("authentication", true),
+        Some(RDKafkaErrorCode::SSL) => ("tls", true),
+        Some(RDKafkaErrorCode::RebalanceInProgress) | Some(RDKafkaErrorCode::IllegalGeneration) | Some(RDKafkaErrorCode::UnknownMemberId) => {
+            ("rebalance", false)
+        }
+        Some(RDKafkaErrorCode::OperationTimedOut) | Some(RDKafkaErrorCode::RequestTimedOut) => ("timeout", false),
+        _ => ("other", false),
+    }
+}
+
+/// Reads with a consumer group; auto-commit is off, because offsets are committed only after the
+/// state covering them is durable (`commit`).
+pub struct KafkaSource {
+    consumer: BaseConsumer<StateSeekingContext>,
+    idle_exit: Option<Duration>,
+    last_message: Instant,
+    /// Everything before these offsets is in the state (durable or in memory): skip it, and seek
+    /// to it when a partition is (re)assigned.
+    position: Position,
+    streams: BTreeMap<String, Arc<str>>,
+    health: Arc<SourceHealth>,
+    /// Where a partition the state has never read starts.
+    reset: Offset,
+    /// False for a partition task: its instance's group member commits.
+    commits: bool,
+}
+
+impl KafkaSource {
+    /// Reads from `resume` (a state's offsets); partitions it does not name start at
+    /// `auto.offset.reset`, never at the group's committed offset.
+    pub fn new(config: &KafkaSourceConfig, resume: ResumeOffsets) -> anyhow::Result<Self> {
+        Self::open(config, resume, false, true)
+    }
+
+    /// Without a state (`ultr consume`): every partition continues from the group's committed offset.
+    pub fn from_group_offsets(config: &KafkaSourceConfig) -> anyhow::Result<Self> {
+        Self::open(config, ResumeOffsets::default(), true, true)
+    }
+
+    /// One partition, assigned by the caller instead of the group (a scale-out partition task):
+    /// reads from `resume` (or `auto.offset.reset`), joins no group and commits nothing — the
+    /// instance's group member commits for it.
+    /// `health` is the instance's: every partition task's client reports into it, so the
+    /// instance's `ultr_source_up` does not hang on one client (its group member may be busy in a
+    /// commit or a rebalance while the tasks poll and see the outage).
+    pub fn assigned(config: &KafkaSourceConfig, resume: ResumeOffsets, topic: &str, partition: i32, health: Arc<SourceHealth>) -> anyhow::Result<Self> {
+        let mut source = Self::open_with(config, resume, false, false, health)?;
+        let offset = source.position.lock().unwrap_or_else(|e| e.into_inner()).get(&format!("kafka:{topic}"), partition);
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, offset.map(Offset::Offset).unwrap_or(source.reset))?;
+        source.consumer.assign(&list).with_context(|| format!("assigning {topic}[{partition}]"))?;
+        source.commits = false;
+        Ok(source)
+    }
+
+    fn open(config: &KafkaSourceConfig, resume: ResumeOffsets, group_offsets: bool, subscribe: bool) -> anyhow::Result<Self> {
+        Self::open_with(config, resume, group_offsets, subscribe, Arc::new(SourceHealth::default()))
+    }
+
+    fn open_with(config: &KafkaSourceConfig, resume: ResumeOffsets, group_offsets: bool, subscribe: bool, health: Arc<SourceHealth>) -> anyhow::Result<Self> {
+        let properties = resolve_properties(&config.properties).context("[source.kafka] properties")?;
+        let reset = match properties.get("auto.offset.reset").map(String::as_str) {
+            None | Some("earliest" | "smallest" | "beginning") => Offset::Beginning,
+            Some("latest" | "largest" | "end") => Offset::End,
+            Some(other) => anyhow::bail!("key `source.kafka.properties.\"auto.offset.reset\"` = {other:?}: use earliest or latest"),
+        };
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("group.id", &config.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in &properties {
+            client.set(k, v);
+        }
+        let position: Position = Arc::new(Mutex::new(resume));
+        let reset = if group_offsets { Offset::Stored } else { reset };
+        let context = StateSeekingContext { position: position.clone(), reset, health: health.clone() };
+        let consumer: BaseConsumer<StateSeekingContext> = client.create_with_context(context).context("creating Kafka consumer")?;
+        let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+        if subscribe {
+            consumer.subscribe(&topics).with_context(|| format!("subscribing to {topics:?}"))?;
+        }
+        Ok(KafkaSource {
+            reset,
+            commits: true,
+            consumer,
+            idle_exit: config.idle_exit_ms.map(Duration::from_millis),
+            last_message: Instant::now(),
+            position,
+            streams: BTreeMap::new(),
+            health,
+        })
+    }
+
+    /// Commits resume offsets to the group (for lag visibility; the state manifest stays the truth).
+    pub fn commit(&self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
+        if !self.commits {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::new();
+        for (stream, parts) in &offsets.0 {
+            let Some(topic) = stream.strip_prefix("kafka:") else { continue };
+            for (&partition, &offset) in parts {
+                list.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+            }
+        }
+        if list.count() > 0 {
+            if let Err(e) = self.consumer.commit(&list, CommitMode::Sync) {
+                // The manifest is the truth and already durable: a failed commit only delays the
+                // group's lag report. Warn and go on; the next checkpoint commits again.
+                let (kind, down) = classify(&e);
+                self.health.error(kind, down);
+                tracing::warn!(kind, "committing Kafka offsets after a durable checkpoint failed: {e}; continuing");
+            } else {
+                self.health.ok();
+            }
+        }
+        Ok(())
+    }
+
+    /// Consumer lag per (topic, partition): high watermark minus the next offset we will read.
+    pub fn lag(&self, position: &ResumeOffsets) -> BTreeMap<(String, i32), i64> {
+        let mut out = BTreeMap::new();
+        if let Ok(assignment) = self.consumer.assignment() {
+            for el in assignment.elements() {
+                if let Ok((_, high)) = self.consumer.fetch_watermarks(el.topic(), el.partition(), Duration::from_secs(1)) {
+                    let next = position.get(&format!("kafka:{}", el.topic()), el.partition()).unwrap_or(0);
+                    out.insert((el.topic().to_string(), el.partition()), (high - next).max(0));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl RecordSource for KafkaSource {
+    fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
+        let mut out: Vec<RawRecord> = Vec::new();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let mut position = self.position.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        while out.len() < max {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let Some(msg) = self.consumer.poll(if out.is_empty() { wait } else { Duration::ZERO }) else {
+                if out.is_empty() && Instant::now() < deadline {
+                    continue;
+                }
+                break;
+            };
+            let msg = match msg {
+                Ok(m) => m,
+                Err(KafkaError::PartitionEOF(_)) => {
+                    self.health.ok();
+                    continue;
+                }
+                Err(e) => {
+                    // Transient (broker down, transport, rebalance): count it and keep polling.
+                    // librdkafka paces reconnects itself (`reconnect.backoff.ms`); sleeping here
+                    // instead would drain its error queue slower than it fills during an outage,
+                    // and messages queued behind the errors would wait long after recovery.
+                    let (kind, down) = classify(&e);
+                    self.health.error(kind, down);
+                    tracing::debug!(kind, "reading from Kafka: {e}; retrying");
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            self.health.ok();
+            self.last_message = Instant::now();
+            let stream = self
+                .streams
+                .entry(msg.topic().to_string())
+                .or_insert_with(|| format!("kafka:{}", msg.topic()).into())
+                .clone();
+            if let Some(resume) = position.get(&stream, msg.partition()) {
+                if msg.offset() < resume {
+                    continue; // already in the state
+                }
+            }
+            let record = RawRecord {
+                payload: msg.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                position: SourcePosition { stream, partition: msg.partition(), offset: msg.offset() },
+                next_offset: msg.offset() + 1,
+            };
+            position.advance(&record);
+            out.push(record);
+        }
+        *self.position.lock().unwrap_or_else(|e| e.into_inner()) = position;
+        if !out.is_empty() {
+            return Ok(Poll::Records(out));
+        }
+        match self.idle_exit {
+            Some(limit) if self.last_message.elapsed() >= limit => Ok(Poll::End),
+            _ => Ok(Poll::Idle),
+        }
+    }
+
+    fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
+        KafkaSource::commit(self, offsets)
+    }
+
+    fn assigned_partitions(&self) -> Vec<String> {
+        self.consumer
+            .assignment()
+            .map(|a| a.elements().iter().map(|e| format!("kafka:{}[{}]", e.topic(), e.partition())).collect())
+            .unwrap_or_default()
+    }
+
+    fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
+        KafkaSource::lag(self, position).into_iter().map(|((t, p), l)| (t, p, l)).collect()
+    }
+
+    fn health(&self) -> Option<Arc<SourceHealth>> {
+        Some(self.health.clone())
+    }
+}

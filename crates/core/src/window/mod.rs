@@ -1,0 +1,524 @@
+//! Windows and their statistics: `operator` decides which sessions belong to which event-time
+//! window; `aggregates` keeps each open window as mergeable partial aggregates; the statistics
+//! themselves — reduce, merge and finish — are the SQL files in `sql/`, run here by DataFusion.
+
+pub mod aggregates;
+pub mod config;
+pub mod operator;
+
+use std::sync::{Arc, OnceLock};
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use datafusion::datasource::MemTable;
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::session::impressions_schema;
+use crate::session::schema::col;
+
+/// A named statistic and its SQL text (compiled in from `sql/`).
+pub struct Statistic {
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+macro_rules! statistic {
+    ($konst:ident, $name:literal) => {
+        pub const $konst: Statistic = Statistic { name: $name, sql: include_str!(concat!("../../sql/", $name, ".sql")) };
+    };
+}
+
+statistic!(PROPENSITY_COUNTS, "propensity_counts");
+statistic!(MERGE_PROPENSITY_COUNTS, "merge_propensity_counts");
+statistic!(QUERY_SESSIONS, "query_sessions");
+statistic!(MERGE_QUERY_SESSIONS, "merge_query_sessions");
+statistic!(OVERLAP_SAMPLE, "overlap_sample");
+statistic!(TRAINING_ROWS, "training_rows");
+statistic!(MERGE_TRAINING_ROWS, "merge_training_rows");
+statistic!(TRAINING_FEATURES, "training_features");
+statistic!(MERGE_TRAINING_FEATURES, "merge_training_features");
+statistic!(SESSION_STORE, "session_store");
+statistic!(MERGE_SESSION_STORE, "merge_session_store");
+statistic!(POSITION_CTR, "position_ctr");
+statistic!(SWAP_EDGES, "swap_edges");
+statistic!(TRAINING_EXAMPLES, "training_examples");
+statistic!(CUMULATIVE_PROPENSITY, "cumulative_propensity");
+statistic!(POLICY_PROPENSITY, "policy_propensity");
+statistic!(IPS_PROPENSITY, "ips_propensity");
+
+/// A decomposable statistic: `reduce` turns a micro-batch of impressions into a partial table named
+/// `table`; `merge` (reading table `merge_input`) turns a union of partials into one. Both end in
+/// `ORDER BY order` (ascending, NULLs last), so a merge reads its partials as sorted runs: DataFusion
+/// then merges them as they stream, holding a key at a time instead of a hash table of every key
+/// plus a sort of the result.
+pub struct Decomposable {
+    pub table: &'static str,
+    pub reduce: &'static Statistic,
+    pub merge: &'static Statistic,
+    pub merge_input: &'static str,
+    pub order: &'static [&'static str],
+}
+
+/// What an open window keeps: the partial aggregates, in this order.
+pub const PARTIALS: [Decomposable; 6] = [
+    Decomposable {
+        table: "propensity_counts",
+        reduce: &PROPENSITY_COUNTS,
+        merge: &MERGE_PROPENSITY_COUNTS,
+        merge_input: "propensity_counts",
+        order: &["query_id", "doc_id", "position", "context", "policy_id"],
+    },
+    Decomposable {
+        table: "query_sessions",
+        reduce: &QUERY_SESSIONS,
+        merge: &MERGE_QUERY_SESSIONS,
+        merge_input: "query_sessions",
+        order: &["query_id", "policy_id"],
+    },
+    // The bottom-k sample is its own merge.
+    Decomposable {
+        table: "overlap_sample",
+        reduce: &OVERLAP_SAMPLE,
+        merge: &OVERLAP_SAMPLE,
+        merge_input: "impressions",
+        order: &["position", "context", "sample_key"],
+    },
+    Decomposable {
+        table: "training_rows",
+        reduce: &TRAINING_ROWS,
+        merge: &MERGE_TRAINING_ROWS,
+        merge_input: "training_rows",
+        order: &["query_id", "doc_id", "position", "split", "feature_key"],
+    },
+    Decomposable {
+        table: "training_features",
+        reduce: &TRAINING_FEATURES,
+        merge: &MERGE_TRAINING_FEATURES,
+        merge_input: "training_features",
+        order: &["query_id", "doc_id", "feature_key"],
+    },
+    Decomposable {
+        table: "session_store",
+        reduce: &SESSION_STORE,
+        merge: &MERGE_SESSION_STORE,
+        merge_input: "session_store",
+        order: &["pattern_key", "position"],
+    },
+];
+
+/// Every table a closed window writes, in order: the merged partials plus the two statistics
+/// finished from the merged propensity counts (position CTR, swap edges — the distinct (q, d, k)
+/// set the swap graph needs is exactly the counts' keys).
+pub const WINDOW_TABLES: [&str; 8] = [
+    "propensity_counts",
+    "query_sessions",
+    "position_ctr",
+    "swap_edges",
+    "overlap_sample",
+    "training_rows",
+    "training_features",
+    "session_store",
+];
+
+/// The statistics of one window (or of a cumulative view), by name.
+pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
+
+/// The batches of table `name` (empty when absent).
+pub fn table<'a>(tables: &'a Tables, name: &str) -> &'a [RecordBatch] {
+    tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_slice()).unwrap_or(&[])
+}
+
+static QUERY_MEMORY_LIMIT: OnceLock<usize> = OnceLock::new();
+
+/// Sets the memory pool of every query this process runs (`[state] query_memory_limit`); beyond it,
+/// sorts, joins and aggregations spill to the OS temp directory. Only the first call counts.
+pub fn set_query_memory_limit(bytes: usize) {
+    let _ = QUERY_MEMORY_LIMIT.set(bytes);
+}
+
+/// Default memory pool of the queries: 1 GiB.
+pub const DEFAULT_QUERY_MEMORY_LIMIT: usize = 1 << 30;
+
+fn runtime_env() -> Arc<RuntimeEnv> {
+    static ENV: OnceLock<Arc<RuntimeEnv>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let limit = *QUERY_MEMORY_LIMIT.get_or_init(|| DEFAULT_QUERY_MEMORY_LIMIT);
+        // A fair pool: every spillable operator gets its share and spills past it, rather than the
+        // first one taking the whole pool.
+        RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(limit)))
+            .build_arc()
+            .expect("a memory pool and an OS temp directory")
+    })
+    .clone()
+}
+
+/// A query context with the bounded, spilling runtime.
+pub fn query_context() -> SessionContext {
+    SessionContext::new_with_config_rt(SessionConfig::new(), runtime_env())
+}
+
+/// The context of a window's statistics (reduce, merge, finish): one partition. Their inputs are one
+/// micro-batch or one window's partials, so splitting them buys little, while a hash repartition
+/// copies every column it routes (the feature lists included) and buffers the copies.
+/// Sorted inputs stay sorted (a merge of sorted runs rather than a re-sort).
+pub fn window_context() -> SessionContext {
+    let mut config = SessionConfig::new().with_target_partitions(1);
+    config.options_mut().optimizer.prefer_existing_sort = true;
+    SessionContext::new_with_config_rt(config, runtime_env())
+}
+
+/// What the window statistics' SQL leaves to the config: `{name}` in `sql/` (`[window]` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatisticBounds {
+    /// Distinct sessions (patterns) a window's session store keeps (`sql/session_store.sql`).
+    pub session_store_patterns: usize,
+}
+
+/// `[window] session_store_patterns` by default.
+pub const DEFAULT_SESSION_STORE_PATTERNS: usize = 4096;
+
+impl Default for StatisticBounds {
+    fn default() -> Self {
+        StatisticBounds { session_store_patterns: DEFAULT_SESSION_STORE_PATTERNS }
+    }
+}
+
+impl StatisticBounds {
+    /// `stat`'s SQL with the bounds filled in.
+    pub fn sql(&self, stat: &Statistic) -> String {
+        stat.sql.replace("{session_store_patterns}", &self.session_store_patterns.to_string())
+    }
+}
+
+/// Runs `stat` on `ctx`. Always returns at least one batch (possibly empty), so a table's schema
+/// survives an empty result.
+pub async fn run_sql(ctx: &SessionContext, stat: &Statistic) -> anyhow::Result<Vec<RecordBatch>> {
+    run_bounded_sql(ctx, stat, &StatisticBounds::default()).await
+}
+
+/// `run_sql` with `bounds` filled into the statistic's SQL.
+pub async fn run_bounded_sql(ctx: &SessionContext, stat: &Statistic, bounds: &StatisticBounds) -> anyhow::Result<Vec<RecordBatch>> {
+    let df = ctx.sql(&bounds.sql(stat)).await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let mut out = df.collect().await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    out.retain(|b| b.num_rows() > 0);
+    if out.is_empty() {
+        out.push(RecordBatch::new_empty(schema));
+    }
+    Ok(out)
+}
+
+/// Every top-level field nullable: partials of one table (a reduce's and a merge's output) then
+/// share one schema whatever nullability each query inferred.
+fn relaxed(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>()))
+}
+
+/// Registers `batches` as table `name` (with `schema` when there are none).
+pub fn register(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> anyhow::Result<()> {
+    register_runs(ctx, name, schema, vec![batches], &[])
+}
+
+/// The impressions schema plus the per-impression keys the window statistics use: `sample_key`
+/// (orders the overlap sample), `session_key`, `split` (the session's `Split`, as u8),
+/// `pattern_key` (the session's content, for the session store) and `feature_key` (the feature and
+/// bias-feature bits, so training rows group on a scalar). All 64-bit hashes: two different inputs
+/// share a key with probability 2⁻⁶⁴.
+pub fn window_schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let mut fields: Vec<Field> = impressions_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new("sample_key", DataType::UInt64, false));
+            fields.push(Field::new("session_key", DataType::UInt64, false));
+            fields.push(Field::new("split", DataType::UInt8, false));
+            fields.push(Field::new("pattern_key", DataType::UInt64, false));
+            fields.push(Field::new("feature_key", DataType::UInt64, false));
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+fn fnv(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    for b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+/// A 64-bit finaliser, so nearby FNV states spread over the whole range.
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+/// FNV-1a of session id and position, finished with a 64-bit mix: stable across runs and machines.
+pub fn sample_key(session_id: &str, position: u32) -> u64 {
+    mix(fnv(fnv(FNV_OFFSET, session_id.bytes()), position.to_le_bytes()))
+}
+
+/// The session's 64-bit key: the duplicate filter's entry and the hold-out split's hash.
+pub fn session_key(session_id: &str) -> u64 {
+    sample_key(session_id, 0)
+}
+
+/// The slice a session belongs to, decided once from its key before anything is aggregated, so
+/// every stage (window rows, training, gate, eval, monitor) agrees on it across runs and restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[repr(u8)]
+pub enum Split {
+    /// Rows the optimizer steps on (and the input normaliser is fitted on).
+    Training = 0,
+    /// Early stopping: chooses the epoch, so it is part of model selection.
+    Validation = 1,
+    /// Never used to fit or select within a run: the promotion gate, `ultr eval` and the monitor's
+    /// residual tests on windows a model was trained on.
+    Evaluation = 2,
+}
+
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Training, Split::Validation, Split::Evaluation];
+
+    pub fn from_u8(v: u8) -> Option<Split> {
+        Split::ALL.get(v as usize).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Training => "training",
+            Split::Validation => "validation",
+            Split::Evaluation => "evaluation",
+        }
+    }
+}
+
+/// The shares of sessions held out of training: `validation` for early stopping, `evaluation` for
+/// the gate, `ultr eval` and the monitor. Recorded in the state's manifest (the stored rows are split
+/// with it).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Holdout {
+    pub validation: f64,
+    pub evaluation: f64,
+}
+
+impl Holdout {
+    /// The session's slice: its key modulo 10⁶ against the cumulative shares (validation first, so a
+    /// session's validation membership does not depend on `evaluation`).
+    pub fn split(&self, key: u64) -> Split {
+        let u = key % 1_000_000;
+        if u < (self.validation * 1_000_000.0) as u64 {
+            Split::Validation
+        } else if u < ((self.validation + self.evaluation) * 1_000_000.0) as u64 {
+            Split::Evaluation
+        } else {
+            Split::Training
+        }
+    }
+}
+
+/// Folds row `i` of a list of f32 (its length and bits; a null differs from an empty list) into `h`.
+fn vector_hash(mut h: u64, list: &datafusion::arrow::array::ListArray, i: usize) -> u64 {
+    if list.is_null(i) {
+        return (h ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(FNV_PRIME);
+    }
+    let offsets = list.value_offsets();
+    let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+    let values = list.values().as_primitive::<datafusion::arrow::datatypes::Float32Type>().values();
+    h = (h ^ (b - a) as u64).wrapping_mul(FNV_PRIME);
+    for v in &values[a..b] {
+        h = (h ^ v.to_bits() as u64).wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+/// Adds the window keys to a batch of impressions (whole sessions, rows of a session contiguous).
+pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result<RecordBatch> {
+    let ids = batch.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
+    let queries = batch.column_by_name(col::QUERY_ID).expect("impressions schema").as_string::<i32>();
+    let contexts = batch.column_by_name(col::CONTEXT).expect("impressions schema").as_string::<i32>();
+    let docs = batch.column_by_name(col::DOC_ID).expect("impressions schema").as_string::<i32>();
+    let pos = batch.column_by_name(col::POSITION).expect("impressions schema").as_primitive::<UInt32Type>();
+    let clicked = batch.column_by_name(col::CLICKED).expect("impressions schema").as_boolean();
+    let features = batch.column_by_name(col::FEATURES).expect("impressions schema").as_list::<i32>();
+    let bias = batch.column_by_name(col::BIAS_FEATURES).expect("impressions schema").as_list::<i32>();
+    let n = batch.num_rows();
+    let sample: UInt64Array = (0..n).map(|i| sample_key(ids.value(i), pos.value(i))).collect();
+    let feature: UInt64Array = (0..n).map(|i| mix(vector_hash(vector_hash(FNV_OFFSET, features, i), bias, i))).collect();
+    let mut session = Vec::with_capacity(n);
+    let mut splits = Vec::with_capacity(n);
+    let mut pattern = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j < n && ids.value(j) == ids.value(i) {
+            j += 1;
+        }
+        let key = session_key(ids.value(i));
+        let split = holdout.split(key) as u8;
+        // Separators keep ("ab","c") and ("a","bc") apart.
+        let mut h = fnv(FNV_OFFSET, queries.value(i).bytes().chain([0xff]));
+        if contexts.is_valid(i) {
+            h = fnv(h, contexts.value(i).bytes().chain([0xfe]));
+        }
+        for r in i..j {
+            h = fnv(h, pos.value(r).to_le_bytes().into_iter().chain(docs.value(r).bytes()).chain([0xfd, clicked.value(r) as u8]));
+        }
+        let h = mix(h);
+        session.extend(std::iter::repeat_n(key, j - i));
+        splits.extend(std::iter::repeat_n(split, j - i));
+        pattern.extend(std::iter::repeat_n(h, j - i));
+        i = j;
+    }
+    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+    columns.push(Arc::new(sample));
+    columns.push(Arc::new(UInt64Array::from(session)));
+    columns.push(Arc::new(datafusion::arrow::array::UInt8Array::from(splits)));
+    columns.push(Arc::new(UInt64Array::from(pattern)));
+    columns.push(Arc::new(feature));
+    Ok(RecordBatch::try_new(window_schema(), columns)?)
+}
+
+/// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
+pub async fn reduce(keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    let ctx = window_context();
+    register(&ctx, "impressions", window_schema(), keyed)?;
+    let mut out = Vec::with_capacity(PARTIALS.len());
+    for p in &PARTIALS {
+        out.push((p.table, run_bounded_sql(&ctx, p.reduce, bounds).await?));
+    }
+    Ok(out)
+}
+
+/// Merges partial aggregates of one window into one partial (with the bounds they were reduced with).
+pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    let mut out = Vec::with_capacity(PARTIALS.len());
+    for p in &PARTIALS {
+        let runs: Vec<Vec<RecordBatch>> = partials
+            .iter()
+            .map(|t| table(t, p.table).iter().filter(|b| b.num_rows() > 0).cloned().collect::<Vec<_>>())
+            .filter(|run| !run.is_empty())
+            .collect();
+        let Some(first) = partials.iter().flat_map(|t| table(t, p.table).first()).next() else {
+            out.push((p.table, Vec::new()));
+            continue;
+        };
+        let ctx = window_context();
+        register_runs(&ctx, p.merge_input, first.schema(), runs, p.order)?;
+        out.push((p.table, run_bounded_sql(&ctx, p.merge, bounds).await?));
+    }
+    Ok(out)
+}
+
+/// Registers partials of one table as table `name`, one partition per partial (with `schema` when
+/// there are no batches; every field nullable, see `relaxed`). When every partial
+/// is sorted by `order` (what the reduce and merge SQL write), the table says so and the merge
+/// streams; a partial that is not (e.g. written by an older `ultr`) makes it an ordinary table.
+pub fn register_runs(ctx: &SessionContext, name: &str, schema: SchemaRef, runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> anyhow::Result<()> {
+    let schema = relaxed(&runs.first().and_then(|r| r.first()).map(|b| b.schema()).unwrap_or(schema));
+    let sorted = !order.is_empty() && runs.iter().all(|run| is_sorted_by(run, order));
+    let runs = runs
+        .into_iter()
+        .map(|run| run.into_iter().map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec())).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("table {name}: batches of different schemas: {e}"))?;
+    let runs = if runs.is_empty() { vec![Vec::new()] } else { runs };
+    let mut table = MemTable::try_new(schema, runs)?;
+    if sorted {
+        table = table.with_sort_order(vec![order.iter().map(|c| datafusion::prelude::col(*c).sort(true, false)).collect()]);
+    }
+    ctx.register_table(name, Arc::new(table))?;
+    Ok(())
+}
+
+/// Whether the rows of `run` (its batches in order) ascend by the columns `order`, NULLs last.
+pub fn is_sorted_by(run: &[RecordBatch], order: &[&str]) -> bool {
+    use datafusion::arrow::array::make_comparator;
+    use datafusion::arrow::compute::SortOptions;
+    let options = SortOptions { descending: false, nulls_first: false };
+    let keys = |b: &RecordBatch| order.iter().map(|c| b.column_by_name(c).cloned()).collect::<Option<Vec<ArrayRef>>>();
+    let mut previous: Option<(Vec<ArrayRef>, usize)> = None;
+    for batch in run.iter().filter(|b| b.num_rows() > 0) {
+        let Some(current) = keys(batch) else { return false };
+        let check = |left: &[ArrayRef], i: usize, j: usize| -> bool {
+            for (l, r) in left.iter().zip(&current) {
+                let Ok(cmp) = make_comparator(l.as_ref(), r.as_ref(), options) else { return false };
+                match cmp(i, j) {
+                    std::cmp::Ordering::Less => return true,
+                    std::cmp::Ordering::Greater => return false,
+                    std::cmp::Ordering::Equal => {}
+                }
+            }
+            true
+        };
+        if let Some((left, last)) = &previous {
+            if !check(left, *last, 0) {
+                return false;
+            }
+        }
+        let comparators: Option<Vec<_>> = current.iter().map(|a| make_comparator(a.as_ref(), a.as_ref(), options).ok()).collect();
+        let Some(comparators) = comparators else { return false };
+        for i in 1..batch.num_rows() {
+            for cmp in &comparators {
+                match cmp(i - 1, i) {
+                    std::cmp::Ordering::Less => break,
+                    std::cmp::Ordering::Greater => return false,
+                    std::cmp::Ordering::Equal => {}
+                }
+            }
+        }
+        previous = Some((current.clone(), batch.num_rows() - 1));
+    }
+    true
+}
+
+/// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order).
+pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
+    let counts = table(&merged, "propensity_counts").to_vec();
+    let counts_schema = counts.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(Schema::empty()));
+    let (position_ctr, swap_edges) = if counts.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let ctx = window_context();
+        register(&ctx, "propensity_counts", counts_schema.clone(), counts.clone())?;
+        let ctr = run_sql(&ctx, &POSITION_CTR).await?;
+        let ctx = window_context();
+        register(&ctx, "impressions", counts_schema, counts)?;
+        (ctr, run_sql(&ctx, &SWAP_EDGES).await?)
+    };
+    let mut out: Tables = Vec::with_capacity(WINDOW_TABLES.len());
+    for name in WINDOW_TABLES {
+        let batches = match name {
+            "position_ctr" => position_ctr.clone(),
+            "swap_edges" => swap_edges.clone(),
+            _ => table(&merged, name).to_vec(),
+        };
+        out.push((name, batches));
+    }
+    Ok(out)
+}
+
+/// Per-position impressions, clicks and CTR of a set of impressions (propensity counts, then CTR).
+pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
+    let ctx = window_context();
+    register(&ctx, "impressions", impressions_schema(), impressions)?;
+    let counts = run_sql(&ctx, &PROPENSITY_COUNTS).await?;
+    let ctx = window_context();
+    register(&ctx, "propensity_counts", counts[0].schema(), counts)?;
+    run_sql(&ctx, &POSITION_CTR).await
+}
+
+/// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
+/// the incremental path must equal.
+pub async fn window_statistics(impressions: &[RecordBatch], holdout: Holdout, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    let keyed = impressions.iter().map(|b| with_window_keys(b, holdout)).collect::<anyhow::Result<Vec<_>>>()?;
+    finish(merge(vec![reduce(keyed, bounds).await?], bounds).await?).await
+}

@@ -1,0 +1,407 @@
+//! `[train]`: the two-tower model, IPS weights, optimiser and promotion settings, documented and
+//! strict (unknown keys are refused). Defaults follow Hager et al. 2025 §7.
+
+use serde::{Deserialize, Serialize};
+
+use super::device::BackendKind;
+use super::models::dla::DlaConfig;
+use super::models::edot::EmbeddingModelConfig;
+use super::models::mixem::MixEmConfig;
+use super::models::xpa::XpaConfig;
+use super::models::zhang2023::{GradientReversalConfig, ObservationDropoutConfig, ObservationTowerConfig, Objective};
+pub use super::models::tower::TowerKind;
+pub use super::models::{Architecture, ModelKind};
+use super::models::ObjectiveSettings;
+
+/// `[train] aggregated_epoch`: what one epoch over aggregated rows is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AggregatedEpoch {
+    /// As many steps as the raw path, rows drawn ∝ impressions.
+    Impressions,
+    /// Every row once, count-weighted.
+    Rows,
+}
+
+/// What to do with a training row whose (q,d,k) has no cumulative propensity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingPropensity {
+    /// Refuse to train (the default: the state is inconsistent).
+    Error,
+    /// Weight such rows 1 and report how many there were.
+    UnitWeight,
+}
+
+/// Where a logging policy's π(d,k|q) comes from (`crates/core/sql/ips_propensity.sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PropensitySource {
+    /// Counted: the share of the query's sessions that showed d at k.
+    Empirical,
+    /// The policy's own `propensity` per item, as logged; a cell whose impressions lack it has no π.
+    Logged,
+    /// Logged where every impression of the cell carried a propensity, counted elsewhere.
+    Auto,
+}
+
+impl PropensitySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            PropensitySource::Empirical => "empirical",
+            PropensitySource::Logged => "logged",
+            PropensitySource::Auto => "auto",
+        }
+    }
+}
+
+/// Inverse-propensity sample weights w = 1/π(d,k|q) (Hager Eq. 22).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IpsConfig {
+    pub enabled: bool,
+    /// Weights above this are clipped to it.
+    pub max_weight: f64,
+    /// Divide the weighted loss by Σw instead of N.
+    pub self_normalize: bool,
+    pub on_missing: MissingPropensity,
+    /// Where π comes from for every policy not named in `policies`.
+    pub source: PropensitySource,
+    /// Per `policy_id`, where its π comes from (overrides `source`).
+    pub policies: std::collections::BTreeMap<String, PropensitySource>,
+    /// Shrinks counted π toward the position's mean π with a prior worth this many sessions:
+    /// π̃ = (impressions + m·π̄_k) / (sessions + m). 0 (the default) = no shrinkage. Logged π is
+    /// never shrunk. See docs/propensities.md for its measured effect.
+    pub prior_sessions: f64,
+}
+
+impl Default for IpsConfig {
+    fn default() -> Self {
+        IpsConfig {
+            enabled: true,
+            max_weight: 100.0,
+            self_normalize: false,
+            on_missing: MissingPropensity::Error,
+            source: PropensitySource::Empirical,
+            policies: Default::default(),
+            prior_sessions: 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// The click model (`crates/train/src/models/`): additive (PAL, the default), biased,
+    /// gradient_reversal, observation_dropout, dla, rem, edot, einter, mixem, xpa.
+    pub model: ModelKind,
+    /// The relevance tower r(x) every model has.
+    pub tower: TowerKind,
+    pub hidden_layers: usize,
+    pub hidden_units: usize,
+    /// The tower sees only the first N features (None: all). For omitted-variable studies.
+    pub feature_limit: Option<usize>,
+    /// Add a small MLP b(z) over the sessions' bias features to the bias tower.
+    pub bias_feature_tower: bool,
+    /// θ_k is learned for positions 1..=max_positions; deeper impressions are left out (and counted).
+    pub max_positions: usize,
+    pub ips: IpsConfig,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    /// Impressions per optimizer step. A batch is whole sessions (raw) or whole aggregated rows,
+    /// taken in shuffled order until they hold this many impressions, so an epoch takes the same
+    /// number of steps whether the rows are raw or aggregated (Hager §7: 512 sessions × 10).
+    pub batch_impressions: usize,
+    /// Aggregated rows per optimizer step, drawn ∝ impressions: as many distinct keys per step as
+    /// `batch_impressions / 10` raw sessions bring queries.
+    pub batch_rows: usize,
+    /// How an epoch walks aggregated rows of a pointwise model (raw rows and session models are
+    /// unaffected). `impressions` (the default): the raw path's number of steps, impressions /
+    /// `batch_impressions`, each drawing `batch_rows` rows ∝ impressions, so an epoch costs as many
+    /// steps as the stream has events. `rows`: one pass over the rows in shuffled order, `batch_rows`
+    /// rows per step, each entering with its count (the binomial loss of its impressions), so an
+    /// epoch costs as many rows as the horizon has unique keys; it takes fewer steps per epoch and
+    /// so more epochs (raise `max_epochs`).
+    pub aggregated_epoch: AggregatedEpoch,
+    pub max_epochs: usize,
+    /// Stop after this many epochs without a better validation loss.
+    pub patience: usize,
+    /// Keep the epoch with the best validation loss and stop after `patience` epochs without one
+    /// (the default). `false` trains all `max_epochs` and keeps the last: the converged estimate,
+    /// which early stopping's shrinkage does not flatten (`ultr train --theta-intervals` reports both).
+    pub early_stopping: bool,
+    /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
+    pub validation_fraction: f64,
+    /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
+    /// and the monitor's residual tests score them (the same hash, next slice).
+    pub evaluation_fraction: f64,
+    pub seed: u64,
+    pub backend: BackendKind,
+    /// Where checkpoints live (default `<state>/models`).
+    pub models_dir: Option<std::path::PathBuf>,
+    /// Memory the training examples may take (rows, feature vectors, the fit's per-row arrays).
+    /// A horizon beyond it is spilled to disk in chunks of at most this size and streamed chunk by
+    /// chunk every epoch. `512MiB`, `2GiB`, or bytes.
+    pub memory_budget: String,
+    /// With examples spilled to chunks: every epoch visits each training chunk this many times (in
+    /// a fresh shuffled order each round, each visit with its share of the chunk's steps). More
+    /// visits keep SGD from drifting towards the chunk it trained on last, at one chunk read each.
+    pub chunk_visits: usize,
+    /// A candidate is promoted when its validation loss ≤ current's × (1 + tolerance).
+    pub promotion_tolerance: f64,
+    /// After each training keep at most this many checkpoints besides the current one, deleting the
+    /// oldest (rejected candidates and superseded models). Unset keeps every checkpoint.
+    pub keep_checkpoints: Option<usize>,
+    /// Cron expression (sec min hour day month weekday) for `ultr run`'s scheduled retraining.
+    pub schedule: Option<String>,
+    /// Scheduled runs after the first warm-start from the current model on the windows it has not seen.
+    pub warm_start: bool,
+    /// The observation tower of `gradient_reversal` and `observation_dropout`.
+    pub observation_tower: ObservationTowerConfig,
+    pub gradient_reversal: GradientReversalConfig,
+    pub observation_dropout: ObservationDropoutConfig,
+    pub dla: DlaConfig,
+    /// The embedding width and serving position of `edot` and `einter`.
+    pub embedding_model: EmbeddingModelConfig,
+    pub mixem: MixEmConfig,
+    pub xpa: XpaConfig,
+    /// θ_k's intervals and converged estimate (`ultr train --theta-intervals`).
+    pub uncertainty: UncertaintyConfig,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            model: ModelKind::Additive,
+            tower: TowerKind::Mlp,
+            hidden_layers: 2,
+            hidden_units: 32,
+            feature_limit: None,
+            bias_feature_tower: false,
+            max_positions: 50,
+            ips: IpsConfig::default(),
+            learning_rate: 0.003,
+            weight_decay: 0.01,
+            batch_impressions: 5_120,
+            batch_rows: 512,
+            aggregated_epoch: AggregatedEpoch::Impressions,
+            max_epochs: 50,
+            patience: 3,
+            early_stopping: true,
+            validation_fraction: 0.1,
+            evaluation_fraction: 0.1,
+            seed: 1,
+            backend: BackendKind::default(),
+            models_dir: None,
+            memory_budget: "2GiB".into(),
+            chunk_visits: 16,
+            promotion_tolerance: 0.002,
+            keep_checkpoints: None,
+            schedule: None,
+            warm_start: true,
+            observation_tower: ObservationTowerConfig::default(),
+            gradient_reversal: GradientReversalConfig::default(),
+            observation_dropout: ObservationDropoutConfig::default(),
+            dla: DlaConfig::default(),
+            embedding_model: EmbeddingModelConfig::default(),
+            mixem: MixEmConfig::default(),
+            xpa: XpaConfig::default(),
+            uncertainty: Default::default(),
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The three-way session split the window rows are stored with.
+    pub fn holdout(&self) -> ultr_core::window::Holdout {
+        ultr_core::window::Holdout { validation: self.validation_fraction, evaluation: self.evaluation_fraction }
+    }
+
+    /// Checks ranges; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |v: usize, key: &str| if v == 0 { Err(format!("key `train.{key}` must be >= 1")) } else { Ok(()) };
+        positive(self.batch_impressions, "batch_impressions")?;
+        positive(self.batch_rows, "batch_rows")?;
+        positive(self.max_epochs, "max_epochs")?;
+        positive(self.chunk_visits, "chunk_visits")?;
+        positive(self.max_positions, "max_positions")?;
+        if self.uncertainty.enabled {
+            self.uncertainty.validate()?;
+        }
+        if self.tower == TowerKind::Mlp {
+            positive(self.hidden_layers, "hidden_layers")?;
+            positive(self.hidden_units, "hidden_units")?;
+        }
+        if let Some(0) = self.keep_checkpoints {
+            return Err("key `train.keep_checkpoints` must be >= 1 (or unset to keep every checkpoint)".into());
+        }
+        if let Some(0) = self.feature_limit {
+            return Err("key `train.feature_limit` must be >= 1 (or unset for all features)".into());
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
+            return Err(format!("key `train.learning_rate` = {} must be > 0", self.learning_rate));
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return Err(format!("key `train.weight_decay` = {} must be >= 0", self.weight_decay));
+        }
+        if !(0.0 < self.validation_fraction && self.validation_fraction < 1.0) {
+            return Err(format!("key `train.validation_fraction` = {} must lie in (0, 1)", self.validation_fraction));
+        }
+        if !(0.0 < self.evaluation_fraction && self.validation_fraction + self.evaluation_fraction < 1.0) {
+            return Err(format!(
+                "key `train.evaluation_fraction` = {} must be > 0 and leave training rows (validation_fraction + evaluation_fraction < 1)",
+                self.evaluation_fraction
+            ));
+        }
+        if !(self.ips.prior_sessions >= 0.0 && self.ips.prior_sessions.is_finite()) {
+            return Err(format!("key `train.ips.prior_sessions` = {} must be a finite number >= 0", self.ips.prior_sessions));
+        }
+        if !(self.ips.max_weight >= 1.0) {
+            return Err(format!("key `train.ips.max_weight` = {} must be >= 1", self.ips.max_weight));
+        }
+        if !(self.promotion_tolerance >= 0.0) {
+            return Err(format!("key `train.promotion_tolerance` = {} must be >= 0", self.promotion_tolerance));
+        }
+        if self.model.observation_tower() {
+            positive(self.observation_tower.position_embedding, "observation_tower.position_embedding")?;
+            positive(self.observation_tower.hidden_units, "observation_tower.hidden_units")?;
+        }
+        let eta = self.gradient_reversal.eta;
+        if !(eta >= 0.0 && eta.is_finite()) {
+            return Err(format!("key `train.gradient_reversal.eta` = {eta} must be >= 0"));
+        }
+        for (key, rate) in [("gradient_reversal.dropout", self.gradient_reversal.dropout), ("observation_dropout.rate", self.observation_dropout.rate)] {
+            if !(0.0..1.0).contains(&rate) {
+                return Err(format!("key `train.{key}` = {rate} must lie in [0, 1)"));
+            }
+        }
+        if !(self.dla.max_weight >= 1.0 && self.dla.max_weight.is_finite()) {
+            return Err(format!("key `train.dla.max_weight` = {} must be >= 1", self.dla.max_weight));
+        }
+        if self.model.embedding_interaction() {
+            if self.tower == TowerKind::Embedding {
+                return Err(format!("key `train.tower` = \"embedding\" cannot feed model `{}`: its relevance tower outputs an embedding of features (use \"linear\" or \"mlp\")", self.model.name()));
+            }
+            positive(self.embedding_model.dimension, "embedding_model.dimension")?;
+            let c = self.embedding_model.canonical_position;
+            if !(1..=self.max_positions).contains(&c) {
+                return Err(format!("key `train.embedding_model.canonical_position` = {c} must lie in 1..={} (train.max_positions)", self.max_positions));
+            }
+        }
+        if self.model == ModelKind::Xpa {
+            positive(self.xpa.position_embedding, "xpa.position_embedding")?;
+            positive(self.xpa.hidden_units, "xpa.hidden_units")?;
+        }
+        let t = self.mixem.temperature;
+        if !(t > 0.0 && t.is_finite()) {
+            return Err(format!("key `train.mixem.temperature` = {t} must be > 0"));
+        }
+        self.memory_budget_bytes()?;
+        if let Some(expr) = &self.schedule {
+            expr.parse::<cron::Schedule>().map_err(|e| format!("key `train.schedule` = {expr:?} is not a cron expression: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// `train.memory_budget` in bytes.
+    pub fn memory_budget_bytes(&self) -> Result<usize, String> {
+        ultr_core::units::parse_bytes(&self.memory_budget).map_err(|e| format!("key `train.memory_budget`: {e}"))
+    }
+
+    /// The settings a checkpoint must share with this config to warm-start from it.
+    pub fn architecture(&self) -> Architecture {
+        Architecture {
+            model: self.model,
+            observation_tower: self.model.observation_tower().then(|| self.observation_tower.clone()),
+            embedding_model: self.model.embedding_interaction().then(|| self.embedding_model.clone()),
+            xpa: (self.model == ModelKind::Xpa).then(|| self.xpa.clone()),
+            tower: self.tower,
+            hidden_layers: if self.tower == TowerKind::Mlp { self.hidden_layers } else { 0 },
+            hidden_units: if self.tower == TowerKind::Mlp { self.hidden_units } else { 0 },
+            feature_limit: self.feature_limit,
+            bias_feature_tower: self.bias_feature_tower,
+            max_positions: self.max_positions,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// What the model's training objective takes from this config.
+    pub fn objective(&self) -> ObjectiveSettings {
+        let observation = match self.model {
+            ModelKind::GradientReversal => Objective {
+                eta: self.gradient_reversal.eta,
+                label: self.gradient_reversal.adversarial_label,
+                dropout: self.gradient_reversal.dropout,
+            },
+            ModelKind::ObservationDropout => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: self.observation_dropout.rate },
+            _ => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: 0.0 },
+        };
+        ObjectiveSettings { observation, dla_max_weight: self.dla.max_weight, mixem_temperature: self.mixem.temperature, mixem_learn_prior: self.mixem.learn_prior }
+    }
+
+    /// The name metrics and reports give the configured model: the tower's name for the additive
+    /// model (as before the model family), `<model>/<tower>` otherwise.
+    pub fn model_label(&self) -> String {
+        match self.model {
+            ModelKind::Additive => self.tower.name().to_string(),
+            m => format!("{}/{}", m.name(), self.tower.name()),
+        }
+    }
+}
+
+/// `[train.uncertainty]`: what `ultr train --theta-intervals` computes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UncertaintyConfig {
+    /// Compute them after every training (`ultr train --theta-intervals` sets it for one run).
+    pub enabled: bool,
+    /// Bootstrap replicates (refits).
+    pub replicates: usize,
+    /// What a replicate resamples: `query` (the default) or `impression`.
+    pub unit: ResampleUnit,
+    /// Two-sided coverage of the intervals.
+    pub level: f64,
+    /// Epochs (optimizer steps) each replicate trains, warm-started from the converged model.
+    pub epochs: usize,
+    /// Most epochs of the converged (not early-stopped) fit; it trains in blocks of 10 epochs and
+    /// stops once a block moves no θ_k by more than `tolerance`.
+    pub converged_epochs: usize,
+    pub tolerance: f64,
+    pub seed: u64,
+}
+
+impl Default for UncertaintyConfig {
+    fn default() -> Self {
+        UncertaintyConfig { enabled: false, replicates: 50, unit: ResampleUnit::Query, level: 0.95, epochs: 50, converged_epochs: 2000, tolerance: 0.002, seed: 7 }
+    }
+}
+
+impl UncertaintyConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.replicates < 10 {
+            return Err(format!("key `train.uncertainty.replicates` = {} must be >= 10 (percentile intervals need replicates in both tails)", self.replicates));
+        }
+        if !(self.level > 0.0 && self.level < 1.0) {
+            return Err(format!("key `train.uncertainty.level` = {} must lie in (0, 1)", self.level));
+        }
+        if self.epochs == 0 || self.converged_epochs == 0 {
+            return Err("keys `train.uncertainty.epochs` and `train.uncertainty.converged_epochs` must be >= 1".into());
+        }
+        if !(self.tolerance > 0.0) {
+            return Err(format!("key `train.uncertainty.tolerance` = {} must be > 0", self.tolerance));
+        }
+        Ok(())
+    }
+}
+
+/// What a bootstrap replicate resamples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResampleUnit {
+    /// Every query's sessions together, multiplicity Poisson(1): queries are the independent units,
+    /// so the between-query variation of θ̂ (which queries the log happens to hold) is included.
+    Query,
+    /// Every impression on its own, multiplicity Poisson(1): only the click noise given the queries.
+    Impression,
+}

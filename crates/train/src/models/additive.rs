@@ -1,0 +1,65 @@
+//! PAL / the additive two-tower model (Guo et al. 2019; Hager et al. 2025 Eq. 1 and Eq. 22):
+//! logit = θ_k + b(z) + r(x), trained with the inverse-propensity-weighted binary cross-entropy.
+//! The fields keep the names of the single model `ultr` trained before the model family, so
+//! its checkpoints load unchanged.
+
+use burn::module::{Module, Param};
+use burn::tensor::{Device, Tensor};
+
+use super::tower::{grow_embedding, new_parts, relevance_logits, Mlp};
+use super::BatchTensors;
+use super::Architecture;
+
+#[derive(Module, Debug)]
+pub struct Additive {
+    /// θ_k for positions 1..=K (index k−1). Reported with θ_1 subtracted.
+    pub theta: Param<Tensor<1>>,
+    /// b(z) over bias features, when configured.
+    pub bias_mlp: Option<Mlp>,
+    /// γ_{q,d} for the embedding tower, indexed by the checkpoint's vocabulary.
+    pub embedding: Option<Param<Tensor<1>>>,
+    /// r(x) for the linear (no hidden layer) and MLP towers.
+    pub relevance: Option<Mlp>,
+}
+
+impl Additive {
+    /// θ = 0, γ = 0, layers with burn's default initialisation.
+    pub fn new(arch: &Architecture, n_features: usize, n_bias_features: usize, vocabulary: usize, device: &Device) -> Self {
+        let theta = Param::from_tensor(Tensor::zeros([arch.max_positions], device));
+        let bias_mlp = arch.bias_feature_tower.then(|| Mlp::new(n_bias_features, 1, 16, device));
+        let (embedding, relevance) = new_parts(arch, n_features, vocabulary, device);
+        Additive { theta, bias_mlp, embedding, relevance }
+    }
+
+    pub fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
+        relevance_logits(&self.embedding, &self.relevance, b)
+    }
+
+    /// The observation logit θ_k + b(z).
+    pub fn observation(&self, b: &BatchTensors) -> Tensor<1> {
+        let mut logits = self.theta.val().select(0, b.positions.clone());
+        if let (Some(mlp), Some(z)) = (&self.bias_mlp, &b.bias_features) {
+            logits = logits + mlp.forward(z.clone());
+        }
+        logits
+    }
+
+    /// θ_k + r(x) + b(z), summed in the order `ultr` always summed them (bit-identical logits).
+    pub fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
+        let mut logits = self.theta.val().select(0, b.positions.clone()) + self.relevance(b);
+        if let (Some(mlp), Some(z)) = (&self.bias_mlp, &b.bias_features) {
+            logits = logits + mlp.forward(z.clone());
+        }
+        logits
+    }
+
+    /// θ_k − θ_1 for k = 1..=K.
+    pub fn position_bias(&self) -> Vec<f64> {
+        let theta: Vec<f32> = self.theta.val().into_data().try_to_vec::<f32>().expect("θ is f32");
+        theta.iter().map(|t| (*t - theta[0]) as f64).collect()
+    }
+
+    pub fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self {
+        Additive { embedding: grow_embedding(self.embedding, vocabulary, device), ..self }
+    }
+}
