@@ -7,7 +7,6 @@ use crate::session::DecodeLimits;
 use crate::sinks::config::DeadLetterConfig;
 use crate::state::config::StateConfig;
 use crate::window::config::WindowConfig;
-use crate::window::operator::WindowSpec;
 use crate::window::Holdout;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -41,25 +40,6 @@ impl CoreConfig {
             holdout,
             source_identity,
         }
-    }
-
-    pub fn window_spec(&self) -> Result<WindowSpec, String> {
-        self.window.spec()
-    }
-    pub fn max_clock_jump_ms(&self) -> i64 {
-        self.window.max_clock_jump_ms()
-    }
-    pub fn checkpoint_interval(&self) -> std::time::Duration {
-        self.state.checkpoint_interval()
-    }
-    pub fn query_memory_limit_bytes(&self) -> Result<usize, String> {
-        self.state.query_memory_limit_bytes()
-    }
-    pub fn lookback_ms(&self) -> i64 {
-        self.state.lookback_ms()
-    }
-    pub fn retention_ms(&self) -> i64 {
-        self.state.retention_ms()
     }
 
     /// Every key of the core's tables checked; the message names the key.

@@ -93,12 +93,12 @@ pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn Recor
 /// the source is opened by `open_reader` at the state's resume offsets (a scale-out partition task
 /// reads one partition).
 pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn Observer, open_reader: &OpenSource) -> anyhow::Result<RunReport> {
-    let spec = config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
-    crate::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+    let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
+    crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
     let mut store = StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?;
     let manifest = store.manifest().clone();
     let mut operator =
-        WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.max_clock_jump_ms()));
+        WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.window.max_clock_jump_ms()));
     let mut open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?);
     let source = open_reader(&manifest.resume)?;
     let source_health = source.health();
@@ -138,7 +138,7 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
     let mut pending = Pending::default();
     let mut since_checkpoint = 0u64;
     let mut last_checkpoint = Instant::now();
-    let interval = config.checkpoint_interval();
+    let interval = config.state.checkpoint_interval();
     loop {
         let next = ingest.next()?;
         for key in ingest.source().assigned_partitions() {
@@ -185,7 +185,7 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
                 resume: resume.clone(),
                 dead_letters: report.dead_letters.clone(),
                 dead_letter_file_bytes: dead.file_len()?,
-                retention_ms: Some(config.retention_ms()),
+                retention_ms: Some(config.state.retention_ms()),
                 decoder: ingest.decoder_state(),
             })?;
             if dead.rotate_if_larger(dead_max_bytes, dead_keep)? {

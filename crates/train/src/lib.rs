@@ -158,7 +158,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         (id, loaded)
     });
     let rt = runtime()?;
-    let lookback = req.core.lookback_ms();
+    let lookback = req.core.state.lookback_ms();
 
     let mut note = None;
     let mut parent = None;
