@@ -19,7 +19,7 @@ use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{AggregatedEpoch, TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::{fit, make_batch};
-use ultr::train::models::ClickModel;
+use ultr::train::models::AnyModel;
 use ultr::train::weights::ips_weights;
 
 const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
@@ -63,9 +63,9 @@ fn loss_and_gradients_on_aggregated_rows_equal_the_raw_impressions() {
         let model = trained.model.clone().train();
         let all: Vec<usize> = (0..ex.sessions.len()).collect();
         let (b, n) = make_batch(ex, &all, &w, &trained.qd_map(ex), &trained.meta, &ad);
-        let loss = model.objective(&b, n as f64, &cfg.objective());
+        let loss = model.objective(&b, n as f64, &cfg.model_sections());
         let g = loss.backward();
-        let ClickModel::Additive(model) = model else { panic!("the default model is additive") };
+        let AnyModel::Additive(model) = model else { panic!("the default model is additive") };
         let theta = model.theta.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
         let tower = model.relevance.as_ref().unwrap();
         let weights = tower.layers[0].weight.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();

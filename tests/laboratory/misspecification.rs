@@ -118,8 +118,8 @@ fn run(s: &Scenario, dir: &Path) -> Outcome {
                 // What the mixture learnt (a measurement for issue 14's note).
                 let device = self.config.train.backend.device().unwrap();
                 let trained = ultr::train::checkpoint::ModelStore::open(&outcome.models_dir).unwrap().load(&outcome.id, &device).unwrap();
-                if let ultr::train::models::ClickModel::MixEm(m) = &trained.model {
-                    eprintln!("MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?}); best validation loss {:.6}", m.mixing_weights(), m.position_bias(), outcome.fit.epochs.len(), outcome.fit.best_epoch, outcome.fit.stop, outcome.fit.best_validation_loss);
+                if let ultr::train::models::AnyModel::MixEm(m) = &trained.model {
+                    eprintln!("MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?}); best validation loss {:.6}", m.mixing_weights(), ultr::train::models::Model::position_bias(m, 10), outcome.fit.epochs.len(), outcome.fit.best_epoch, outcome.fit.stop, outcome.fit.best_validation_loss);
                 } else {
                     eprintln!("θ_k − θ_1 {:.2?}; epochs {}", outcome.theta, outcome.fit.epochs.len());
                 }
@@ -412,7 +412,7 @@ fn explore_mixture_oracle() {
     let data_end = store.info(&id).unwrap().data_range_ms.unwrap().1;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let total: f64 = mixture.iter().sum();
-    if let ultr::train::models::ClickModel::MixEm(mix) = &trained.model {
+    if let ultr::train::models::AnyModel::MixEm(mix) = &trained.model {
         // Session NLL (the EM's objective) of the truth and of the fitted mixture, on the sessions
         // of the training hour and on the held-out ones: overfitting, or an optimum not reached?
         let cumulative = rt.block_on(ultr::state::cumulative::compute(&o.state, &manifest, i64::MAX)).unwrap();

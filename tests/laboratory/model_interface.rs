@@ -176,7 +176,7 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
 #[test]
 fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
     use burn::module::Module;
-    use ultr::train::models::{zhang2023::Objective, zhang2023::AdversarialLabel, ClickModel};
+    use ultr::train::models::{observation_tower::AdversarialLabel, observation_tower::Objective, AnyModel};
     let raw = raw_examples();
     let agg = raw.aggregate(HOLDOUT);
     let cfg = TrainConfig { model: ModelKind::GradientReversal, tower: TowerKind::Linear, max_epochs: 1, seed: 5, ..TrainConfig::default() };
@@ -186,7 +186,8 @@ fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
     let (w, _) = ultr::train::weights::ips_weights(&agg.rows, &cfg.ips).unwrap();
     let (b, n) = ultr::train::fit::make_batch(&agg, &all, &w, &trained.qd_map(&agg), &trained.meta, &ad);
     let grads = |eta: f64| -> (Vec<f32>, Vec<f32>) {
-        let ClickModel::Observation(m) = trained.model.clone().train() else { panic!("an observation model") };
+        let AnyModel::GradientReversal(m) = trained.model.clone().train() else { panic!("an observation model") };
+        let m = m.observation;
         let loss = m.objective_sum(&b, &Objective { eta, label: AdversarialLabel::Clicks, dropout: 0.0 }).div_scalar(n as f64);
         let g = loss.backward();
         let hidden = m.hidden.weight.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();
@@ -195,7 +196,8 @@ fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
     };
     // G: the gradient the adversary's squared error would send the hidden layer without reversal.
     let direct = {
-        let ClickModel::Observation(m) = trained.model.clone().train() else { panic!("an observation model") };
+        let AnyModel::GradientReversal(m) = trained.model.clone().train() else { panic!("an observation model") };
+        let m = m.observation;
         let h = m.hidden_of(b.positions.clone(), b.bias_features.as_ref());
         let error = m.adversary.forward(h).squeeze_dim::<1>(1) - b.clicks.clone();
         let loss = (error.clone() * error * b.weights.clone()).sum().div_scalar(n as f64);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{TowerKind, TrainConfig};
 use super::export;
 use super::fit::{FitReport, ModelMeta, StopReason, Trained};
-use super::models::ClickModel;
+use super::models::AnyModel;
 
 pub const CURRENT: &str = "CURRENT";
 const RECORD: &str = "model.bpk";
@@ -180,7 +180,7 @@ impl ModelStore {
         } else {
             vec![(String::new(), String::new())]
         };
-        let model = ClickModel::load(&meta.architecture, meta.n_features, meta.n_bias_features, vocabulary.len(), &dir.join(RECORD), device)?;
+        let model = AnyModel::load(&meta.architecture, meta.n_features, meta.n_bias_features, vocabulary.len(), &dir.join(RECORD), device)?;
         Ok(Trained { model, meta, vocabulary })
     }
 

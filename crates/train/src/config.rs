@@ -6,12 +6,13 @@ use serde::{Deserialize, Serialize};
 use super::device::BackendKind;
 use super::models::dla::DlaConfig;
 use super::models::edot::EmbeddingModelConfig;
+use super::models::gradient_reversal::GradientReversalConfig;
 use super::models::mixem::MixEmConfig;
+use super::models::observation_dropout::ObservationDropoutConfig;
+use super::models::observation_tower::ObservationTowerConfig;
 use super::models::xpa::XpaConfig;
-use super::models::zhang2023::{GradientReversalConfig, ObservationDropoutConfig, ObservationTowerConfig, Objective};
-pub use super::models::tower::TowerKind;
-pub use super::models::{Architecture, ModelKind};
-use super::models::ObjectiveSettings;
+pub use super::models::{Architecture, ModelKind, TowerKind};
+use super::models::ModelSections;
 
 /// `[train] aggregated_epoch`: what one epoch over aggregated rows is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,10 +263,7 @@ impl TrainConfig {
         if !(self.promotion_tolerance >= 0.0) {
             return Err(format!("key `train.promotion_tolerance` = {} must be >= 0", self.promotion_tolerance));
         }
-        if self.model.observation_tower() {
-            positive(self.observation_tower.position_embedding, "observation_tower.position_embedding")?;
-            positive(self.observation_tower.hidden_units, "observation_tower.hidden_units")?;
-        }
+        self.model.validate(self.tower, self.max_positions, &self.model_sections())?;
         let eta = self.gradient_reversal.eta;
         if !(eta >= 0.0 && eta.is_finite()) {
             return Err(format!("key `train.gradient_reversal.eta` = {eta} must be >= 0"));
@@ -277,20 +275,6 @@ impl TrainConfig {
         }
         if !(self.dla.max_weight >= 1.0 && self.dla.max_weight.is_finite()) {
             return Err(format!("key `train.dla.max_weight` = {} must be >= 1", self.dla.max_weight));
-        }
-        if self.model.embedding_interaction() {
-            if self.tower == TowerKind::Embedding {
-                return Err(format!("key `train.tower` = \"embedding\" cannot feed model `{}`: its relevance tower outputs an embedding of features (use \"linear\" or \"mlp\")", self.model.name()));
-            }
-            positive(self.embedding_model.dimension, "embedding_model.dimension")?;
-            let c = self.embedding_model.canonical_position;
-            if !(1..=self.max_positions).contains(&c) {
-                return Err(format!("key `train.embedding_model.canonical_position` = {c} must lie in 1..={} (train.max_positions)", self.max_positions));
-            }
-        }
-        if self.model == ModelKind::Xpa {
-            positive(self.xpa.position_embedding, "xpa.position_embedding")?;
-            positive(self.xpa.hidden_units, "xpa.hidden_units")?;
         }
         let t = self.mixem.temperature;
         if !(t > 0.0 && t.is_finite()) {
@@ -310,34 +294,35 @@ impl TrainConfig {
 
     /// The settings a checkpoint must share with this config to warm-start from it.
     pub fn architecture(&self) -> Architecture {
-        Architecture {
+        let mut arch = Architecture {
             model: self.model,
-            observation_tower: self.model.observation_tower().then(|| self.observation_tower.clone()),
-            embedding_model: self.model.embedding_interaction().then(|| self.embedding_model.clone()),
-            xpa: (self.model == ModelKind::Xpa).then(|| self.xpa.clone()),
+            observation_tower: None,
+            embedding_model: None,
+            xpa: None,
             tower: self.tower,
             hidden_layers: if self.tower == TowerKind::Mlp { self.hidden_layers } else { 0 },
             hidden_units: if self.tower == TowerKind::Mlp { self.hidden_units } else { 0 },
             feature_limit: self.feature_limit,
             bias_feature_tower: self.bias_feature_tower,
             max_positions: self.max_positions,
-        }
+        };
+        self.model.set_shape(&mut arch, &self.model_sections());
+        arch
     }
 }
 
 impl TrainConfig {
-    /// What the model's training objective takes from this config.
-    pub fn objective(&self) -> ObjectiveSettings {
-        let observation = match self.model {
-            ModelKind::GradientReversal => Objective {
-                eta: self.gradient_reversal.eta,
-                label: self.gradient_reversal.adversarial_label,
-                dropout: self.gradient_reversal.dropout,
-            },
-            ModelKind::ObservationDropout => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: self.observation_dropout.rate },
-            _ => Objective { eta: 0.0, label: self.gradient_reversal.adversarial_label, dropout: 0.0 },
-        };
-        ObjectiveSettings { observation, dla_max_weight: self.dla.max_weight, mixem_temperature: self.mixem.temperature, mixem_learn_prior: self.mixem.learn_prior }
+    /// The models' own sections of this config (their shapes and objective settings).
+    pub fn model_sections(&self) -> ModelSections {
+        ModelSections {
+            observation_tower: self.observation_tower.clone(),
+            gradient_reversal: self.gradient_reversal.clone(),
+            observation_dropout: self.observation_dropout.clone(),
+            dla: self.dla.clone(),
+            embedding_model: self.embedding_model.clone(),
+            mixem: self.mixem.clone(),
+            xpa: self.xpa.clone(),
+        }
     }
 
     /// The name metrics and reports give the configured model: the tower's name for the additive

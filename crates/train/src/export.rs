@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::TowerKind;
 use super::fit::{Normalizer, Trained};
-use super::models::{ClickModel, Mlp};
+use super::models::{AnyModel, Mlp};
 
 pub const EXPORT: &str = "relevance.json";
 pub const FORMAT: &str = "ultr.relevance-tower";
@@ -90,7 +90,7 @@ pub fn to_export(trained: &Trained) -> RelevanceExport {
     let (embedding, mlp) = trained.model.relevance_parts();
     let layers = mlp.as_ref().map(dense_layers).unwrap_or_default();
     let click = match &trained.model {
-        ClickModel::Additive(m) => Some(ClickExport {
+        AnyModel::Additive(m) => Some(ClickExport {
             theta: tensor_values(m.theta.val()).into_iter().map(f64::from).collect(),
             bias_tower: m.bias_mlp.as_ref().map(|b| BiasTowerExport { n_bias_features: trained.meta.n_bias_features, layers: dense_layers(b) }),
         }),

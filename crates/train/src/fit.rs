@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{AggregatedEpoch, Architecture, TowerKind, TrainConfig};
 use super::data::{split_of, Examples, Split};
-use super::models::{BatchTensors, ClickModel, Lists};
+use super::models::{BatchTensors, AnyModel, Lists};
 use super::chunks::ExampleChunks;
 use super::weights::{weights_of, WeightReport, WeightTotals};
 
@@ -70,7 +70,7 @@ pub struct ModelMeta {
 /// A model with its meta and (for the embedding tower) vocabulary; index 0 is "unseen pair" (γ = 0).
 #[derive(Debug, Clone)]
 pub struct Trained {
-    pub model: ClickModel,
+    pub model: AnyModel,
     pub meta: ModelMeta,
     pub vocabulary: Vec<(String, String)>,
 }
@@ -110,7 +110,7 @@ impl Trained {
 
     /// Applies `output` to every row of `ex` in chunks of sessions (inference device), in row order.
     /// A model whose logits need the session (XPA) sees each span as one list.
-    fn per_row(&self, ex: &Examples, device: &Device, output: impl Fn(&ClickModel, &BatchTensors) -> Tensor<1>) -> Vec<f32> {
+    fn per_row(&self, ex: &Examples, device: &Device, output: impl Fn(&AnyModel, &BatchTensors) -> Tensor<1>) -> Vec<f32> {
         let qd_map = self.qd_map(ex);
         let ones = vec![1f32; ex.rows.len()];
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
@@ -151,7 +151,7 @@ impl Trained {
         self.per_row(ex, device, |m, b| m.relevance(b))
     }
 
-    /// θ_k − θ₁ (or the model's equivalent, see `ClickModel::position_bias`) for k = 1..=K.
+    /// θ_k − θ₁ (or the model's equivalent, see `AnyModel::position_bias`) for k = 1..=K.
     pub fn position_bias(&self) -> Vec<f64> {
         self.model.position_bias(self.meta.architecture.max_positions)
     }
@@ -197,9 +197,9 @@ impl LossSums {
 const EVAL_SESSIONS: usize = 4096;
 
 /// Σ w·ℓ over the rows of sessions `chosen` (no gradients): the click BCE, or with `fit_loss` the loss
-/// the model's early stopping watches (`ClickModel::fit_loss_sum`).
+/// the model's early stopping watches (`AnyModel::fit_loss_sum`).
 #[allow(clippy::too_many_arguments)]
-fn weighted_loss_sum(model: &ClickModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit_loss: bool) -> f64 {
+fn weighted_loss_sum(model: &AnyModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit_loss: bool) -> f64 {
     let mut total = 0f64;
     let model_kind = meta.architecture.model;
     let listwise = (fit_loss && model_kind.listwise()) || model_kind.session_logits();
@@ -592,8 +592,7 @@ impl Survey {
                 cfg.model.name()
             );
         }
-        let objective = cfg.objective().observation;
-        if cfg.model.observation_tower() && objective.eta > 0.0 && objective.label == crate::models::zhang2023::AdversarialLabel::TrueLabel && !self.labels {
+        if cfg.model.needs_labels(&cfg.model_sections()) && !self.labels {
             anyhow::bail!("key `train.gradient_reversal.adversarial_label` = \"true_label\" needs relevance labels, which only a simulation's examples carry");
         }
         Ok(())
@@ -734,7 +733,7 @@ pub fn fit_cancellable(
 
 /// Σ w·ℓ over every validation row, and the model's validation loss (÷ impressions, or ÷ Σw when
 /// self-normalised).
-fn validation_loss(model: &ClickModel, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
+fn validation_loss(model: &AnyModel, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
     let mut total = 0f64;
     match resident {
         Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, true),
@@ -826,7 +825,7 @@ pub fn fit_chunks(
                 feature_schema: None, // the caller knows the stream's (train_from_state sets it)
             };
             let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
-            (Trained { model: ClickModel::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)
+            (Trained { model: AnyModel::new(&arch, n_features, n_bias_features, 1, &infer_device), meta, vocabulary }, false)
         }
     };
     if arch.tower == TowerKind::Embedding {
@@ -842,7 +841,7 @@ pub fn fit_chunks(
 
     let train_rows = survey.train_impressions;
     let listwise = arch.model.listwise();
-    let objective = cfg.objective();
+    let objective = cfg.model_sections();
     let val_denominator = if cfg.ips.self_normalize { survey.validation_weight } else { survey.validation_impressions as f64 };
     let mut resident = data.in_memory().map(|ex| Chunk::new(Cow::Borrowed(ex), cfg, &trained, true));
 

@@ -307,7 +307,7 @@ pub fn run_one(opts: &Options, data: &Data, sim: &Simulated, mixture: &str, meth
     let click_log_likelihood = -trained.loss(&sim.evaluation, &ones, false, &device);
     let ips = report.epochs.iter().map(|e| e.impressions_per_second).sum::<f64>() / report.epochs.len().max(1) as f64;
     let mixing_weights = match &trained.model {
-        ultr_train::models::ClickModel::MixEm(m) => m.mixing_weights(),
+        ultr_train::models::AnyModel::MixEm(m) => m.mixing_weights(),
         _ => Vec::new(),
     };
     Ok(RunResult {

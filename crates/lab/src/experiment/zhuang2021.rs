@@ -147,7 +147,7 @@ pub fn run_one(opts: &Options, data: &Data, sim: &super::yan2022::Simulated, cli
     let (click_log_likelihood, perplexity) = click_fit(&trained, &evaluation, &device);
     let (ndcg1, ndcg5, ndcg10) = ndcg(&trained, &data.spec.test, &device);
     let (attention, xpa_scalars) = match &trained.model {
-        ultr_train::models::ClickModel::Xpa(m) => (m.attention_matrix(opts.max_positions.min(10)), Some(m.scalars())),
+        ultr_train::models::AnyModel::Xpa(m) => (m.attention_matrix(opts.max_positions.min(10)), Some(m.scalars())),
         _ => (Vec::new(), None),
     };
     Ok(RunResult {

@@ -6,9 +6,9 @@
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 
+use super::inputs::{BatchTensors, Dimensions};
+use super::interface::Model;
 use super::tower::{grow_embedding, new_parts, relevance_logits, Mlp};
-use super::BatchTensors;
-use super::Architecture;
 
 #[derive(Module, Debug)]
 pub struct Additive {
@@ -22,30 +22,27 @@ pub struct Additive {
     pub relevance: Option<Mlp>,
 }
 
-impl Additive {
+impl Model for Additive {
+    const NAME: &'static str = "additive";
+    const ALIASES: &'static [&'static str] = &["pal"];
+    const SUMMARY: &'static str = "θ_k + b(z) + r(x): PAL, Hager Eq. 22 (the default).";
+    type Shape = ();
+    type Settings = ();
+
     /// θ = 0, γ = 0, layers with burn's default initialisation.
-    pub fn new(arch: &Architecture, n_features: usize, n_bias_features: usize, vocabulary: usize, device: &Device) -> Self {
-        let theta = Param::from_tensor(Tensor::zeros([arch.max_positions], device));
-        let bias_mlp = arch.bias_feature_tower.then(|| Mlp::new(n_bias_features, 1, 16, device));
-        let (embedding, relevance) = new_parts(arch, n_features, vocabulary, device);
+    fn new(dims: &Dimensions, _shape: &(), device: &Device) -> Self {
+        let theta = Param::from_tensor(Tensor::zeros([dims.max_positions], device));
+        let bias_mlp = dims.bias_feature_tower.then(|| Mlp::new(dims.n_bias_features, 1, 16, device));
+        let (embedding, relevance) = new_parts(dims, device);
         Additive { theta, bias_mlp, embedding, relevance }
     }
 
-    pub fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
+    fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
         relevance_logits(&self.embedding, &self.relevance, b)
     }
 
-    /// The observation logit θ_k + b(z).
-    pub fn observation(&self, b: &BatchTensors) -> Tensor<1> {
-        let mut logits = self.theta.val().select(0, b.positions.clone());
-        if let (Some(mlp), Some(z)) = (&self.bias_mlp, &b.bias_features) {
-            logits = logits + mlp.forward(z.clone());
-        }
-        logits
-    }
-
     /// θ_k + r(x) + b(z), summed in the order `ultr` always summed them (bit-identical logits).
-    pub fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
+    fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
         let mut logits = self.theta.val().select(0, b.positions.clone()) + self.relevance(b);
         if let (Some(mlp), Some(z)) = (&self.bias_mlp, &b.bias_features) {
             logits = logits + mlp.forward(z.clone());
@@ -54,12 +51,27 @@ impl Additive {
     }
 
     /// θ_k − θ_1 for k = 1..=K.
-    pub fn position_bias(&self) -> Vec<f64> {
+    fn position_bias(&self, _max_positions: usize) -> Vec<f64> {
         let theta: Vec<f32> = self.theta.val().into_data().try_to_vec::<f32>().expect("θ is f32");
         theta.iter().map(|t| (*t - theta[0]) as f64).collect()
     }
 
-    pub fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self {
+    fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+        (self.embedding.clone(), self.relevance.clone())
+    }
+
+    fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self {
         Additive { embedding: grow_embedding(self.embedding, vocabulary, device), ..self }
+    }
+}
+
+impl Additive {
+    /// The observation logit θ_k + b(z).
+    pub fn observation(&self, b: &BatchTensors) -> Tensor<1> {
+        let mut logits = self.theta.val().select(0, b.positions.clone());
+        if let (Some(mlp), Some(z)) = (&self.bias_mlp, &b.bias_features) {
+            logits = logits + mlp.forward(z.clone());
+        }
+        logits
     }
 }

@@ -13,9 +13,9 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::tower::RelevanceTower;
-use super::BatchTensors;
-use super::Architecture;
+use super::inputs::{BatchTensors, Dimensions};
+use super::interface::Model;
+use super::tower::{Mlp, RelevanceTower};
 
 /// `[train.dla]` (model = "dla").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,19 +41,39 @@ pub struct Dla {
 /// A masked entry's logit: exp underflows to 0 in the softmax.
 const MASKED: f32 = -1.0e4;
 
-impl Dla {
-    pub fn new(arch: &Architecture, n_features: usize, vocabulary: usize, device: &Device) -> Self {
-        Dla { relevance: RelevanceTower::new(arch, n_features, vocabulary, device), propensity: Param::from_tensor(Tensor::zeros([arch.max_positions], device)) }
+impl Model for Dla {
+    const NAME: &'static str = "dla";
+    const SUMMARY: &'static str = "Ai et al. 2018: ranking and propensity models trained by each other's listwise losses.";
+    const LISTWISE: bool = true;
+    type Shape = ();
+    type Settings = DlaConfig;
+
+    fn new(dims: &Dimensions, _shape: &(), device: &Device) -> Self {
+        Dla { relevance: RelevanceTower::new(dims, device), propensity: Param::from_tensor(Tensor::zeros([dims.max_positions], device)) }
     }
 
-    pub fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
+    fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
+        self.relevance.forward(b)
+    }
+
+    fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+        (self.relevance.embedding.clone(), self.relevance.mlp.clone())
+    }
+
+    fn grow_embedding(mut self, vocabulary: usize, device: &Device) -> Self {
+        self.relevance = self.relevance.grow(vocabulary, device);
+        self
+    }
+
+    fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
         let phi = self.propensity.val();
         let top = phi.clone().slice([0..1]);
         self.relevance.forward(b) + (phi.select(0, b.positions.clone()) - top)
     }
 
     /// Σ over the batch's lists of both listwise losses, each list weighted by its rows' weight.
-    pub fn objective_sum(&self, b: &BatchTensors, max_weight: f64) -> Tensor<1> {
+    fn objective_sum(&self, b: &BatchTensors, settings: &DlaConfig) -> Tensor<1> {
+        let max_weight = settings.max_weight;
         let lists = b.lists.as_ref().expect("DLA batches are laid out as lists");
         let shape = [lists.count, lists.width];
         let masked = lists.mask.clone().sub_scalar(1.0).mul_scalar(-MASKED);
@@ -75,7 +95,7 @@ impl Dla {
     /// What early stopping watches: −Σ c_i log softmax(r + φ)_i over each list, the likelihood of
     /// which items were clicked under both towers together. The objective itself is no criterion:
     /// each loss's weights move with the other tower.
-    pub fn validation_sum(&self, b: &BatchTensors) -> Tensor<1> {
+    fn fit_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
         let lists = b.lists.as_ref().expect("DLA batches are laid out as lists");
         let shape = [lists.count, lists.width];
         let masked = lists.mask.clone().sub_scalar(1.0).mul_scalar(-MASKED);
@@ -85,7 +105,7 @@ impl Dla {
     }
 
     /// φ_k − φ₁ for k = 1..=K: log P(e_k)/P(e₁).
-    pub fn position_bias(&self) -> Vec<f64> {
+    fn position_bias(&self, _max_positions: usize) -> Vec<f64> {
         let phi: Vec<f32> = self.propensity.val().into_data().try_to_vec::<f32>().expect("φ is f32");
         phi.iter().map(|t| (*t - phi[0]) as f64).collect()
     }

@@ -18,9 +18,9 @@ use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::tower::{bce_with_logits, RelevanceTower};
-use super::BatchTensors;
-use super::Architecture;
+use super::inputs::{BatchTensors, Dimensions};
+use super::interface::Model;
+use super::tower::{bce_with_logits, Mlp, RelevanceTower};
 
 /// `[train.mixem]` (model = "mixem").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,28 +54,24 @@ pub struct MixEm {
     pub mixing: Param<Tensor<1>>,
 }
 
-impl MixEm {
-    pub fn new(arch: &Architecture, n_features: usize, vocabulary: usize, device: &Device) -> Self {
+impl Model for MixEm {
+    const NAME: &'static str = "mixem";
+    const SUMMARY: &'static str = "Yan 2022 §3.1: a mixture of RCM, RCTR, DCTR and PBM fitted by EM over sessions.";
+    const LISTWISE: bool = true;
+    type Shape = ();
+    type Settings = MixEmConfig;
+
+    fn new(dims: &Dimensions, _shape: &(), device: &Device) -> Self {
         MixEm {
-            relevance: RelevanceTower::new(arch, n_features, vocabulary, device),
-            examination: Param::from_tensor(Tensor::zeros([arch.max_positions], device)),
+            relevance: RelevanceTower::new(dims, device),
+            examination: Param::from_tensor(Tensor::zeros([dims.max_positions], device)),
             offsets: Param::from_tensor(Tensor::zeros([3], device)),
             mixing: Param::from_tensor(Tensor::zeros([4], device)),
         }
     }
 
-    /// [rows, 4]: f₀..f₃ of every row.
-    pub fn component_logits(&self, b: &BatchTensors) -> Tensor<2> {
-        let r = self.relevance.forward(b);
-        let n = r.dims()[0];
-        let e = self.examination.val().select(0, b.positions.clone());
-        let theta = self.offsets.val();
-        let constant = |i: usize| theta.clone().slice([i..i + 1]).expand([n]);
-        Tensor::stack(vec![constant(0), constant(1) + e.clone(), constant(2) + r.clone(), e + r], 1)
-    }
-
     /// logit of the marginal Σ_α π_α σ(f_α).
-    pub fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
+    fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
         let f = self.component_logits(b);
         let n = f.dims()[0];
         let pi = softmax(self.mixing.val(), 0).reshape([1, 4]).repeat_dim(0, n);
@@ -83,21 +79,23 @@ impl MixEm {
         p.clone().log() - p.neg().log1p()
     }
 
-    /// ℓ_α(s) of every list, [lists, 4], and each list's weight, [lists, 1].
-    fn session_losses(&self, b: &BatchTensors) -> (Tensor<2>, Tensor<2>) {
-        let lists = b.lists.as_ref().expect("MixEM batches are laid out as sessions");
-        let (count, width) = (lists.count, lists.width);
-        let f = self.component_logits(b);
-        let clicks = b.clicks.clone().reshape([count * width, 1]).repeat_dim(1, 4);
-        let mask = lists.mask.clone().reshape([count, width, 1]).repeat_dim(2, 4);
-        let losses = (bce_with_logits(f, clicks).reshape([count, width, 4]) * mask).sum_dim(1).reshape([count, 4]);
-        let weight = b.weights.clone().reshape([count, width]).slice([0..count, 0..1]);
-        (losses, weight)
+    fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
+        self.relevance.forward(b)
+    }
+
+    fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+        (self.relevance.embedding.clone(), self.relevance.mlp.clone())
+    }
+
+    fn grow_embedding(mut self, vocabulary: usize, device: &Device) -> Self {
+        self.relevance = self.relevance.grow(vocabulary, device);
+        self
     }
 
     /// Σ_s w_s·Σ_α p(α|s)·(ℓ_α(s) − log π_α), p(α|s) = softmax_α(−ℓ_α(s)/T [+ log π_α]) without
     /// gradient (the prior term with `learn_prior`).
-    pub fn objective_sum(&self, b: &BatchTensors, temperature: f64, learn_prior: bool) -> Tensor<1> {
+    fn objective_sum(&self, b: &BatchTensors, settings: &MixEmConfig) -> Tensor<1> {
+        let (temperature, learn_prior) = (settings.temperature, settings.learn_prior);
         let (losses, weight) = self.session_losses(b);
         let count = losses.dims()[0];
         let log_pi = log_softmax(self.mixing.val(), 0).reshape([1, 4]).repeat_dim(0, count);
@@ -111,7 +109,7 @@ impl MixEm {
 
     /// What early stopping watches: the sessions' negative log-likelihood under the mixture,
     /// −Σ_s w_s·log Σ_α π_α exp(−ℓ_α(s)).
-    pub fn validation_sum(&self, b: &BatchTensors) -> Tensor<1> {
+    fn fit_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
         let (losses, weight) = self.session_losses(b);
         let count = losses.dims()[0];
         let x = log_softmax(self.mixing.val(), 0).reshape([1, 4]).repeat_dim(0, count) - losses;
@@ -121,9 +119,33 @@ impl MixEm {
     }
 
     /// e(k) − e(1): the RCTR/PBM components' position logits.
-    pub fn position_bias(&self) -> Vec<f64> {
+    fn position_bias(&self, _max_positions: usize) -> Vec<f64> {
         let e: Vec<f32> = self.examination.val().into_data().try_to_vec::<f32>().expect("f32");
         e.iter().map(|v| (*v - e[0]) as f64).collect()
+    }
+}
+
+impl MixEm {
+    /// [rows, 4]: f₀..f₃ of every row.
+    pub fn component_logits(&self, b: &BatchTensors) -> Tensor<2> {
+        let r = self.relevance.forward(b);
+        let n = r.dims()[0];
+        let e = self.examination.val().select(0, b.positions.clone());
+        let theta = self.offsets.val();
+        let constant = |i: usize| theta.clone().slice([i..i + 1]).expand([n]);
+        Tensor::stack(vec![constant(0), constant(1) + e.clone(), constant(2) + r.clone(), e + r], 1)
+    }
+
+    /// ℓ_α(s) of every list, [lists, 4], and each list's weight, [lists, 1].
+    fn session_losses(&self, b: &BatchTensors) -> (Tensor<2>, Tensor<2>) {
+        let lists = b.lists.as_ref().expect("MixEM batches are laid out as sessions");
+        let (count, width) = (lists.count, lists.width);
+        let f = self.component_logits(b);
+        let clicks = b.clicks.clone().reshape([count * width, 1]).repeat_dim(1, 4);
+        let mask = lists.mask.clone().reshape([count, width, 1]).repeat_dim(2, 4);
+        let losses = (bce_with_logits(f, clicks).reshape([count, width, 4]) * mask).sum_dim(1).reshape([count, 4]);
+        let weight = b.weights.clone().reshape([count, width]).slice([0..count, 0..1]);
+        (losses, weight)
     }
 
     /// π_α, in `COMPONENTS` order.

@@ -11,9 +11,9 @@ use burn::module::{Module, Param};
 use burn::tensor::activation::{log_sigmoid, sigmoid};
 use burn::tensor::{Device, Tensor};
 
-use super::tower::{bce_with_logits, RelevanceTower};
-use super::BatchTensors;
-use super::Architecture;
+use super::inputs::{BatchTensors, Dimensions};
+use super::interface::Model;
+use super::tower::{bce_with_logits, Mlp, RelevanceTower};
 
 #[derive(Module, Debug)]
 pub struct Rem {
@@ -23,13 +23,31 @@ pub struct Rem {
     pub examination: Param<Tensor<1>>,
 }
 
-impl Rem {
-    pub fn new(arch: &Architecture, n_features: usize, vocabulary: usize, device: &Device) -> Self {
-        Rem { relevance: RelevanceTower::new(arch, n_features, vocabulary, device), examination: Param::from_tensor(Tensor::zeros([arch.max_positions], device)) }
+impl Model for Rem {
+    const NAME: &'static str = "rem";
+    const SUMMARY: &'static str = "Wang et al. 2018: regression EM on the examination hypothesis (Yan 2022's REM).";
+    type Shape = ();
+    type Settings = ();
+
+    fn new(dims: &Dimensions, _shape: &(), device: &Device) -> Self {
+        Rem { relevance: RelevanceTower::new(dims, device), examination: Param::from_tensor(Tensor::zeros([dims.max_positions], device)) }
+    }
+
+    fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
+        self.relevance.forward(b)
+    }
+
+    fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+        (self.relevance.embedding.clone(), self.relevance.mlp.clone())
+    }
+
+    fn grow_embedding(mut self, vocabulary: usize, device: &Device) -> Self {
+        self.relevance = self.relevance.grow(vocabulary, device);
+        self
     }
 
     /// logit of P(E)·P(R): log p − log(1 − p) with log p = log σ(e) + log σ(r).
-    pub fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
+    fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
         let log_p = log_sigmoid(self.examination.val().select(0, b.positions.clone())) + log_sigmoid(self.relevance.forward(b));
         // p < 1 strictly; the clamp keeps log(1 − p) finite where both towers saturate.
         let log_p = log_p.clamp_max(-1.0e-6);
@@ -38,7 +56,7 @@ impl Rem {
 
     /// Σ w·[BCE(e_k, P(E=1|c)) + BCE(r, P(R=1|c))], the posteriors fixed (the E-step):
     /// P(E=1|c) = c + (1−c)·σ(e)(1−σ(r))/(1−σ(e)σ(r)), and symmetrically for R (c: the row's click rate).
-    pub fn objective_sum(&self, b: &BatchTensors) -> Tensor<1> {
+    fn objective_sum(&self, b: &BatchTensors, _settings: &()) -> Tensor<1> {
         let e = self.examination.val().select(0, b.positions.clone());
         let r = self.relevance.forward(b);
         let (pe, pr) = (sigmoid(e.clone()).detach(), sigmoid(r.clone()).detach());
@@ -51,7 +69,7 @@ impl Rem {
     }
 
     /// log P(E|k)/P(E|1) for k = 1..=K.
-    pub fn position_bias(&self) -> Vec<f64> {
+    fn position_bias(&self, _max_positions: usize) -> Vec<f64> {
         let e: Vec<f32> = log_sigmoid(self.examination.val()).into_data().try_to_vec::<f32>().expect("f32");
         e.iter().map(|v| (*v - e[0]) as f64).collect()
     }

@@ -6,10 +6,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::BatchTensors;
-use serde::{Deserialize, Serialize};
-
-use super::Architecture;
+use super::inputs::{BatchTensors, Dimensions, TowerKind};
 
 /// ELU with α = 1 (the Flax default Hager's code uses) as relu(x) + exp(min(x, 0)) − 1, with
 /// min(x, 0) = x − relu(x): equal bit for bit to burn's `elu(x, 1.0)` and its gradient (1 at x = 0,
@@ -82,9 +79,9 @@ impl Mlp {
 
 /// A feature tower with a `dimension`-wide output r⃗(x) (Yan 2022 §3.2): `hidden_layers` ELU layers,
 /// then a linear layer to the embedding (the linear tower: one layer).
-pub fn vector_tower(arch: &Architecture, n_features: usize, dimension: usize, device: &Device) -> Mlp {
-    let hidden = if arch.tower == TowerKind::Mlp { arch.hidden_layers } else { 0 };
-    Mlp::with_outputs(n_features, hidden, arch.hidden_units, dimension, device)
+pub fn vector_tower(dims: &Dimensions, dimension: usize, device: &Device) -> Mlp {
+    let hidden = if dims.tower == TowerKind::Mlp { dims.hidden_layers } else { 0 };
+    Mlp::with_outputs(dims.n_features, hidden, dims.hidden_units, dimension, device)
 }
 
 /// Small normal draws from a fixed generator, for parameters that must start apart from 0
@@ -107,8 +104,8 @@ pub struct RelevanceTower {
 }
 
 impl RelevanceTower {
-    pub fn new(arch: &Architecture, n_features: usize, vocabulary: usize, device: &Device) -> Self {
-        let (embedding, mlp) = new_parts(arch, n_features, vocabulary, device);
+    pub fn new(dims: &Dimensions, device: &Device) -> Self {
+        let (embedding, mlp) = new_parts(dims, device);
         RelevanceTower { embedding, mlp }
     }
 
@@ -122,12 +119,12 @@ impl RelevanceTower {
     }
 }
 
-/// A relevance tower's parameters for `arch`: γ = 0, or layers with burn's default initialisation.
-pub fn new_parts(arch: &Architecture, n_features: usize, vocabulary: usize, device: &Device) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
-    match arch.tower {
-        TowerKind::Embedding => (Some(Param::from_tensor(Tensor::zeros([vocabulary.max(1)], device))), None),
-        TowerKind::Linear => (None, Some(Mlp::new(n_features, 0, 0, device))),
-        TowerKind::Mlp => (None, Some(Mlp::new(n_features, arch.hidden_layers, arch.hidden_units, device))),
+/// A relevance tower's parameters for `dims`: γ = 0, or layers with burn's default initialisation.
+pub fn new_parts(dims: &Dimensions, device: &Device) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+    match dims.tower {
+        TowerKind::Embedding => (Some(Param::from_tensor(Tensor::zeros([dims.vocabulary.max(1)], device))), None),
+        TowerKind::Linear => (None, Some(Mlp::new(dims.n_features, 0, 0, device))),
+        TowerKind::Mlp => (None, Some(Mlp::new(dims.n_features, dims.hidden_layers, dims.hidden_units, device))),
     }
 }
 
@@ -157,37 +154,6 @@ pub fn grow_embedding(embedding: Option<Param<Tensor<1>>>, vocabulary: usize, de
 pub fn bce_with_logits<const D: usize>(logits: Tensor<D>, clicks: Tensor<D>) -> Tensor<D> {
     let softplus = logits.clone().clamp_min(0.0) + logits.clone().abs().neg().exp().log1p();
     softplus - clicks * logits
-}
-
-/// The relevance tower r(x).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum TowerKind {
-    /// One free parameter γ_{q,d} per query-document pair (needs swaps to be identified).
-    Embedding,
-    /// w·x + b.
-    Linear,
-    /// `hidden_layers` × `hidden_units` ELU layers, then a linear output.
-    Mlp,
-}
-
-impl TowerKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            TowerKind::Embedding => "embedding",
-            TowerKind::Linear => "linear",
-            TowerKind::Mlp => "mlp",
-        }
-    }
-
-    /// What identifies θ for this tower (Hager §4): swaps for per-document relevance, swaps or
-    /// feature overlap for a function of features.
-    pub fn identification(self) -> ultr_core::identify::Identification {
-        match self {
-            TowerKind::Embedding => ultr_core::identify::Identification::Swaps,
-            TowerKind::Linear | TowerKind::Mlp => ultr_core::identify::Identification::SwapsOrFeatureOverlap,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -17,9 +17,9 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use super::tower::{bce_with_logits, elu, normal_init, RelevanceTower};
-use super::BatchTensors;
-use super::Architecture;
+use super::inputs::{BatchTensors, Dimensions, TowerKind};
+use super::interface::Model;
+use super::tower::{elu, normal_init, Mlp, RelevanceTower};
 
 /// Which cross terms the examination has (Zhuang §5.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -51,6 +51,17 @@ impl Default for XpaConfig {
     }
 }
 
+impl XpaConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, v) in [("position_embedding", self.position_embedding), ("hidden_units", self.hidden_units)] {
+            if v == 0 {
+                return Err(format!("key `train.xpa.{key}` must be >= 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A masked entry's attention score: exp underflows to 0.
 const MASKED: f32 = -1.0e4;
 
@@ -70,12 +81,18 @@ pub struct Xpa {
     pub variant: usize,
 }
 
-impl Xpa {
-    pub fn new(arch: &Architecture, n_features: usize, vocabulary: usize, device: &Device) -> Self {
-        let shape = arch.xpa.clone().unwrap_or_default();
-        let (k, d) = (arch.max_positions, shape.position_embedding);
+impl Model for Xpa {
+    const NAME: &'static str = "xpa";
+    const SUMMARY: &'static str = "Zhuang 2021 §4: examination from cross-positional attention over the session's items.";
+    const LISTWISE: bool = true;
+    const SESSION_LOGITS: bool = true;
+    type Shape = XpaConfig;
+    type Settings = ();
+
+    fn new(dims: &Dimensions, shape: &XpaConfig, device: &Device) -> Self {
+        let (k, d) = (dims.max_positions, shape.position_embedding);
         Xpa {
-            relevance: RelevanceTower::new(arch, n_features, vocabulary, device),
+            relevance: RelevanceTower::new(dims, device),
             position: Param::from_tensor(Tensor::from_data(TensorData::new(normal_init(k * d, 0.3, 0x2021_0003), [k, d]), device)),
             scale: Param::from_tensor(Tensor::ones([1], device)),
             examination_hidden: LinearConfig::new(d, shape.hidden_units).init(device),
@@ -89,26 +106,8 @@ impl Xpa {
         }
     }
 
-    /// e_pos of position embeddings [n, D] → [n].
-    fn examination_of(&self, p: Tensor<2>) -> Tensor<1> {
-        self.examination_output.forward(elu(self.examination_hidden.forward(p))).squeeze_dim::<1>(1)
-    }
-
-    /// The attention matrices of the batch's lists, [lists, width, width]: a_jk over the other real
-    /// items k ≠ j of each list (rows of padding and of one-item lists are 0).
-    fn attention(&self, p: Tensor<3>, mask: Tensor<2>) -> Tensor<3> {
-        let [count, width, _] = p.dims();
-        let device = p.device();
-        let keys = mask.clone().reshape([count, 1, width]).repeat_dim(1, width);
-        let eye: Tensor<2> = Tensor::from_data(TensorData::new((0..width * width).map(|i| if i / width == i % width { 1f32 } else { 0.0 }).collect::<Vec<_>>(), [width, width]), &device);
-        let allowed = keys * eye.neg().add_scalar(1.0).reshape([1, width, width]).repeat_dim(0, count);
-        let lambda = self.scale.val().reshape([1, 1, 1]).repeat_dim(0, count).repeat_dim(1, width).repeat_dim(2, width);
-        let scores = p.clone().matmul(p.swap_dims(1, 2)) * lambda + allowed.clone().sub_scalar(1.0).mul_scalar(-MASKED);
-        softmax(scores, 2) * allowed
-    }
-
     /// The logits of a batch: with lists, every item's session enters; without, each row is alone.
-    pub fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
+    fn click_logits(&self, b: &BatchTensors) -> Tensor<1> {
         let r = self.relevance.forward(b);
         let p = self.position.val().select(0, b.positions.clone());
         let own = self.examination_of(p.clone());
@@ -129,6 +128,49 @@ impl Xpa {
         r + e
     }
 
+    /// e_pos(p_k) − e_pos(p_1): the examination of a position alone.
+    fn position_bias(&self, _max_positions: usize) -> Vec<f64> {
+        let e: Vec<f32> = self.examination_of(self.position.val()).into_data().try_to_vec::<f32>().expect("f32");
+        e.iter().map(|v| (*v - e[0]) as f64).collect()
+    }
+
+    fn relevance(&self, b: &BatchTensors) -> Tensor<1> {
+        self.relevance.forward(b)
+    }
+
+    fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>) {
+        (self.relevance.embedding.clone(), self.relevance.mlp.clone())
+    }
+
+    fn grow_embedding(mut self, vocabulary: usize, device: &Device) -> Self {
+        self.relevance = self.relevance.grow(vocabulary, device);
+        self
+    }
+
+    fn validate(_tower: TowerKind, _max_positions: usize, shape: &XpaConfig) -> Result<(), String> {
+        shape.validate()
+    }
+}
+
+impl Xpa {
+    /// e_pos of position embeddings [n, D] → [n].
+    fn examination_of(&self, p: Tensor<2>) -> Tensor<1> {
+        self.examination_output.forward(elu(self.examination_hidden.forward(p))).squeeze_dim::<1>(1)
+    }
+
+    /// The attention matrices of the batch's lists, [lists, width, width]: a_jk over the other real
+    /// items k ≠ j of each list (rows of padding and of one-item lists are 0).
+    fn attention(&self, p: Tensor<3>, mask: Tensor<2>) -> Tensor<3> {
+        let [count, width, _] = p.dims();
+        let device = p.device();
+        let keys = mask.clone().reshape([count, 1, width]).repeat_dim(1, width);
+        let eye: Tensor<2> = Tensor::from_data(TensorData::new((0..width * width).map(|i| if i / width == i % width { 1f32 } else { 0.0 }).collect::<Vec<_>>(), [width, width]), &device);
+        let allowed = keys * eye.neg().add_scalar(1.0).reshape([1, width, width]).repeat_dim(0, count);
+        let lambda = self.scale.val().reshape([1, 1, 1]).repeat_dim(0, count).repeat_dim(1, width).repeat_dim(2, width);
+        let scores = p.clone().matmul(p.swap_dims(1, 2)) * lambda + allowed.clone().sub_scalar(1.0).mul_scalar(-MASKED);
+        softmax(scores, 2) * allowed
+    }
+
     /// r(x̃_j) with x̃_j = Σ_k a_jk x_k (features), or Σ_k a_jk γ_k for the embedding tower.
     fn attended_relevance(&self, b: &BatchTensors, a: Tensor<3>, count: usize, width: usize) -> Tensor<1> {
         match &b.features {
@@ -139,17 +181,6 @@ impl Xpa {
             }
             _ => a.matmul(self.relevance.forward(b).reshape([count, width, 1])).reshape([count * width]),
         }
-    }
-
-    /// Σ w·BCE over the batch's rows (padding has weight 0).
-    pub fn objective_sum(&self, b: &BatchTensors) -> Tensor<1> {
-        (bce_with_logits(self.click_logits(b), b.clicks.clone()) * b.weights.clone()).sum()
-    }
-
-    /// e_pos(p_k) − e_pos(p_1): the examination of a position alone.
-    pub fn position_bias(&self) -> Vec<f64> {
-        let e: Vec<f32> = self.examination_of(self.position.val()).into_data().try_to_vec::<f32>().expect("f32");
-        e.iter().map(|v| (*v - e[0]) as f64).collect()
     }
 
     /// The attention matrix of a session showing positions 1..=n, row j = a_j· (Zhuang Fig. 5).

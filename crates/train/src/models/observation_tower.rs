@@ -1,10 +1,8 @@
-//! Gradient reversal and observation dropout (Zhang et al. 2023, "Towards Disentangling Relevance
-//! and Bias in Unbiased Learning to Rank", §3.2 Eq. 8–9 and §3.3 Eq. 10): an additive two-tower
-//! model, logit = r(x) + g(k, z), whose observation tower g is a position embedding and the bias
-//! features through an ELU layer. Gradient reversal puts an adversarial head on that layer's output,
-//! trained by squared error towards a relevance signal (clicks by default), whose gradient reaches
-//! the observation tower multiplied by −η: the tower is pushed to forget what predicts relevance.
-//! Observation dropout zeroes g with probability τ during training. Both may be combined (§5.5).
+//! The observation tower g(k, z) of Zhang et al. 2023 ("Towards Disentangling Relevance and Bias
+//! in Unbiased Learning to Rank", §3.1): an additive two-tower model, logit = r(x) + g(k, z), whose
+//! observation tower is a position embedding and the bias features through an ELU layer, with an
+//! adversarial head on that layer. Two models train it (`gradient_reversal.rs`, §3.2 Eq. 8–9, and
+//! `observation_dropout.rs`, §3.3 Eq. 10); this file holds what they share.
 
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
@@ -14,9 +12,8 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
+use super::inputs::{BatchTensors, Dimensions};
 use super::tower::{bce_with_logits, elu, RelevanceTower};
-use super::BatchTensors;
-use super::Architecture;
 
 /// `[train.observation_tower]`: the shape of g(k, z) for `gradient_reversal` and `observation_dropout`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +31,17 @@ impl Default for ObservationTowerConfig {
     }
 }
 
+impl ObservationTowerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, v) in [("position_embedding", self.position_embedding), ("hidden_units", self.hidden_units)] {
+            if v == 0 {
+                return Err(format!("key `train.observation_tower.{key}` must be >= 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What the adversarial head is trained to predict (Zhang Table 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -45,39 +53,6 @@ pub enum AdversarialLabel {
     /// The simulator's relevance label ÷ its maximum: only where the examples carry labels
     /// (`ultr experiment zhang2023`); training from a stream refuses it.
     TrueLabel,
-}
-
-/// `[train.gradient_reversal]` (model = "gradient_reversal").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GradientReversalConfig {
-    /// η: the adversarial gradient reaches the observation tower multiplied by −η (Zhang Fig. 6:
-    /// best between 0.6 and 0.8 under a confounded policy).
-    pub eta: f64,
-    pub adversarial_label: AdversarialLabel,
-    /// Observation dropout combined with the reversal (Zhang §5.5); 0 is none.
-    pub dropout: f64,
-}
-
-impl Default for GradientReversalConfig {
-    fn default() -> Self {
-        GradientReversalConfig { eta: 0.6, adversarial_label: AdversarialLabel::Clicks, dropout: 0.0 }
-    }
-}
-
-/// `[train.observation_dropout]` (model = "observation_dropout").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ObservationDropoutConfig {
-    /// τ: the probability that an impression's observation logit is dropped in training (Zhang
-    /// Fig. 7: best between 0.2 and 0.5).
-    pub rate: f64,
-}
-
-impl Default for ObservationDropoutConfig {
-    fn default() -> Self {
-        ObservationDropoutConfig { rate: 0.3 }
-    }
 }
 
 /// The training objective's settings (not part of the architecture: a warm start may change them).
@@ -102,16 +77,15 @@ pub struct ObservationModel {
 }
 
 impl ObservationModel {
-    pub fn new(arch: &Architecture, n_features: usize, n_bias_features: usize, vocabulary: usize, device: &Device) -> Self {
-        let shape = arch.observation_tower.clone().unwrap_or_default();
-        let (k, e) = (arch.max_positions, shape.position_embedding);
+    pub fn new(dims: &Dimensions, shape: &ObservationTowerConfig, device: &Device) -> Self {
+        let (k, e) = (dims.max_positions, shape.position_embedding);
         // A fixed draw (the layers take the device's seeded generator): positions start apart.
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x2023);
         let normal = Normal::new(0.0f32, 0.1).expect("valid normal");
         let values: Vec<f32> = (0..k * e).map(|_| normal.sample(&mut rng)).collect();
-        let input = e + if arch.bias_feature_tower { n_bias_features } else { 0 };
+        let input = e + if dims.bias_feature_tower { dims.n_bias_features } else { 0 };
         ObservationModel {
-            relevance: RelevanceTower::new(arch, n_features, vocabulary, device),
+            relevance: RelevanceTower::new(dims, device),
             position_embedding: Param::from_tensor(Tensor::from_data(TensorData::new(values, [k, e]), device)),
             hidden: LinearConfig::new(input, shape.hidden_units).init(device),
             output: LinearConfig::new(shape.hidden_units, 1).init(device),

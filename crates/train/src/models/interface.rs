@@ -1,0 +1,95 @@
+//! The one interface every click model implements. The fit loop, the gate, `ultr eval`/`score`, the
+//! export and the monitor reach a model only through it (dispatched by the registry in `mod.rs`).
+
+use std::path::Path;
+
+use burn::module::{Module, Param};
+use burn::tensor::{Device, Tensor};
+
+use super::inputs::{BatchTensors, Dimensions};
+use super::tower::{bce_with_logits, Mlp};
+
+/// A click model: its parameters (a burn module), the click logits it predicts, the relevance r(x)
+/// serving ranks by, the objective it trains, and the position bias it estimates.
+pub trait Model: Module + Sized {
+    /// Its `[train] model` name, and its name in reports and metric labels.
+    const NAME: &'static str;
+    /// Other names `[train] model` accepts.
+    const ALIASES: &'static [&'static str] = &[];
+    /// One line: the model and where it comes from.
+    const SUMMARY: &'static str;
+    /// Trains on whole sessions (a listwise loss or a per-session E-step), not on independent rows;
+    /// takes no IPS weights.
+    const LISTWISE: bool = false;
+    /// Its click logits need the item's session (losses are scored on lists).
+    const SESSION_LOGITS: bool = false;
+    /// Its logit mixes position and relevance embeddings: a feature tower only, and served at a
+    /// canonical position.
+    const EMBEDDING_INTERACTION: bool = false;
+    /// It estimates position effects (which the data must then identify, Hager §3–4).
+    const POSITION_PARAMETERS: bool = true;
+
+    /// Its architecture section (`[train.<section>]`): what a warm start must share. `()` for none.
+    type Shape: Clone + Default;
+    /// Its objective's section: what a warm start may change. `()` for none.
+    type Settings;
+
+    /// A fresh model (parameters at burn's default initialisation, position parameters at 0 where
+    /// the paper starts them there).
+    fn new(dims: &Dimensions, shape: &Self::Shape, device: &Device) -> Self;
+
+    /// σ⁻¹ P(click) of every row, as the model predicts at inference (no dropout).
+    fn click_logits(&self, b: &BatchTensors) -> Tensor<1>;
+
+    /// The relevance score r(x) (γ_{q,d} for embeddings) of every row: what serving ranks by.
+    fn relevance(&self, b: &BatchTensors) -> Tensor<1>;
+
+    /// The position bias relative to position 1, for k = 1..=K.
+    fn position_bias(&self, max_positions: usize) -> Vec<f64>;
+
+    /// The serving relevance as parameters (for the export): γ per pair, or one scalar MLP.
+    fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>);
+
+    /// Grows the γ embedding to `vocabulary` entries (new pairs start at 0) for a warm start.
+    fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self;
+
+    /// Σ w·BCE of the click logits: the loss every model is compared on.
+    fn click_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
+        (bce_with_logits(self.click_logits(b), b.clicks.clone()) * b.weights.clone()).sum()
+    }
+
+    /// The loss early stopping watches (the click loss unless the model's logits are uncalibrated).
+    fn fit_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
+        self.click_loss_sum(b)
+    }
+
+    /// Σ over the batch of the training objective.
+    fn objective_sum(&self, b: &BatchTensors, _settings: &Self::Settings) -> Tensor<1> {
+        self.click_loss_sum(b)
+    }
+
+    /// The position (1-based) a serving system must assume for `relevance`, if any.
+    fn canonical_position(&self) -> Option<usize> {
+        None
+    }
+
+    /// Whether training with these settings needs the examples' relevance labels (simulations).
+    fn needs_labels(_settings: &Self::Settings) -> bool {
+        false
+    }
+
+    /// Checks its sections against the shared dimensions; errors name the key.
+    fn validate(_tower: super::inputs::TowerKind, _max_positions: usize, _shape: &Self::Shape) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Writes its record.
+    fn write_record(&self, path: &Path) -> Result<(), String> {
+        self.clone().save_file(path).map_err(|e| e.to_string())
+    }
+
+    /// Loads a record written by `write_record` into this skeleton.
+    fn read_record(self, path: &Path) -> Result<Self, String> {
+        self.try_load_file(path).map_err(|e| e.to_string())
+    }
+}
