@@ -7,20 +7,11 @@
 #[macro_use]
 mod registry;
 
-pub mod additive;
-pub mod biased;
-pub mod dla;
-pub mod edot;
-pub mod einter;
-pub mod gradient_reversal;
+// The models' files are declared by `registry!` below, one per line.
 pub mod inputs;
 pub mod interface;
-pub mod mixem;
-pub mod observation_dropout;
 pub mod observation_tower;
-pub mod rem;
 pub mod tower;
-pub mod xpa;
 
 use std::path::Path;
 

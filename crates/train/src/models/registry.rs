@@ -11,11 +11,14 @@ macro_rules! or_default {
     };
 }
 
-/// Generates `ModelKind`, `AnyModel` and their dispatch from one line per model:
+/// Declares each model's file and generates `ModelKind`, `AnyModel` and their dispatch from one
+/// line per model:
 /// `Variant => file::Type [shape <section>] [settings <section>]`, the sections being fields of
 /// `ModelSections` (and, for a shape, of `Architecture`).
 macro_rules! registry {
     ($( $kind:ident => $file:ident :: $ty:ident $([shape $shape:ident])? $([settings $settings:ident])? ),* $(,)?) => {
+        $( pub mod $file; )*
+
         /// `[train] model`: which click model is trained.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ModelKind {
