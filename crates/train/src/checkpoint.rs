@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{TowerKind, TrainConfig};
 use super::export;
-use super::fit::{FitReport, ModelMeta, StopReason, Trained};
+use super::artefact::{ModelMeta, Trained};
+use super::fit::{FitReport, StopReason};
 use super::models::AnyModel;
 
 pub const CURRENT: &str = "CURRENT";

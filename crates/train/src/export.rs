@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::TowerKind;
-use super::fit::{Normalizer, Trained};
+use super::artefact::{Normalizer, Trained};
 use super::models::{AnyModel, Mlp};
 
 pub const EXPORT: &str = "relevance.json";

@@ -2,6 +2,8 @@
 //! checkpointed, and promoted only through the gate. `ultr train` and `ultr run`'s schedule both call
 //! [`train_from_state`].
 
+pub mod artefact;
+pub mod batches;
 pub mod checkpoint;
 pub mod chunks;
 pub mod config;
@@ -13,6 +15,7 @@ pub mod fit;
 pub mod ips_propensity;
 pub mod models;
 pub mod onnx;
+pub mod scoring;
 pub mod uncertainty;
 pub mod weights;
 
@@ -26,7 +29,9 @@ use ultr_core::config::CoreConfig;
 use checkpoint::{decide, CheckpointInfo, Decision, ModelStore};
 use chunks::{load_training_data, TrainingData};
 use data::{split_of, Examples, Horizon, Split};
-use fit::{fit_chunks, FitReport, LossSums, Trained};
+use artefact::Trained;
+use fit::{fit_chunks, FitReport};
+use scoring::LossSums;
 use weights::ips_weights;
 
 /// What `ultr train` was asked to do.
@@ -151,50 +156,14 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let store = ModelStore::open(&models_dir(req.config, req.state_dir))?;
     let _writing = store.lock_for_writing()?;
     let device = cfg.backend.device()?;
-    let current_id = store.current_id()?;
-    let current: Option<(String, anyhow::Result<Trained>)> = current_id.map(|id| {
+    let current: Option<(String, anyhow::Result<Trained>)> = store.current_id()?.map(|id| {
         // A current model of another feature schema can neither warm-start nor be compared at the gate.
         let loaded = store.load(&id, &device).and_then(|t| t.check_feature_schema(req.core.decode.feature_schema.as_ref()).map(|_| t));
         (id, loaded)
     });
     let rt = runtime()?;
     let lookback = req.core.state.lookback_ms();
-
-    let mut note = None;
-    let mut parent = None;
-    let horizon = match (&current, req.warm_start) {
-        (Some((id, Ok(t))), true) => {
-            if t.meta.architecture.model != cfg.model {
-                anyhow::bail!(
-                    "cannot warm-start from {id}: it is a `{}` model but the config trains `{}` (key `train.model`); train cold (without --warm-start)",
-                    t.meta.architecture.model.name(),
-                    cfg.model.name()
-                );
-            }
-            if t.meta.architecture != cfg.architecture() {
-                anyhow::bail!(
-                    "cannot warm-start from {id}: its architecture is {:?} but the config says {:?}; train cold (without --warm-start)",
-                    t.meta.architecture,
-                    cfg.architecture()
-                );
-            }
-            let info = store.info(id)?;
-            let after = info.data_range_ms.map(|(_, end)| end).unwrap_or(i64::MIN);
-            parent = Some(id.clone());
-            Horizon::After(after)
-        }
-        (Some((id, Err(e))), true) => anyhow::bail!("cannot warm-start from the current model {id}: {e:#}"),
-        (None, true) => {
-            note = Some("--warm-start: no current model yet, trained cold on the whole horizon".to_string());
-            Horizon::Lookback(lookback)
-        }
-        (_, false) => Horizon::Lookback(lookback),
-    };
-    if let (Horizon::After(t), Some(id)) = (horizon, &parent) {
-        if !manifest.windows.iter().any(|w| w.end_ms > t) {
-            anyhow::bail!("nothing to warm-start on: no closed window ends after the current model {id}'s data (up to {t} ms)");
-        }
-    }
+    let (horizon, parent, note) = training_horizon(req, &store, &manifest, current.as_ref())?;
     let budget = cfg.memory_budget_bytes().map_err(|e| anyhow::anyhow!(e))?;
     let data = rt
         .block_on(load_training_data(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))
@@ -213,45 +182,11 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     } else {
         fit_chunks(data.chunks(), cfg, init, req.progress, req.cancel)?
     };
-
     trained.meta.feature_schema = req.core.decode.feature_schema.clone();
-    let current_model = current.as_ref().and_then(|(_, t)| t.as_ref().ok());
-    let models: Vec<&Trained> = std::iter::once(&trained).chain(current_model).collect();
-    let mut losses = evaluation_losses(&models, &data, req.config)?.into_iter();
-    let candidate_loss = losses.next().expect("the candidate's loss")?;
-    let current_loss = current.as_ref().map(|(id, t)| {
-        let loss = match t {
-            Ok(_) => losses.next().expect("the current model's loss"),
-            Err(e) => Err(anyhow::anyhow!("{e:#}")),
-        };
-        (id.as_str(), loss)
-    });
-    let decision = decide(&report, candidate_loss, current_loss, cfg.promotion_tolerance, req.force);
-
+    let (decision, candidate_loss) = gate(req, &trained, &report, current.as_ref(), &data)?;
     let cold_comparison = if req.compare_cold && parent.is_some() {
-        let full = rt.block_on(load_training_data(
-            req.state_dir,
-            &manifest,
-            lookback,
-            Horizon::Lookback(lookback),
-            cfg.max_positions,
-            &cfg.ips,
-            budget,
-            &spill_dir(req.state_dir),
-        ))?;
-        let (cold, cold_report) = fit_chunks(full.chunks(), cfg, None, req.progress, req.cancel)?;
-        drop(full);
-        let cold_loss = evaluation_losses(&[&cold], &data, req.config)?.remove(0)?;
-        let k = report.max_position.min(cold_report.max_position) as usize;
-        let (tw, tc) = (trained.position_bias(), cold.position_bias());
-        Some(ColdComparison {
-            warm_evaluation_loss: candidate_loss,
-            cold_evaluation_loss: cold_loss,
-            warm_seconds: report.seconds,
-            cold_seconds: cold_report.seconds,
-            max_theta_difference: (0..k).map(|i| (tw[i] - tc[i]).abs()).fold(0.0, f64::max),
-            cold_train_impressions: cold_report.train_impressions,
-        })
+        let full = rt.block_on(load_training_data(req.state_dir, &manifest, lookback, Horizon::Lookback(lookback), cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))?;
+        Some(compare_cold(req, full, &data, (&trained, &report, candidate_loss))?)
     } else {
         None
     };
@@ -284,17 +219,73 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b.clone()),
     };
-    Ok(TrainOutcome {
-        id,
-        decision,
-        fit: report,
-        theta,
-        data_range_ms: data.data_range_ms(),
-        models_dir: store.dir().to_path_buf(),
-        note,
-        cold_comparison,
-        pruned,
-        theta_intervals,
+    let data_range_ms = data.data_range_ms();
+    Ok(TrainOutcome { id, decision, fit: report, theta, data_range_ms, models_dir: store.dir().to_path_buf(), note, cold_comparison, pruned, theta_intervals })
+}
+
+/// Which windows the run trains on: the lookback, or with `--warm-start` the windows after the
+/// current model's data (checked against the config). Also the parent's id and a note for the user.
+fn training_horizon(
+    req: &TrainRequest,
+    store: &ModelStore,
+    manifest: &ultr_core::state::Manifest,
+    current: Option<&(String, anyhow::Result<Trained>)>,
+) -> anyhow::Result<(Horizon, Option<String>, Option<String>)> {
+    let lookback = req.core.state.lookback_ms();
+    match (current, req.warm_start) {
+        (Some((id, Ok(t))), true) => {
+            t.check_warm_start(&req.config.architecture(), id)?;
+            let after = store.info(id)?.data_range_ms.map(|(_, end)| end).unwrap_or(i64::MIN);
+            if !manifest.windows.iter().any(|w| w.end_ms > after) {
+                anyhow::bail!("nothing to warm-start on: no closed window ends after the current model {id}'s data (up to {after} ms)");
+            }
+            Ok((Horizon::After(after), Some(id.clone()), None))
+        }
+        (Some((id, Err(e))), true) => anyhow::bail!("cannot warm-start from the current model {id}: {e:#}"),
+        (None, true) => Ok((Horizon::Lookback(lookback), None, Some("--warm-start: no current model yet, trained cold on the whole horizon".to_string()))),
+        (_, false) => Ok((Horizon::Lookback(lookback), None, None)),
+    }
+}
+
+/// The promotion gate: the candidate's and the current model's losses on the evaluation rows, and
+/// the decision. Returns the decision and the candidate's loss.
+fn gate(
+    req: &TrainRequest,
+    trained: &Trained,
+    report: &FitReport,
+    current: Option<&(String, anyhow::Result<Trained>)>,
+    data: &TrainingData,
+) -> anyhow::Result<(Decision, f64)> {
+    let current_model = current.and_then(|(_, t)| t.as_ref().ok());
+    let models: Vec<&Trained> = std::iter::once(trained).chain(current_model).collect();
+    let mut losses = evaluation_losses(&models, data, req.config)?.into_iter();
+    let candidate_loss = losses.next().expect("the candidate's loss")?;
+    let current_loss = current.map(|(id, t)| {
+        let loss = match t {
+            Ok(_) => losses.next().expect("the current model's loss"),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        };
+        (id.as_str(), loss)
+    });
+    Ok((decide(report, candidate_loss, current_loss, req.config.promotion_tolerance, req.force), candidate_loss))
+}
+
+/// `--compare-cold`: retrains cold on the whole horizon `full` and compares it with the warm
+/// candidate on the same evaluation rows of `data`.
+fn compare_cold(req: &TrainRequest, full: TrainingData, data: &TrainingData, warm: (&Trained, &FitReport, f64)) -> anyhow::Result<ColdComparison> {
+    let (trained, report, candidate_loss) = warm;
+    let (cold, cold_report) = fit_chunks(full.chunks(), req.config, None, req.progress, req.cancel)?;
+    drop(full);
+    let cold_loss = evaluation_losses(&[&cold], data, req.config)?.remove(0)?;
+    let k = report.max_position.min(cold_report.max_position) as usize;
+    let (tw, tc) = (trained.position_bias(), cold.position_bias());
+    Ok(ColdComparison {
+        warm_evaluation_loss: candidate_loss,
+        cold_evaluation_loss: cold_loss,
+        warm_seconds: report.seconds,
+        cold_seconds: cold_report.seconds,
+        max_theta_difference: (0..k).map(|i| (tw[i] - tc[i]).abs()).fold(0.0, f64::max),
+        cold_train_impressions: cold_report.train_impressions,
     })
 }
 

@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
 use super::data::Examples;
-use super::fit::{fit, Trained};
+use super::artefact::Trained;
+use super::fit::fit;
 
 pub use super::config::{ResampleUnit, UncertaintyConfig};
 

@@ -7,7 +7,7 @@ use burn::tensor::Device;
 use serde::Serialize;
 
 use crate::data::Examples;
-use crate::fit::Trained;
+use crate::artefact::Trained;
 
 pub mod judged;
 
