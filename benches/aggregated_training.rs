@@ -51,7 +51,7 @@ fn main() {
     config.simulator.policy.tau = 0.3;
     // A horizon of 28 windows: the stream's event time spans sessions × interval.
     let span_ms = sessions as i64 * config.simulator.interval_ms;
-    config.window.size = format!("{}ms", (span_ms / 28).max(1));
+    config.window.size = format!("{}ms", (span_ms / 28).max(1)).parse().expect("a duration");
     let t = Instant::now();
     ultr::pipeline::run_to_state(&config, dir.path(), &mut ultr::pipeline::NoObserver).unwrap();
     let ingest_s = t.elapsed().as_secs_f64();

@@ -37,8 +37,8 @@ fn store(prefix: &str) -> ObjectStoreConfig {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
-        compact_interval: "5s".into(),
-        lease_ttl: "30s".into(),
+        compact_interval: "5s".parse().unwrap(),
+        lease_ttl: "30s".parse().unwrap(),
     }
 }
 
@@ -50,8 +50,8 @@ fn config(topic: &str, group: &str, s: &ObjectStoreConfig, window: &str, idle_ex
          [state.object_store]\nurl = {:?}\ncompact_interval = {:?}\nlease_ttl = {:?}\n[state.object_store.options]\n",
         env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"),
         s.url,
-        s.compact_interval,
-        s.lease_ttl
+        s.compact_interval.text(),
+        s.lease_ttl.text()
     );
     for (k, v) in &s.options {
         text.push_str(&format!("{k} = {v:?}\n"));

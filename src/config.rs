@@ -118,7 +118,7 @@ impl PipelineConfig {
     /// Parses config text; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid { path: origin.to_string(), message };
-        let config: PipelineConfig = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let config: PipelineConfig = toml::from_str(text).map_err(|e| invalid(name_the_key(text, &e)))?;
         config.core().validate().map_err(&invalid)?;
         if let Some(store) = &config.state.object_store {
             if !matches!(config.source, SourceConfig::Kafka(_)) {
@@ -129,8 +129,8 @@ impl PipelineConfig {
                     "key `dead_letter.file` cannot be shared by several instances with `state.object_store`: leave `[dead_letter]` unset (each partition's letters are kept with its state) or use `[dead_letter.kafka]`".into(),
                 ));
             }
-            for (key, text) in [("compact_interval", &store.compact_interval), ("lease_ttl", &store.lease_ttl)] {
-                parse_duration_ms(text).map_err(|e| invalid(format!("key `state.object_store.{key}`: {e}")))?;
+            if store.compact_interval.ms() <= 0 || store.lease_ttl.ms() <= 0 {
+                return Err(invalid("keys `state.object_store.compact_interval` and `state.object_store.lease_ttl` must be longer than 0".into()));
             }
             let url = url::Url::parse(&store.url).map_err(|e| invalid(format!("key `state.object_store.url` = {:?}: {e}", store.url)))?;
             if url.scheme() != "s3" {
@@ -146,5 +146,28 @@ impl PipelineConfig {
             config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;
         }
         Ok(config)
+    }
+}
+
+/// A TOML error with the dotted key it is about (`key `state.lookback`: ...`), found from the
+/// error's position: the key on that line under the nearest table header above it. Values that fail
+/// their type at load (durations, sizes, enum names) so name their key as `validate()`'s errors do.
+fn name_the_key(text: &str, error: &toml::de::Error) -> String {
+    let message = error.to_string();
+    let Some(span) = error.span() else { return message };
+    let before = &text[..span.start.min(text.len())];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let Some((key, _)) = line.split_once('=') else { return message };
+    let key = key.trim().trim_matches('"');
+    let table = before[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && !l.starts_with("[["))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    match table {
+        Some(table) => format!("key `{table}.{key}`: {message}"),
+        None => format!("key `{key}`: {message}"),
     }
 }

@@ -216,6 +216,8 @@ fn type_text(ty: &str) -> String {
         "f64" | "f32" => "number".to_string(),
         "bool" => "boolean".to_string(),
         "PathBuf" => "path".to_string(),
+        "ConfigDuration" => "duration".to_string(),
+        "ConfigBytes" => "size".to_string(),
         _ if base.starts_with("Vec<") => "array".to_string(),
         _ if base.starts_with("BTreeMap<") || base.starts_with("HashMap<") => "table".to_string(),
         other => format!("`{other}`"),
@@ -342,7 +344,7 @@ mod tests {
     #[test]
     fn the_reference_names_every_section_and_a_few_known_keys() {
         let r = render();
-        for needle in ["`[window]`", "`[train.ips]`", "`[state.object_store]`", "`[source.kafka]`", "| `size` | string | `\"1h\"`", "| `max_epochs` | integer |", "| `max_event_age` |"] {
+        for needle in ["`[window]`", "`[train.ips]`", "`[state.object_store]`", "`[source.kafka]`", "| `size` | duration | `\"1h\"`", "| `max_epochs` | integer |", "| `max_event_age` |"] {
             assert!(r.contains(needle), "{needle} missing from the reference");
         }
         // Retired keys, refused by the loader, are not documented as keys.

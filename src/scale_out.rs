@@ -31,7 +31,6 @@ use ultr_core::sources::{RecordSource, ResumeOffsets, SourceHealth};
 use ultr_core::state::merged::{compact, CompactReport, MergeTarget};
 use ultr_core::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
 use ultr_core::state::{lease, StateStore};
-use ultr_core::units::parse_duration_ms;
 
 /// The merged view's folder under an instance's `--state` directory.
 pub fn merged_dir(root: &Path) -> PathBuf {
@@ -378,8 +377,8 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     let remote = Arc::new(Remote::open(store_config)?);
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
     let _lock = ultr_core::state::lock::DirLock::acquire(root, "scale-out state directory")?;
-    let compact_every = Duration::from_millis(parse_duration_ms(&store_config.compact_interval).unwrap_or(30_000).max(1) as u64);
-    let lease_ttl = parse_duration_ms(&store_config.lease_ttl).unwrap_or(90_000);
+    let compact_every = store_config.compact_interval.std().max(Duration::from_millis(1));
+    let lease_ttl = store_config.lease_ttl.ms();
     let me = instance_id();
     let shared = Arc::new(Shared {
         config: config.clone(),

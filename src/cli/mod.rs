@@ -659,7 +659,7 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
-    let ttl = ultr_core::units::parse_duration_ms(&store.lease_ttl).map_err(|e| anyhow::anyhow!("key `state.object_store.lease_ttl`: {e}"))?;
+    let ttl = store.lease_ttl.ms();
     let remote = ultr_core::state::remote::Remote::open(store)?;
     let me = crate::scale_out::instance_id();
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait.max(0) as u64);

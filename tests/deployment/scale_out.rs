@@ -61,8 +61,8 @@ fn store_config(prefix: &str) -> ObjectStoreConfig {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
-        compact_interval: "1s".into(),
-        lease_ttl: "4s".into(),
+        compact_interval: "1s".parse().unwrap(),
+        lease_ttl: "4s".parse().unwrap(),
     }
 }
 
@@ -81,7 +81,7 @@ fn config_text(topic: &str, group: &str, store: Option<&ObjectStoreConfig>) -> S
     if let Some(s) = store {
         text.push_str(&format!(
             "[state.object_store]\nurl = {:?}\ncompact_interval = {:?}\nlease_ttl = {:?}\n[state.object_store.options]\n",
-            s.url, s.compact_interval, s.lease_ttl
+            s.url, s.compact_interval.text(), s.lease_ttl.text()
         ));
         for (k, v) in &s.options {
             text.push_str(&format!("{k} = {v:?}\n"));

@@ -51,8 +51,6 @@ impl CoreConfig {
             return Err("keys `decode.max_items` and `decode.max_features` must be >= 1".into());
         }
         self.window.validate()?;
-        crate::units::parse_duration_ms(&self.decode.max_clock_skew).map_err(|e| format!("key `decode.max_clock_skew`: {e}"))?;
-        crate::units::parse_duration_ms(&self.decode.max_event_age).map_err(|e| format!("key `decode.max_event_age`: {e}"))?;
         self.state.validate()?;
         self.identifiability.validate()?;
         if let Some(schema) = &self.decode.feature_schema {

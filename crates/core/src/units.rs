@@ -24,3 +24,108 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
     };
     n.checked_mul(scale).and_then(|b| usize::try_from(b).ok()).filter(|b| *b > 0).ok_or_else(|| format!("`{text}` must be > 0 and fit in memory"))
 }
+
+/// A duration as a config file writes it (`500ms`, `30s`, `10m`, `1h`, `28d`), parsed once when the
+/// config is read: a value that does not parse is refused at load, so no use site parses again or
+/// falls back to a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigDuration {
+    text: String,
+    ms: i64,
+}
+
+impl ConfigDuration {
+    /// Milliseconds.
+    pub fn ms(&self) -> i64 {
+        self.ms
+    }
+
+    /// As a `std::time::Duration` (a negative duration is zero).
+    pub fn std(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.ms.max(0) as u64)
+    }
+
+    /// The text it was written as.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::str::FromStr for ConfigDuration {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        Ok(ConfigDuration { ms: parse_duration_ms(text)?, text: text.to_string() })
+    }
+}
+
+impl std::fmt::Display for ConfigDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl serde::Serialize for ConfigDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A size in bytes as a config file writes it (`512MiB`, `2GiB`, or bytes), parsed once at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigBytes {
+    text: String,
+    bytes: usize,
+}
+
+impl ConfigBytes {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::str::FromStr for ConfigBytes {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        Ok(ConfigBytes { bytes: parse_bytes(text)?, text: text.to_string() })
+    }
+}
+
+impl std::fmt::Display for ConfigBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl serde::Serialize for ConfigBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ConfigBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration or size literal of the code's own defaults (a typo there is a bug, caught by every
+/// test that builds a default config).
+pub fn duration(text: &str) -> ConfigDuration {
+    text.parse().unwrap_or_else(|e| panic!("default duration {text:?}: {e}"))
+}
+
+pub fn bytes(text: &str) -> ConfigBytes {
+    text.parse().unwrap_or_else(|e| panic!("default size {text:?}: {e}"))
+}

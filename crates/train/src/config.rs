@@ -143,7 +143,7 @@ pub struct TrainConfig {
     /// Memory the training examples may take (rows, feature vectors, the fit's per-row arrays).
     /// A horizon beyond it is spilled to disk in chunks of at most this size and streamed chunk by
     /// chunk every epoch. `512MiB`, `2GiB`, or bytes.
-    pub memory_budget: String,
+    pub memory_budget: ultr_core::units::ConfigBytes,
     /// With examples spilled to chunks: every epoch visits each training chunk this many times (in
     /// a fresh shuffled order each round, each visit with its share of the chunk's steps). More
     /// visits keep SGD from drifting towards the chunk it trained on last, at one chunk read each.
@@ -194,7 +194,7 @@ impl Default for TrainConfig {
             seed: 1,
             backend: BackendKind::default(),
             models_dir: None,
-            memory_budget: "2GiB".into(),
+            memory_budget: ultr_core::units::bytes("2GiB"),
             chunk_visits: 16,
             promotion_tolerance: 0.002,
             keep_checkpoints: None,
@@ -289,7 +289,7 @@ impl TrainConfig {
 
     /// `train.memory_budget` in bytes.
     pub fn memory_budget_bytes(&self) -> Result<usize, String> {
-        ultr_core::units::parse_bytes(&self.memory_budget).map_err(|e| format!("key `train.memory_budget`: {e}"))
+        Ok(self.memory_budget.bytes())
     }
 
     /// The settings a checkpoint must share with this config to warm-start from it.

@@ -42,14 +42,14 @@ pub struct DecodeLimits {
     /// (`future_event_time`). The reference is the wall clock for Kafka and the simulator; for file
     /// replays it is the newest event time accepted so far from that file (the wall clock before
     /// the first), so an old log replays while a corrupt year-9999 timestamp is still refused.
-    pub max_clock_skew: String,
+    pub max_clock_skew: crate::units::ConfigDuration,
     /// On a live stream (Kafka), a session whose `event_time` lies further than this before the
     /// wall clock is refused (`stale_event_time`). A 1970 timestamp from a broken producer, read
     /// first on a partition, would set that partition's clock decades behind: the clock moves at
     /// most `window.max_partition_clock_jump` per session, so every window would stay open while it
     /// crawled forward. Replays (files, the simulator) are not judged by the wall clock. Raise it to
     /// re-read an older topic.
-    pub max_event_age: String,
+    pub max_event_age: crate::units::ConfigDuration,
     /// The names and version of the stream's feature vectors (`[decode.feature_schema]`). A model
     /// trained on the stream records it and exports it; a model whose schema differs is refused
     /// before it scores, warm-starts or competes at the gate. It also fixes the feature dimensions.
@@ -121,21 +121,21 @@ impl Default for DecodeLimits {
             feature_dim: None,
             bias_feature_dim: None,
             feature_schema: None,
-            max_clock_skew: "1h".into(),
-            max_event_age: "365d".into(),
+            max_clock_skew: crate::units::duration("1h"),
+            max_event_age: crate::units::duration("365d"),
         }
     }
 }
 
 impl DecodeLimits {
-    /// `max_event_age` in milliseconds; `None` when it does not parse (the config refuses that).
+    /// `max_event_age` in milliseconds (always set: the live-stream floor is always on).
     pub fn max_event_age_ms(&self) -> Option<i64> {
-        humantime::parse_duration(self.max_event_age.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        Some(self.max_event_age.ms())
     }
 
-    /// `max_clock_skew` in milliseconds; `None` when it does not parse (the config refuses that).
+    /// `max_clock_skew` in milliseconds (always set).
     pub fn max_clock_skew_ms(&self) -> Option<i64> {
-        humantime::parse_duration(self.max_clock_skew.trim()).ok().map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        Some(self.max_clock_skew.ms())
     }
 }
 

@@ -34,10 +34,10 @@ pub struct ObjectStoreConfig {
     /// How often the lease holder merges the partitions' windows into the merged view (and the
     /// other instances fetch it).
     #[serde(default = "default_compact_interval")]
-    pub compact_interval: String,
+    pub compact_interval: crate::units::ConfigDuration,
     /// How long the compactor's lease lasts without renewal; another instance takes over after it.
     #[serde(default = "default_lease_ttl")]
-    pub lease_ttl: String,
+    pub lease_ttl: crate::units::ConfigDuration,
 }
 
 impl ObjectStoreConfig {
@@ -56,12 +56,12 @@ impl ObjectStoreConfig {
     }
 }
 
-fn default_compact_interval() -> String {
-    "30s".into()
+fn default_compact_interval() -> crate::units::ConfigDuration {
+    crate::units::duration("30s")
 }
 
-fn default_lease_ttl() -> String {
-    "90s".into()
+fn default_lease_ttl() -> crate::units::ConfigDuration {
+    crate::units::duration("90s")
 }
 
 /// An object store opened from `[state.object_store]`, with a runtime of its own so the

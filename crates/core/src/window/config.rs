@@ -3,23 +3,23 @@
 use serde::{Deserialize, Serialize};
 
 use super::operator::WindowSpec;
-use crate::units::parse_duration_ms;
+use crate::units::{duration, ConfigDuration};
 
-/// Event-time windows (`[window]`). Durations are text: `500ms`, `30s`, `10m`, `1h`, `28d`.
+/// Event-time windows (`[window]`). Durations are written `500ms`, `30s`, `10m`, `1h`, `28d`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WindowConfig {
     /// Window length.
-    pub size: String,
+    pub size: ConfigDuration,
     /// Hop between window starts; unset for tumbling windows. Must divide `size`.
-    pub slide: Option<String>,
+    pub slide: Option<ConfigDuration>,
     /// How far behind the newest event time a session may arrive and still count.
-    pub allowed_lateness: String,
+    pub allowed_lateness: ConfigDuration,
     /// A partition silent this long stops holding back the watermark.
-    pub idle_partition_timeout: String,
+    pub idle_partition_timeout: ConfigDuration,
     /// One session may move its partition's clock at most this far past the watermark (plus
     /// `allowed_lateness`), so one outlier event time cannot close every open window at once.
-    pub max_partition_clock_jump: String,
+    pub max_partition_clock_jump: ConfigDuration,
     /// An open window buffers at most this many impression rows before reducing them to partial
     /// aggregates (by the `sql/` statistics); its memory is this buffer plus its distinct keys.
     pub reduce_rows: usize,
@@ -41,11 +41,11 @@ impl WindowConfig {
 impl Default for WindowConfig {
     fn default() -> Self {
         WindowConfig {
-            size: "1h".into(),
+            size: duration("1h"),
             slide: None,
-            allowed_lateness: "5m".into(),
-            idle_partition_timeout: "30s".into(),
-            max_partition_clock_jump: "1h".into(),
+            allowed_lateness: duration("5m"),
+            idle_partition_timeout: duration("30s"),
+            max_partition_clock_jump: duration("1h"),
             reduce_rows: 65_536,
             session_store_patterns: super::DEFAULT_SESSION_STORE_PATTERNS,
         }
@@ -55,19 +55,19 @@ impl Default for WindowConfig {
 impl WindowConfig {
     /// The window settings in milliseconds, checked: size > 0, slide divides size, lateness ≥ 0.
     pub fn spec(&self) -> Result<WindowSpec, String> {
-        let size = parse_duration_ms(&self.size).map_err(|e| format!("key `window.size`: {e}"))?;
+        let size = self.size.ms();
         if size <= 0 {
             return Err("key `window.size` must be longer than 0".into());
         }
         let slide = match &self.slide {
-            Some(s) => parse_duration_ms(s).map_err(|e| format!("key `window.slide`: {e}"))?,
+            Some(s) => s.ms(),
             None => size,
         };
         if slide <= 0 || slide > size || size % slide != 0 {
             return Err(format!("key `window.slide` ({slide} ms) must be > 0 and divide `window.size` ({size} ms)"));
         }
-        let lateness = parse_duration_ms(&self.allowed_lateness).map_err(|e| format!("key `window.allowed_lateness`: {e}"))?;
-        let idle = parse_duration_ms(&self.idle_partition_timeout).map_err(|e| format!("key `window.idle_partition_timeout`: {e}"))?;
+        let lateness = self.allowed_lateness.ms();
+        let idle = self.idle_partition_timeout.ms();
         if idle <= 0 {
             return Err("key `window.idle_partition_timeout` must be longer than 0".into());
         }
@@ -76,13 +76,12 @@ impl WindowConfig {
 
     /// `window.max_partition_clock_jump` in milliseconds.
     pub fn max_clock_jump_ms(&self) -> i64 {
-        parse_duration_ms(&self.max_partition_clock_jump).unwrap_or(3_600_000)
+        self.max_partition_clock_jump.ms()
     }
 
     /// Every `[window]` key checked, each error naming its key.
     pub fn validate(&self) -> Result<(), String> {
         self.spec()?;
-        parse_duration_ms(&self.max_partition_clock_jump).map_err(|e| format!("key `window.max_partition_clock_jump`: {e}"))?;
         if self.reduce_rows == 0 {
             return Err("key `window.reduce_rows` must be >= 1".into());
         }
