@@ -45,6 +45,8 @@ pub struct PipelineConfig {
     pub train: ultr_train::config::TrainConfig,
     #[serde(default)]
     pub service: crate::service::config::ServiceConfig,
+    #[serde(default)]
+    pub runtime: ultr_core::runtime::RuntimeConfig,
 }
 
 pub use ultr_core::units::{parse_bytes, parse_duration_ms};
@@ -110,9 +112,12 @@ impl PipelineConfig {
         self.state.retention_ms()
     }
 
+    /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Self::parse(&text, &path.display().to_string())
+        let config = Self::parse(&text, &path.display().to_string())?;
+        ultr_core::runtime::configure(&config.runtime);
+        Ok(config)
     }
 
     /// Parses config text; `origin` names the file in errors.
@@ -120,6 +125,7 @@ impl PipelineConfig {
         let invalid = |message: String| ConfigError::Invalid { path: origin.to_string(), message };
         let config: PipelineConfig = toml::from_str(text).map_err(|e| invalid(name_the_key(text, &e)))?;
         config.core().validate().map_err(&invalid)?;
+        config.runtime.validate().map_err(&invalid)?;
         if let Some(store) = &config.state.object_store {
             if !matches!(config.source, SourceConfig::Kafka(_)) {
                 return Err(invalid("key `state.object_store` needs `[source.kafka]`: instances share the work by Kafka partitions".into()));

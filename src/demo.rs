@@ -49,7 +49,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     print!("{}", summary.render());
     println!("simulate + decode: {:.2}s ({:.0} impressions/s)", elapsed, summary.impressions as f64 / elapsed);
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = ultr_core::runtime::multi_thread("ultr-demo")?;
     let ctr = runtime.block_on(position_ctr(batches))?;
     let expected = sim.truth().expected_position_ctr().unwrap_or_default();
     println!("\nposition  impressions   ctr     expected  z");

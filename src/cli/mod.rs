@@ -712,7 +712,7 @@ fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
         None => PipelineConfig::parse("source = \"simulator\"", "(defaults)")?,
     };
     let manifest = ultr_core::state::read_manifest(&args.state)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = ultr_core::runtime::multi_thread("ultr-identify")?;
     let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.lookback_ms()))?;
     anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
     ultr_core::state::cumulative::write(&args.state, &cumulative)?;

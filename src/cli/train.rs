@@ -412,7 +412,7 @@ fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result
     let trained = store.load(&id, &config.train.backend.device()?)?;
     trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
     let manifest = ultr_core::state::read_manifest(&args.state)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = ultr_core::runtime::multi_thread("ultr-eval")?;
     let lookback = config.lookback_ms();
     let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
     trained.check_compatible(&all)?;

@@ -266,7 +266,7 @@ impl Monitor {
         if manifest.windows.is_empty() {
             return Ok(());
         }
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = ultr_core::runtime::current_thread()?;
         let cumulative = rt.block_on(ultr_core::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
         let id = ultr_train::identifiability(&cumulative, &self.config.identifiability, &self.config.train)?;
         let m = &self.metrics;

@@ -108,7 +108,7 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::
     let listener = std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr} (key `service.listen`): {e}"))?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("ultr-http").enable_all().build()?;
+    let runtime = ultr_core::runtime::with_threads("ultr-http", 1)?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let app = Router::new()
         .route("/", get(status_page))

@@ -35,7 +35,7 @@ pub struct ServiceOptions {
 pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     use tokio::signal::unix::{signal, SignalKind};
     let stop = Arc::new(AtomicBool::new(false));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = ultr_core::runtime::current_thread()?;
     let (mut term, mut int) = {
         let _guard = rt.enter();
         (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?)

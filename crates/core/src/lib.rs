@@ -9,6 +9,7 @@ pub mod identify;
 pub mod ingest;
 pub mod pipeline;
 pub mod progress;
+pub mod runtime;
 pub mod session;
 pub mod sinks;
 pub mod sources;

@@ -127,7 +127,7 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
     }
     let (dead_max_bytes, dead_keep) = dead_letter_rotation(config);
     observer.on_restored(source_health);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = crate::runtime::multi_thread("ultr-pipeline")?;
 
     let mut report = RunReport {
         dead_letters: manifest.dead_letters.clone(),

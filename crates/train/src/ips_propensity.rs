@@ -81,7 +81,7 @@ mod tests {
     }
 
     fn pis(cfg: &IpsConfig) -> BTreeMap<(String, u32), Option<f64>> {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = ultr_core::runtime::current_thread().unwrap();
         let out = rt.block_on(ips_propensity(table(), cfg)).unwrap();
         let mut m = BTreeMap::new();
         for b in &out {

@@ -95,7 +95,7 @@ pub fn models_dir(config: &TrainConfig, state_dir: &Path) -> PathBuf {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+    Ok(ultr_core::runtime::multi_thread("ultr-train")?)
 }
 
 /// The evaluation slice of `ex` with its weights (what the gate compares models on: sessions neither

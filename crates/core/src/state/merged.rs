@@ -99,7 +99,7 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
     let previous = store.manifest().merged_from.clone();
     let mut merged_from = BTreeMap::new();
     let mut closed = Vec::new();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = crate::runtime::current_thread()?;
     for ((start, end), members) in &groups {
         let key = format!("{start}-{end}");
         let print = fingerprint(members);

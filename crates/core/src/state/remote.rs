@@ -80,7 +80,7 @@ impl Remote {
         let options = crate::sources::secrets::resolve_properties(&config.options).context("[state.object_store] options")?;
         let (store, prefix) = object_store::parse_url_opts(&url, options)
             .with_context(|| format!("key `state.object_store.url` = {:?}: cannot open this object store", config.url))?;
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("ultr-object-store").enable_all().build()?;
+        let runtime = crate::runtime::multi_thread("ultr-object-store")?;
         Ok(Remote { store: Arc::from(store), prefix, runtime, url: config.url.clone() })
     }
 

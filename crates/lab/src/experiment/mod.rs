@@ -72,7 +72,7 @@ pub fn examples_through_pipeline(
     }
     crate::simulate::source::run_to_state(&sim, &config, dir, &mut ultr_core::pipeline::NoObserver)?;
     let manifest = ultr_core::state::read_manifest(dir)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = ultr_core::runtime::multi_thread("ultr-lab")?;
     let lookback = config.state.lookback_ms();
     let ex = rt.block_on(load_from_state(dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions, ips))?;
     std::fs::remove_dir_all(dir).ok(); // the examples are in memory; the state is scratch

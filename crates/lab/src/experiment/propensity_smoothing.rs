@@ -124,7 +124,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         config.state.checkpoint_every_records = 1_000_000;
         crate::simulate::source::run_to_state(&sim, &config, &dir, &mut ultr_core::pipeline::NoObserver)?;
         let manifest = ultr_core::state::read_manifest(&dir)?;
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let rt = ultr_core::runtime::multi_thread("ultr-lab")?;
         let cumulative = rt.block_on(ultr_core::state::cumulative::compute(&dir, &manifest, i64::MAX / 4))?;
         let truth = truth(&cumulative.policy_propensity)?;
         for (m, acc) in opts.priors.iter().zip(accs.iter_mut()) {

@@ -1,0 +1,54 @@
+//! The one place `ultr` builds tokio runtimes, with the worker threads `[runtime]` sets.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tokio::runtime::{Builder, Runtime};
+
+/// Async runtimes (`[runtime]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Worker threads of each multi-threaded runtime (the SQL of windows, state and training data,
+    /// the object store's client). Applied when the pipeline file is loaded.
+    pub worker_threads: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { worker_threads: DEFAULT_WORKER_THREADS }
+    }
+}
+
+impl RuntimeConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.worker_threads == 0 {
+            return Err("key `runtime.worker_threads` must be >= 1".into());
+        }
+        Ok(())
+    }
+}
+
+const DEFAULT_WORKER_THREADS: usize = 2;
+
+static WORKER_THREADS: AtomicUsize = AtomicUsize::new(DEFAULT_WORKER_THREADS);
+
+/// Makes every runtime built after it use `config`'s threads.
+pub fn configure(config: &RuntimeConfig) {
+    WORKER_THREADS.store(config.worker_threads.max(1), Ordering::Relaxed);
+}
+
+/// A multi-threaded runtime with the configured worker threads, its threads named `name`.
+pub fn multi_thread(name: &str) -> std::io::Result<Runtime> {
+    with_threads(name, WORKER_THREADS.load(Ordering::Relaxed))
+}
+
+/// A multi-threaded runtime with `threads` workers (a server that needs no more than one).
+pub fn with_threads(name: &str, threads: usize) -> std::io::Result<Runtime> {
+    Builder::new_multi_thread().worker_threads(threads.max(1)).thread_name(name).enable_all().build()
+}
+
+/// A runtime on the calling thread, for short blocking calls.
+pub fn current_thread() -> std::io::Result<Runtime> {
+    Builder::new_current_thread().enable_all().build()
+}
