@@ -13,7 +13,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -87,7 +88,7 @@ struct Shared {
 impl Shared {
     fn start(self: &Arc<Self>, topic: &str, partition: i32) {
         let key = (topic.to_string(), partition);
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tasks = self.tasks.lock();
         if tasks.contains_key(&key) {
             return;
         }
@@ -101,7 +102,7 @@ impl Shared {
                 tracing::info!(topic, partition, "partition task started");
                 tasks.insert(key, Task { stop, handle });
             }
-            Err(e) => *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("starting the task of {topic}[{partition}]: {e}")),
+            Err(e) => *self.failure.lock() = Some(format!("starting the task of {topic}[{partition}]: {e}")),
         }
     }
 
@@ -109,7 +110,7 @@ impl Shared {
     /// waits for them.
     fn release(&self, parts: &[(String, i32)]) {
         let tasks: Vec<((String, i32), Task)> = {
-            let mut map = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.tasks.lock();
             parts.iter().filter_map(|k| map.remove(k).map(|t| (k.clone(), t))).collect()
         };
         for (_, task) in &tasks {
@@ -125,8 +126,8 @@ impl Shared {
         let joined = handle.join();
         {
             // The task's counts move from live to finished at once: a reader never sees them twice or not at all.
-            let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
-            let live = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&(topic.to_string(), partition));
+            let mut finished = self.finished.lock();
+            let live = self.live.lock().remove(&(topic.to_string(), partition));
             match &joined {
                 Ok(Ok(report)) => finished.push(report.clone()),
                 _ => finished.extend(live),
@@ -141,14 +142,14 @@ impl Shared {
                 // rebalance answered late): the newer owner's state stands. If the group gives (or
                 // still gives) the partition to this instance, the main loop starts a task again.
                 tracing::warn!(topic, partition, "partition task fenced off: {e:#}");
-                self.fenced.lock().unwrap_or_else(|e| e.into_inner()).push((topic.to_string(), partition));
+                self.fenced.lock().push((topic.to_string(), partition));
             }
             Ok(Err(e)) => {
-                let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+                let mut failure = self.failure.lock();
                 failure.get_or_insert_with(|| format!("partition task {topic}[{partition}]: {e:#}"));
             }
             Err(_) => {
-                let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+                let mut failure = self.failure.lock();
                 failure.get_or_insert_with(|| format!("partition task {topic}[{partition}] panicked"));
             }
         }
@@ -185,12 +186,12 @@ impl Observer for TaskObserver<'_> {
     fn on_progress(&mut self, report: &RunReport) {
         let mut live = report.clone();
         live.window_close_seconds.clear(); // observed by no one in scale-out; not worth the copies
-        self.shared.live.lock().unwrap_or_else(|e| e.into_inner()).insert(self.key.clone(), live);
+        self.shared.live.lock().insert(self.key.clone(), live);
     }
 
     fn persist(&mut self, store: &StateStore) -> anyhow::Result<()> {
         self.shared.remote.push(&mut self.writer, store.dir())?;
-        self.shared.durable.lock().unwrap_or_else(|e| e.into_inner()).merge(&store.manifest().resume);
+        self.shared.durable.lock().merge(&store.manifest().resume);
         Ok(())
     }
 
@@ -230,7 +231,7 @@ impl ConsumerContext for GroupContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-        *self.shared.last_rebalance.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        *self.shared.last_rebalance.lock() = Instant::now();
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let assigned = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
@@ -257,7 +258,7 @@ impl ConsumerContext for GroupContext {
             }
             other => {
                 tracing::warn!("rebalance error {other:?}; releasing every partition");
-                let keys: Vec<(String, i32)> = self.shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+                let keys: Vec<(String, i32)> = self.shared.tasks.lock().keys().cloned().collect();
                 self.shared.release(&keys);
                 consumer.unassign()
             }
@@ -327,12 +328,12 @@ pub fn instance_id() -> String {
 /// Lag and watermark in `total` are the main loop's own and stay.
 fn count(total: &mut RunReport, ended: &mut RunReport, shared: &Shared) {
     let mut sum = {
-        let mut finished = shared.finished.lock().unwrap_or_else(|e| e.into_inner());
+        let mut finished = shared.finished.lock();
         for r in finished.drain(..) {
             add(ended, &r);
         }
         let mut sum = ended.clone();
-        for r in shared.live.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for r in shared.live.lock().values() {
             add(&mut sum, r);
         }
         sum
@@ -377,8 +378,6 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     let remote = Arc::new(Remote::open(store_config)?);
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
     let _lock = ultr_core::state::lock::DirLock::acquire(root, "scale-out state directory")?;
-    let compact_every = store_config.compact_interval.std().max(Duration::from_millis(1));
-    let lease_ttl = store_config.lease_ttl.ms();
     let me = instance_id();
     let shared = Arc::new(Shared {
         config: config.clone(),
@@ -396,6 +395,51 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
         live: Mutex::new(BTreeMap::new()),
     });
     observer.on_source(shared.health.clone());
+    let consumer = join_group(kafka, &shared)?;
+    eprintln!("ultr: instance {me} joined group {:?} on {:?}; partition states in {}", kafka.group_id, kafka.topics, remote.url);
+
+    let mut member = Member {
+        config,
+        root,
+        remote: &remote,
+        me: &me,
+        consumer: &consumer,
+        shared: &shared,
+        compact_every: store_config.compact_interval.std().max(Duration::from_millis(1)),
+        lease_ttl: store_config.lease_ttl.ms(),
+        idle_exit: kafka.idle_exit_ms.map(Duration::from_millis),
+        total: RunReport::default(),
+        ended: RunReport::default(),
+        committed: ResumeOffsets::default(),
+        last_compaction: None,
+        merged_writer: None,
+        last_done_check: None,
+        reported_unfinished: None,
+        last_probe: None,
+    };
+    let result = member.serve(observer);
+    // Stop every task (each checkpoints and copies its state), commit, leave the group.
+    shared.stop.store(true, Ordering::SeqCst);
+    let keys: Vec<(String, i32)> = shared.tasks.lock().keys().cloned().collect();
+    shared.release(&keys);
+    count(&mut member.total, &mut member.ended, &shared);
+    commit_durable(&consumer, &shared, &mut member.committed);
+    consumer.unsubscribe();
+    result?;
+    if let Some(f) = shared.failure.lock().take() {
+        bail!(f);
+    }
+    // A last merge covers this instance's final checkpoints (when it holds the lease).
+    let Member { mut total, mut merged_writer, lease_ttl, .. } = member;
+    drop(consumer);
+    compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
+    lease::release(&remote, &me)?;
+    Ok(total)
+}
+
+/// Joins the consumer group: cooperative-sticky assignment, and no auto-commit (offsets are
+/// committed once their state is durable in the store).
+fn join_group(kafka: &KafkaSourceConfig, shared: &Arc<Shared>) -> anyhow::Result<BaseConsumer<GroupContext>> {
     let properties = ultr_core::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
     let mut client = ClientConfig::new();
     client
@@ -416,108 +460,122 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
         client.create_with_context(GroupContext { shared: shared.clone() }).context("creating the Kafka group member")?;
     let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).with_context(|| format!("subscribing to {topics:?}"))?;
-    eprintln!("ultr: instance {me} joined group {:?} on {topics:?}; partition states in {}", kafka.group_id, remote.url);
+    Ok(consumer)
+}
 
-    let idle_exit = kafka.idle_exit_ms.map(Duration::from_millis);
-    let mut total = RunReport::default();
-    // What ended tasks did; `total` adds the running tasks' reports to it.
-    let mut ended = RunReport::default();
-    let mut committed = ResumeOffsets::default();
-    let mut last_compaction: Option<Instant> = None;
-    let mut leader = false;
-    let mut merged_writer: Option<Writer> = None;
-    let mut last_done_check: Option<Instant> = None;
-    let mut reported_unfinished: Option<Vec<(String, i32, String)>> = None;
-    let mut last_probe: Option<Instant> = None;
-    let result: anyhow::Result<()> = (|| {
+/// The partitions the group assigns to this member now.
+fn assigned_partitions(consumer: &BaseConsumer<GroupContext>) -> Vec<(String, i32)> {
+    consumer.assignment().map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()).unwrap_or_default()
+}
+
+/// One instance's group membership while it serves: what its loop keeps between polls.
+struct Member<'a> {
+    config: &'a PipelineConfig,
+    root: &'a Path,
+    remote: &'a Remote,
+    me: &'a str,
+    consumer: &'a BaseConsumer<GroupContext>,
+    shared: &'a Arc<Shared>,
+    compact_every: Duration,
+    lease_ttl: i64,
+    idle_exit: Option<Duration>,
+    total: RunReport,
+    /// What ended tasks did; `total` adds the running tasks' reports to it.
+    ended: RunReport,
+    committed: ResumeOffsets,
+    last_compaction: Option<Instant>,
+    merged_writer: Option<Writer>,
+    last_done_check: Option<Instant>,
+    reported_unfinished: Option<Vec<(String, i32, String)>>,
+    last_probe: Option<Instant>,
+}
+
+impl Member<'_> {
+    /// Polls the group until the observer stops it, a task fails, or (with `idle_exit`) every
+    /// partition is read to its end.
+    fn serve(&mut self, observer: &mut dyn ScaleObserver) -> anyhow::Result<()> {
         loop {
             // Serves the group's callbacks (assignments start tasks, revocations stop them).
-            if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+            if let Some(Err(e)) = self.consumer.poll(Duration::from_millis(100)) {
                 tracing::debug!("group member: {e}");
             }
-            if let Some(f) = shared.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(f) = self.shared.failure.lock().take() {
                 bail!(f);
             }
-            commit_durable(&consumer, &shared, &mut committed);
-            probe_brokers(&consumer, &shared.health, &kafka.topics, &mut last_probe);
-            // Tasks whose source ended (idle_exit) are reaped; their partitions stay assigned.
-            let done: Vec<(String, i32)> =
-                shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(_, t)| t.handle.is_finished()).map(|(k, _)| k.clone()).collect();
-            for (topic, partition) in done {
-                if let Some(task) = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&(topic.clone(), partition)) {
-                    shared.reap(&topic, partition, task.handle);
-                }
-            }
-            count(&mut total, &mut ended, &shared);
-            let fenced: Vec<(String, i32)> = shared.fenced.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-            if !fenced.is_empty() {
-                let assigned: Vec<(String, i32)> =
-                    consumer.assignment().map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()).unwrap_or_default();
-                for (topic, partition) in fenced {
-                    if assigned.contains(&(topic.clone(), partition)) {
-                        tracing::info!(topic, partition, "the group still assigns this partition here: taking it over again");
-                        shared.start(&topic, partition);
-                    }
-                }
-            }
-            if last_compaction.is_none_or(|t| t.elapsed() >= compact_every) {
-                last_compaction = Some(Instant::now());
-                total.lag = lag(&consumer, &shared);
-                leader = compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
+            commit_durable(self.consumer, self.shared, &mut self.committed);
+            probe_brokers(self.consumer, &self.shared.health, &self.shared.kafka.topics, &mut self.last_probe);
+            self.reap_ended();
+            count(&mut self.total, &mut self.ended, self.shared);
+            self.restart_fenced();
+            if self.last_compaction.is_none_or(|t| t.elapsed() >= self.compact_every) {
+                self.last_compaction = Some(Instant::now());
+                self.total.lag = lag(self.consumer, self.shared);
+                let leader = compaction_round(self.config, self.remote, self.root, self.me, self.lease_ttl, &mut self.merged_writer, &mut self.total, observer)?;
                 observer.on_lease(leader);
             }
-            observer.on_progress(&total);
-            if observer.should_stop() {
+            observer.on_progress(&self.total);
+            if observer.should_stop() || self.read_to_the_end() {
                 return Ok(());
             }
-            let idle = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-            let quiet = shared.last_rebalance.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-            if let Some(limit) = idle_exit {
-                // Idle is not done: partitions a dead member held wait for the group to notice.
-                if idle && quiet >= limit && last_done_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    last_done_check = Some(Instant::now());
-                    match unfinished_partitions(&consumer, &remote, &kafka.topics) {
-                        Ok(unfinished) if unfinished.is_empty() => return Ok(()),
-                        Ok(unfinished) => {
-                            // One assigned here has no task (its last one was stopped, not ended):
-                            // a task restores it, reads to the end and closes its windows.
-                            let assigned: Vec<(String, i32)> = consumer
-                                .assignment()
-                                .map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect())
-                                .unwrap_or_default();
-                            for (topic, partition, reason) in &unfinished {
-                                if assigned.contains(&(topic.clone(), *partition)) {
-                                    tracing::info!(topic, partition, reason, "assigned here and not finished: running it to its end");
-                                    shared.start(topic, *partition);
-                                }
-                            }
-                            if reported_unfinished.as_ref() != Some(&unfinished) {
-                                tracing::info!(?unfinished, "no partition task runs here, but the group has not finished these partitions: waiting");
-                                reported_unfinished = Some(unfinished);
-                            }
-                        }
-                        Err(e) => tracing::warn!("checking whether the topic is read to its end: {e:#}"),
-                    }
-                }
+        }
+    }
+
+    /// Tasks whose source ended (idle_exit) are reaped; their partitions stay assigned.
+    fn reap_ended(&self) {
+        let done: Vec<(String, i32)> = self.shared.tasks.lock().iter().filter(|(_, t)| t.handle.is_finished()).map(|(k, _)| k.clone()).collect();
+        for (topic, partition) in done {
+            if let Some(task) = self.shared.tasks.lock().remove(&(topic.clone(), partition)) {
+                self.shared.reap(&topic, partition, task.handle);
             }
         }
-    })();
-    // Stop every task (each checkpoints and copies its state), commit, leave the group.
-    shared.stop.store(true, Ordering::SeqCst);
-    let keys: Vec<(String, i32)> = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
-    shared.release(&keys);
-    count(&mut total, &mut ended, &shared);
-    commit_durable(&consumer, &shared, &mut committed);
-    consumer.unsubscribe();
-    drop(consumer);
-    result?;
-    if let Some(f) = shared.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        bail!(f);
     }
-    // A last merge covers this instance's final checkpoints (when it holds the lease).
-    compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
-    lease::release(&remote, &me)?;
-    Ok(total)
+
+    /// A fenced task whose partition the group still assigns here starts again.
+    fn restart_fenced(&self) {
+        let fenced: Vec<(String, i32)> = self.shared.fenced.lock().drain(..).collect();
+        if fenced.is_empty() {
+            return;
+        }
+        let assigned = assigned_partitions(self.consumer);
+        for (topic, partition) in fenced {
+            if assigned.contains(&(topic.clone(), partition)) {
+                tracing::info!(topic, partition, "the group still assigns this partition here: taking it over again");
+                self.shared.start(&topic, partition);
+            }
+        }
+    }
+
+    /// With `idle_exit`: whether the group has read every partition to its end. Idle is not done:
+    /// partitions a dead member held wait for the group to notice, and one assigned here without a
+    /// task (its last one was stopped, not ended) gets a task that restores it, reads to the end and
+    /// closes its windows.
+    fn read_to_the_end(&mut self) -> bool {
+        let Some(limit) = self.idle_exit else { return false };
+        let idle = self.shared.tasks.lock().is_empty();
+        let quiet = self.shared.last_rebalance.lock().elapsed();
+        if !(idle && quiet >= limit && self.last_done_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))) {
+            return false;
+        }
+        self.last_done_check = Some(Instant::now());
+        match unfinished_partitions(self.consumer, self.remote, &self.shared.kafka.topics) {
+            Ok(unfinished) if unfinished.is_empty() => return true,
+            Ok(unfinished) => {
+                let assigned = assigned_partitions(self.consumer);
+                for (topic, partition, reason) in &unfinished {
+                    if assigned.contains(&(topic.clone(), *partition)) {
+                        tracing::info!(topic, partition, reason, "assigned here and not finished: running it to its end");
+                        self.shared.start(topic, *partition);
+                    }
+                }
+                if self.reported_unfinished.as_ref() != Some(&unfinished) {
+                    tracing::info!(?unfinished, "no partition task runs here, but the group has not finished these partitions: waiting");
+                    self.reported_unfinished = Some(unfinished);
+                }
+            }
+            Err(e) => tracing::warn!("checking whether the topic is read to its end: {e:#}"),
+        }
+        false
+    }
 }
 
 /// Takes or renews the lease; the holder compacts, the others fetch the merged view. Returns
@@ -610,7 +668,7 @@ fn unfinished_partitions(consumer: &BaseConsumer<GroupContext>, remote: &Remote,
 /// Messages behind the end of each partition this instance holds, from the offsets its tasks have
 /// made durable (a partition not yet copied counts from its start).
 fn lag(consumer: &BaseConsumer<GroupContext>, shared: &Shared) -> Vec<(String, i32, i64)> {
-    let durable = shared.durable.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let durable = shared.durable.lock().clone();
     let Ok(assignment) = consumer.assignment() else { return Vec::new() };
     assignment
         .elements()
@@ -639,7 +697,7 @@ fn probe_brokers(consumer: &BaseConsumer<GroupContext>, health: &SourceHealth, t
 }
 
 fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, committed: &mut ResumeOffsets) {
-    let durable = shared.durable.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let durable = shared.durable.lock().clone();
     if durable == *committed {
         return;
     }

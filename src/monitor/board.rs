@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// Trainings kept for the page, newest last.
 pub const TRAININGS_KEPT: usize = 12;
@@ -85,11 +85,11 @@ pub struct Board {
 
 impl Board {
     pub fn snapshot(&self) -> BoardState {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state.lock().clone()
     }
 
     pub fn update(&self, change: impl FnOnce(&mut BoardState)) {
-        change(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        change(&mut self.state.lock());
     }
 
     pub fn push_training(&self, card: TrainingCard) {

@@ -5,7 +5,8 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
@@ -54,7 +55,7 @@ impl Health {
     /// single instance's Kafka source, or a scale-out instance's clients); nothing for a source
     /// without a connection.
     pub fn export_source(&self, metrics: &Metrics) {
-        if let Some(source) = self.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(source) = self.source.lock().as_ref() {
             metrics.source_up.set(if source.is_up() { 1.0 } else { 0.0 });
             for (kind, n) in source.errors() {
                 let c = metrics.kafka_errors.with_label_values(&[&kind]);
@@ -74,7 +75,7 @@ impl Health {
         if stall > self.max_stall_ms {
             out.push(format!("ingest loop has not turned for {} s", stall / 1000));
         }
-        if let Some(source) = self.source.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(source) = self.source.lock().as_ref() {
             if !source.is_up() {
                 out.push(format!("source unreachable (last contact {} s ago); retrying", (now - source.last_ok_ms()) / 1000));
             }

@@ -10,7 +10,8 @@ pub mod status_page;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 
@@ -78,9 +79,9 @@ impl MonitorThread {
             let mut current: Option<Manifest> = None;
             while !stop2.load(Ordering::SeqCst) {
                 {
-                    let mut slot = inbox2.latest.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut slot = inbox2.latest.lock();
                     if slot.is_none() {
-                        slot = inbox2.wake.wait_timeout(slot, Duration::from_secs(2)).unwrap_or_else(|e| e.into_inner()).0;
+                        let _ = inbox2.wake.wait_for(&mut slot, Duration::from_secs(2));
                     }
                     if let Some(m) = slot.take() {
                         current = Some(m);
@@ -99,7 +100,7 @@ impl MonitorThread {
     }
 
     fn post(&self, manifest: Manifest) {
-        *self.inbox.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(manifest);
+        *self.inbox.latest.lock() = Some(manifest);
         self.inbox.wake.notify_one();
     }
 }
@@ -124,7 +125,7 @@ struct ServiceObserver<'a> {
 impl Observer for ServiceObserver<'_> {
     fn on_restored(&mut self, source: Option<Arc<SourceHealth>>) {
         // A file or the simulator has no connection to lose: `ultr_source_up` stays absent for them.
-        *self.health.source.lock().unwrap_or_else(|e| e.into_inner()) = source;
+        *self.health.source.lock() = source;
         self.health.ready.store(true, Ordering::SeqCst);
     }
 
@@ -167,7 +168,7 @@ impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
     }
 
     fn on_source(&mut self, source: Arc<SourceHealth>) {
-        *self.health.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+        *self.health.source.lock() = Some(source);
     }
 
     fn on_progress(&mut self, report: &RunReport) {

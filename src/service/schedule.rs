@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -161,7 +162,7 @@ impl Scheduler {
                     }
                 }
                 record_outcome(&metrics, &outcome);
-                runs_log.lock().expect("runs").push(ScheduledRun {
+                runs_log.lock().push(ScheduledRun {
                     at,
                     warm_start: warm,
                     result: outcome.map(|o| (o.id, o.decision.promoted)).map_err(|e| format!("{e:#}")),

@@ -54,7 +54,7 @@ fn health_reports_an_unreachable_source_and_readiness_follows_restore() {
     assert_eq!(http_get(&addr, "/readyz").unwrap().0, 503, "not ready before the state is restored");
     assert_eq!(http_get(&addr, "/healthz").unwrap().0, 200);
     let source = Arc::new(SourceHealth::default());
-    *health.source.lock().unwrap() = Some(source.clone());
+    *health.source.lock() = Some(source.clone());
     health.ready.store(true, Ordering::SeqCst);
     assert_eq!(http_get(&addr, "/readyz").unwrap().0, 200);
     source.error("all_brokers_down", true);

@@ -1,5 +1,5 @@
-//! The model interface (`crates/train/src/models/`): the additive model gives, bit for bit, what it gave
-//! before the interface; every model trains from a state through `ultr train` and is listed by
+//! The model interface (`crates/train/src/models/`): the additive model converges to the maximum-
+//! likelihood fit an independent solver finds; every model trains from a state through `ultr train` and is listed by
 //! `ultr models`; warm starts across models are refused naming both; a listwise model is refused on
 //! aggregated rows with the reason; gradient reversal scales the adversary's gradient by −η.
 
@@ -15,13 +15,13 @@ use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
 use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{ModelKind, TowerKind, TrainConfig};
-use ultr::train::data::Examples;
+use ultr::train::data::{Examples, Split};
 use ultr::train::fit::fit;
 
 const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
 
-fn raw_examples() -> Examples {
-    let mut c = SimConfig { sessions: 3000, seed: 11, log_propensity: true, ..SimConfig::default() };
+fn raw_examples(seed: u64) -> Examples {
+    let mut c = SimConfig { sessions: 3000, seed, log_propensity: true, ..SimConfig::default() };
     c.policy.tau = 0.3;
     let sim = Arc::new(Simulator::new(c).unwrap());
     let mut ingest = Ingest::new(SimulatorSource::new(sim, 0), DecodeLimits::default(), 4096);
@@ -29,33 +29,126 @@ fn raw_examples() -> Examples {
     Examples::from_batches(&batches, 50).unwrap()
 }
 
-/// θ_2..θ_10 − θ_1 and the best validation loss of three fixed-seed fits, printed by the same fits
-/// at f37df33 (the single `TwoTower` model, before the interface): the additive model on the
-/// interface must reproduce them up to the CPU's float summation order.
-const GOLDEN: [(&str, f64, [f64; 10]); 3] = [
-    ("raw-linear", 13.390242374146757, [0.0, -0.03473394364118576, -0.04471000283956528, -0.044797368347644806, -0.04540164768695831, -0.046822771430015564, -0.04590524733066559, -0.04653939604759216, -0.04670491814613342, -0.04687419533729553]),
-    ("aggregated-mlp", 8.321825380292768, [0.0, -0.04691428691148758, -0.07103782892227173, -0.0946960300207138, -0.10274885594844818, -0.09699083864688873, -0.10367458313703537, -0.10147573053836823, -0.11795224249362946, -0.11617068201303482]),
-    ("aggregated-embedding", 13.887248610148252, [0.0, -0.06292738020420074, -0.05554750934243202, -0.07133198529481888, -0.08011970669031143, -0.07322151958942413, -0.06402338296175003, -0.07434740662574768, -0.08235551416873932, -0.08482733368873596]),
-];
-
-#[test]
-fn the_additive_model_is_bit_identical_to_the_model_before_the_interface() {
-    let raw = raw_examples();
-    let agg = raw.aggregate(HOLDOUT);
-    for ((name, ex, tower), (golden_name, loss, theta)) in
-        [("raw-linear", &raw, TowerKind::Linear), ("aggregated-mlp", &agg, TowerKind::Mlp), ("aggregated-embedding", &agg, TowerKind::Embedding)].into_iter().zip(GOLDEN)
-    {
-        assert_eq!(name, golden_name);
-        let cfg = TrainConfig { tower, max_epochs: 3, patience: 3, seed: 5, ..TrainConfig::default() };
-        let (t, r) = fit(ex, &cfg, None, false).unwrap();
-        let got: Vec<f64> = t.position_bias().into_iter().take(10).collect();
-        // The golden values were printed on one CPU; burn's kernels pick their SIMD path by CPU, so
-        // another machine sums in another order (seen: 13.887247277 against 13.887248610 on an AMD
-        // EPYC). The bound is far below any change of the model: relative 1e-6 on the loss, 1e-5 on θ.
-        assert!((r.best_validation_loss - loss).abs() <= 1e-6 * loss.abs(), "{name}: best validation loss {} against {loss}", r.best_validation_loss);
-        for (k, (g, want)) in got.iter().zip(theta).enumerate() {
-            assert!((g - want).abs() <= 1e-5, "{name}: θ_{} = {g} against {want}", k + 1);
+/// The weighted maximum-likelihood fit of P(click) = σ(b + θ_k + w·x) on the training rows, by
+/// Newton's method in f64 (no burn): θ_k − θ_1 for k = 2..K and their standard errors from the inverse
+/// Hessian. The linear-tower additive model has exactly this likelihood, so trained to convergence
+/// it must land on this optimum.
+fn newton_logistic(ex: &Examples, rows: &[usize], weights: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let f = ex.n_features;
+    let k_max = rows.iter().map(|&i| ex.rows[i].position as usize).max().unwrap();
+    // Standardised features (θ does not depend on an affine change of x); constant ones dropped.
+    let feature = |i: usize, j: usize| ex.docs[ex.rows[i].doc as usize * f + j] as f64;
+    let n_total: f64 = rows.iter().map(|&i| ex.rows[i].impressions as f64).sum();
+    let mut kept = Vec::new();
+    for j in 0..f {
+        let mean = rows.iter().map(|&i| ex.rows[i].impressions as f64 * feature(i, j)).sum::<f64>() / n_total;
+        let var = rows.iter().map(|&i| ex.rows[i].impressions as f64 * (feature(i, j) - mean).powi(2)).sum::<f64>() / n_total;
+        if var > 1e-12 {
+            kept.push((j, mean, var.sqrt()));
         }
+    }
+    let dim = 1 + (k_max - 1) + kept.len();
+    let design = |i: usize| -> Vec<f64> {
+        let mut x = vec![0.0; dim];
+        x[0] = 1.0;
+        let k = ex.rows[i].position as usize;
+        if k >= 2 {
+            x[k - 1] = 1.0;
+        }
+        for (c, (j, mean, sd)) in kept.iter().enumerate() {
+            x[k_max + c] = (feature(i, *j) - mean) / sd;
+        }
+        x
+    };
+    let mut beta = vec![0.0; dim];
+    let mut hessian = vec![vec![0.0; dim]; dim];
+    for _ in 0..100 {
+        let mut grad = vec![0.0; dim];
+        hessian = vec![vec![0.0; dim]; dim];
+        for &i in rows {
+            let r = &ex.rows[i];
+            let x = design(i);
+            let p = 1.0 / (1.0 + (-x.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>()).exp());
+            let w = weights[i] as f64;
+            for a in 0..dim {
+                grad[a] += w * (r.clicks as f64 - r.impressions as f64 * p) * x[a];
+                for b in 0..=a {
+                    hessian[a][b] += w * r.impressions as f64 * p * (1.0 - p) * x[a] * x[b];
+                }
+            }
+        }
+        for a in 0..dim {
+            for b in 0..a {
+                hessian[b][a] = hessian[a][b];
+            }
+        }
+        let step = solve(hessian.clone(), grad);
+        beta.iter_mut().zip(&step).for_each(|(b, s)| *b += s);
+        if step.iter().all(|s| s.abs() < 1e-10) {
+            break;
+        }
+    }
+    let se = (1..k_max)
+        .map(|c| {
+            let mut unit = vec![0.0; dim];
+            unit[c] = 1.0;
+            solve(hessian.clone(), unit)[c].sqrt()
+        })
+        .collect();
+    (beta[1..k_max].to_vec(), se)
+}
+
+/// Solves A x = b by Gaussian elimination with partial pivoting.
+fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
+    let n = b.len();
+    for c in 0..n {
+        let pivot = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs())).unwrap();
+        a.swap(c, pivot);
+        b.swap(c, pivot);
+        for r in c + 1..n {
+            let m = a[r][c] / a[c][c];
+            for k in c..n {
+                a[r][k] -= m * a[c][k];
+            }
+            b[r] -= m * b[c];
+        }
+    }
+    for c in (0..n).rev() {
+        b[c] = (b[c] - (c + 1..n).map(|k| a[c][k] * b[k]).sum::<f64>()) / a[c][c];
+    }
+    b
+}
+
+/// The additive model (Hager Eq. 1) with a linear tower, trained on raw rows through the model
+/// interface with IPS weights and no weight decay for 300 epochs, lands on the weighted
+/// maximum-likelihood optimum that Newton's method finds in f64 without burn. Measured on seeds 11,
+/// 12, 13: worst gaps of 0.70, 0.84 and 0.76 standard errors (inverse-Hessian) over θ_2..θ_K − θ_1;
+/// the bound is 1.5. (At 60 epochs the gap was 46–54 standard errors: not converged yet.)
+#[test]
+fn the_additive_model_converges_to_the_maximum_likelihood_fit() {
+    for seed in [11, 12, 13] {
+        let raw = raw_examples(seed);
+        let agg = raw.aggregate(HOLDOUT);
+        let cfg = TrainConfig {
+            tower: TowerKind::Linear,
+            max_epochs: 300,
+            early_stopping: false,
+            weight_decay: 0.0,
+            seed: 5,
+            validation_fraction: HOLDOUT.validation,
+            evaluation_fraction: HOLDOUT.evaluation,
+            ..TrainConfig::default()
+        };
+        // The aggregated training rows are the raw training sessions' rows, summed: the same
+        // likelihood, on fewer rows for Newton.
+        let training: Vec<usize> = agg.sessions.iter().filter(|s| ultr::train::data::split_of(s, HOLDOUT) == Split::Training).flat_map(|s| s.start..s.start + s.len).collect();
+        let weights = ultr::train::weights::weights_of(&agg.rows, &cfg.ips).0;
+        let (optimum, se) = newton_logistic(&agg, &training, &weights);
+        let (t, _) = fit(&raw, &cfg, None, false).unwrap();
+        let theta = t.position_bias();
+        let worst = optimum.iter().zip(&se).enumerate().map(|(j, (o, s))| (theta[j + 1] - o).abs() / s).fold(0.0, f64::max);
+        eprintln!("seed {seed}: θ_2..5 − θ_1 {:.4?} against Newton {:.4?}; worst gap {worst:.2} se", &theta[1..5], &optimum[..4]);
+        assert!(worst < 1.5, "seed {seed}: θ is {worst:.2} standard errors from the maximum-likelihood fit");
     }
 }
 
@@ -64,11 +157,15 @@ fn ultr() -> Command {
 }
 
 fn pipeline(dir: &Path, name: &str, train: &str) -> PathBuf {
+    pipeline_seeded(dir, name, train, 3)
+}
+
+fn pipeline_seeded(dir: &Path, name: &str, train: &str, seed: u64) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
         format!(
-            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = 3\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
+            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = {seed}\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
              [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\n{train}"
         ),
     )
@@ -114,7 +211,23 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     // quantity on these additive-logit clicks: asserted is that clicks fall from position 1 to 2.
     eprintln!("θ_2 − θ_1 per model: {thetas:?}");
     let additive = thetas[0].1;
-    assert!((additive + 2f64.ln()).abs() < 0.15, "additive: θ_2 − θ_1 = {additive}");
+    // The additive model's θ_2 − θ_1 on two more simulated streams (seeds 4 and 5), so the bound
+    // below holds over three seeds, not the one it was first checked on.
+    let mut additive_thetas = vec![additive];
+    for seed in [4, 5] {
+        let config = pipeline_seeded(dir.path(), &format!("additive-seed{seed}"), "", seed);
+        let state = dir.path().join(format!("state-seed{seed}"));
+        let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = ultr().args(["train", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
+        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        additive_thetas.push(outcome["theta"][1].as_f64().unwrap());
+    }
+    eprintln!("additive θ_2 − θ_1 on seeds 3, 4, 5: {additive_thetas:.4?} (truth {:.4})", -2f64.ln());
+    for (seed, theta2) in [3, 4, 5].iter().zip(&additive_thetas) {
+        assert!((theta2 + 2f64.ln()).abs() < 0.15, "additive, seed {seed}: θ_2 − θ_1 = {theta2}");
+    }
     for (name, theta2) in &thetas[1..] {
         match *name {
             "biased" => assert_eq!(*theta2, 0.0),
@@ -177,7 +290,7 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
 fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
     use burn::module::Module;
     use ultr::train::models::{observation_tower::AdversarialLabel, observation_tower::Objective, AnyModel};
-    let raw = raw_examples();
+    let raw = raw_examples(11);
     let agg = raw.aggregate(HOLDOUT);
     let cfg = TrainConfig { model: ModelKind::GradientReversal, tower: TowerKind::Linear, max_epochs: 1, seed: 5, ..TrainConfig::default() };
     let (trained, _) = fit(&agg, &cfg, None, false).unwrap();
@@ -226,7 +339,7 @@ fn gradient_reversal_multiplies_the_adversarial_gradient_by_minus_eta() {
 #[test]
 fn embedding_models_export_the_canonical_position_logit() {
     use ultr::train::export::to_export;
-    let raw = raw_examples();
+    let raw = raw_examples(11);
     let agg = raw.aggregate(HOLDOUT);
     for (model, canonical) in [(ModelKind::EDot, 1), (ModelKind::EInter, 3)] {
         let mut cfg = TrainConfig { model, tower: TowerKind::Mlp, max_epochs: 2, seed: 5, ..TrainConfig::default() };

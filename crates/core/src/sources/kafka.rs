@@ -4,7 +4,8 @@
 //! lag report). Transient broker errors are counted and retried, never fatal.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -66,7 +67,7 @@ impl ConsumerContext for StateSeekingContext {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let position = self.position.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let position = self.position.lock().clone();
                 let parts: Vec<(String, i32)> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
                 for (topic, partition) in parts {
                     let offset = match position.get(&format!("kafka:{topic}"), partition) {
@@ -158,7 +159,7 @@ impl KafkaSource {
     /// commit or a rebalance while the tasks poll and see the outage).
     pub fn assigned(config: &KafkaSourceConfig, resume: ResumeOffsets, topic: &str, partition: i32, health: Arc<SourceHealth>) -> anyhow::Result<Self> {
         let mut source = Self::open_with(config, resume, false, false, health)?;
-        let offset = source.position.lock().unwrap_or_else(|e| e.into_inner()).get(&format!("kafka:{topic}"), partition);
+        let offset = source.position.lock().get(&format!("kafka:{topic}"), partition);
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, offset.map(Offset::Offset).unwrap_or(source.reset))?;
         source.consumer.assign(&list).with_context(|| format!("assigning {topic}[{partition}]"))?;
@@ -251,7 +252,7 @@ impl RecordSource for KafkaSource {
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
         let mut out: Vec<RawRecord> = Vec::new();
         let deadline = Instant::now() + Duration::from_millis(200);
-        let mut position = self.position.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut position = self.position.lock().clone();
         while out.len() < max {
             let wait = deadline.saturating_duration_since(Instant::now());
             let Some(msg) = self.consumer.poll(if out.is_empty() { wait } else { Duration::ZERO }) else {
@@ -300,7 +301,7 @@ impl RecordSource for KafkaSource {
             position.advance(&record);
             out.push(record);
         }
-        *self.position.lock().unwrap_or_else(|e| e.into_inner()) = position;
+        *self.position.lock() = position;
         if !out.is_empty() {
             return Ok(Poll::Records(out));
         }

@@ -8,7 +8,8 @@ pub mod secrets;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +96,7 @@ impl SourceHealth {
         if down {
             self.up.store(false, Ordering::Relaxed);
         }
-        *self.errors.lock().unwrap_or_else(|e| e.into_inner()).entry(kind.to_string()).or_default() += 1;
+        *self.errors.lock().entry(kind.to_string()).or_default() += 1;
     }
 
     pub fn is_up(&self) -> bool {
@@ -109,7 +110,7 @@ impl SourceHealth {
 
     /// Errors so far, by kind.
     pub fn errors(&self) -> BTreeMap<String, u64> {
-        self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.errors.lock().clone()
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use anyhow::Context;
 use serde::Serialize;
@@ -293,13 +293,13 @@ fn parallel_map<J: Send, R: Send>(jobs: Vec<J>, threads: usize, work: impl Fn(J)
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
             scope.spawn(|| loop {
-                let Some((i, job)) = queue.lock().expect("queue").pop_front() else { break };
+                let Some((i, job)) = queue.lock().pop_front() else { break };
                 let r = work(job);
-                results.lock().expect("results").push((i, r));
+                results.lock().push((i, r));
             });
         }
     });
-    let mut results = results.into_inner().expect("results");
+    let mut results = results.into_inner();
     results.sort_by_key(|(i, _)| *i);
     results.into_iter().map(|(_, r)| r).collect()
 }
@@ -371,39 +371,33 @@ fn checks(runs: &[RunResult], population: &[PopulationResult]) -> Vec<Check> {
 
 fn write_outputs(opts: &Options, summary: &Summary) -> anyhow::Result<()> {
     let k = summary.truth.len();
-    let mut csv = String::from("setting,claim,relevance,tower,feature_limit,tau,ips,seed,bias_rmse,ndcg10,epochs,seconds,train_impressions,impressions_per_second,ess_fraction,clipped_fraction");
-    for j in 1..=k {
-        csv.push_str(&format!(",theta_{j}"));
-    }
-    csv.push('\n');
-    for r in &summary.runs {
+    let mut columns = super::header("setting,claim,relevance,tower,feature_limit,tau,ips,seed,bias_rmse,ndcg10,epochs,seconds,train_impressions,impressions_per_second,ess_fraction,clipped_fraction");
+    columns.extend((1..=k).map(|j| format!("theta_{j}")));
+    let rows = summary.runs.iter().map(|r| {
         let s = &r.setting;
-        csv.push_str(&format!(
-            "\"{}\",{},{:?},{:?},{},{},{},{},{:.5},{:.5},{},{:.1},{},{:.0},{:.4},{:.4}",
-            s.name,
-            s.claim,
-            s.relevance,
-            s.tower,
+        let mut row = vec![
+            s.name.to_string(),
+            s.claim.to_string(),
+            format!("{:?}", s.relevance),
+            format!("{:?}", s.tower),
             s.feature_limit.map(|l| l.to_string()).unwrap_or_default(),
-            s.tau,
-            s.ips,
-            r.seed,
-            r.rmse,
-            r.ndcg10,
-            r.epochs,
-            r.seconds,
-            r.train_impressions,
-            r.impressions_per_second,
-            r.ess_fraction,
-            r.clipped_fraction
-        ));
-        for t in &r.theta {
-            csv.push_str(&format!(",{t:.5}"));
-        }
-        csv.push('\n');
-    }
+            s.tau.to_string(),
+            s.ips.to_string(),
+            r.seed.to_string(),
+            format!("{:.5}", r.rmse),
+            format!("{:.5}", r.ndcg10),
+            r.epochs.to_string(),
+            format!("{:.1}", r.seconds),
+            r.train_impressions.to_string(),
+            format!("{:.0}", r.impressions_per_second),
+            format!("{:.4}", r.ess_fraction),
+            format!("{:.4}", r.clipped_fraction),
+        ];
+        row.extend(r.theta.iter().map(|t| format!("{t:.5}")));
+        row
+    });
     if !summary.runs.is_empty() {
-        std::fs::write(opts.out.join("results.csv"), csv)?;
+        super::write_csv(&opts.out.join("results.csv"), &columns, rows)?;
     }
 
     let mut md = String::from("# Hager et al. 2025 §8 on MQ2008 — bias recovery\n\n");
@@ -431,7 +425,7 @@ fn write_outputs(opts: &Options, summary: &Summary) -> anyhow::Result<()> {
     }
     md.push_str(&population_markdown(opts, &summary.population));
     std::fs::write(opts.out.join("summary.md"), md)?;
-    std::fs::write(opts.out.join("population.csv"), population_csv(&summary.population))?;
+    write_population_csv(&opts.out.join("population.csv"), &summary.population)?;
     std::fs::write(opts.out.join("summary.json"), serde_json::to_string_pretty(summary)?)?;
 
     let panels: Vec<super::plot::Panel> = by_setting(&summary.runs)
@@ -448,21 +442,16 @@ fn write_outputs(opts: &Options, summary: &Summary) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn population_csv(pop: &[PopulationResult]) -> String {
+fn write_population_csv(path: &std::path::Path, pop: &[PopulationResult]) -> anyhow::Result<()> {
     let k = pop.iter().map(|p| p.theta.len()).max().unwrap_or(0);
-    let mut csv = String::from("setting,alpha,tau,ips,seed,bias_rmse");
-    for j in 1..=k {
-        csv.push_str(&format!(",theta_{j}"));
-    }
-    csv.push('\n');
-    for p in pop {
-        csv.push_str(&format!("\"{}\",{},{},{},{},{:.5}", p.name, p.alpha, p.tau, p.ips, p.seed, p.rmse));
-        for t in &p.theta {
-            csv.push_str(&format!(",{t:.5}"));
-        }
-        csv.push('\n');
-    }
-    csv
+    let mut columns = super::header("setting,alpha,tau,ips,seed,bias_rmse");
+    columns.extend((1..=k).map(|j| format!("theta_{j}")));
+    let rows = pop.iter().map(|p| {
+        let mut row = vec![p.name.to_string(), p.alpha.to_string(), p.tau.to_string(), p.ips.to_string(), p.seed.to_string(), format!("{:.5}", p.rmse)];
+        row.extend(p.theta.iter().map(|t| format!("{t:.5}")));
+        row
+    });
+    super::write_csv(path, &columns, rows)
 }
 
 /// The population table: per cell, mean RMSE over seeds without and with IPS.

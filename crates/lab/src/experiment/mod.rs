@@ -12,6 +12,23 @@ pub mod yan2022;
 pub mod zhang2023;
 pub mod zhuang2021;
 
+/// Writes a CSV table: the header, then rows whose fields the caller formats (fixed decimals, as the
+/// summaries print them); csv quotes any field that needs it.
+pub fn write_csv(path: &std::path::Path, header: &[String], rows: impl IntoIterator<Item = Vec<String>>) -> anyhow::Result<()> {
+    let mut out = csv::Writer::from_path(path)?;
+    out.write_record(header)?;
+    for row in rows {
+        out.write_record(&row)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Turns a header written as one comma-separated line into its fields.
+pub fn header(line: &str) -> Vec<String> {
+    line.split(',').map(str::to_string).collect()
+}
+
 /// Runs `work` on every cell with `jobs` cells at a time. `work` hands each result to `emit`, which
 /// collects it and shows it to `progress` with its 1-based count; the first error empties the queue
 /// and is returned.
@@ -22,31 +39,31 @@ pub fn run_cells<C: Send, R: Send>(
     progress: impl Fn(usize, &R) + Sync,
 ) -> anyhow::Result<Vec<R>> {
     let bar = ultr_core::progress::bar(Some(cells.len() as u64), "cells");
-    let queue = std::sync::Mutex::new(std::collections::VecDeque::from(cells));
-    let results: std::sync::Mutex<Vec<R>> = std::sync::Mutex::new(Vec::new());
-    let failure: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
+    let queue = parking_lot::Mutex::new(std::collections::VecDeque::from(cells));
+    let results: parking_lot::Mutex<Vec<R>> = parking_lot::Mutex::new(Vec::new());
+    let failure: parking_lot::Mutex<Option<anyhow::Error>> = parking_lot::Mutex::new(None);
     let emit = |r: R| {
-        let mut all = results.lock().expect("results");
+        let mut all = results.lock();
         bar.suspend(|| progress(all.len() + 1, &r));
         all.push(r);
     };
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
-                let Some(cell) = queue.lock().expect("queue").pop_front() else { break };
+                let Some(cell) = queue.lock().pop_front() else { break };
                 if let Err(e) = work(cell, &emit) {
-                    *failure.lock().expect("failure") = Some(e);
-                    queue.lock().expect("queue").clear();
+                    *failure.lock() = Some(e);
+                    queue.lock().clear();
                 }
                 bar.inc(1);
             });
         }
     });
     bar.finish_and_clear();
-    if let Some(e) = failure.into_inner().expect("failure") {
+    if let Some(e) = failure.into_inner() {
         return Err(e);
     }
-    Ok(results.into_inner().expect("results"))
+    Ok(results.into_inner())
 }
 
 /// The streaming core's settings an experiment runs with: every `[window]`, `[state]` and `[decode]`

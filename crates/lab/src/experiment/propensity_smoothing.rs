@@ -156,7 +156,6 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
 }
 
 fn write_outputs(opts: &Options, s: &Summary) -> anyhow::Result<()> {
-    let mut csv = String::from("prior_sessions,sessions_per_query,cells,impressions,mean_abs_log_error,mean_log_error,mean_weight_error\n");
     let mut md = format!(
         "# Counted π against the simulator's true π, with shrinkage\n\n{} sessions over {} synthetic queries ({} docs each, ε-greedy τ = {}), seeds {:?}. \
          Impression-weighted errors of π̂(d,k|q) per (q, d, k) cell, by the query's sessions in the horizon; \
@@ -165,16 +164,26 @@ fn write_outputs(opts: &Options, s: &Summary) -> anyhow::Result<()> {
         s.sessions, s.queries, opts.docs_per_query, s.tau, s.seeds
     );
     for r in &s.rows {
-        csv.push_str(&format!(
-            "{},{},{},{},{:.6},{:.6},{:.6}\n",
-            r.prior_sessions, r.sessions, r.cells, r.impressions, r.mean_abs_log_error, r.mean_log_error, r.mean_weight_error
-        ));
         md.push_str(&format!(
             "| {} | {} | {} | {:.3} | {:+.3} | {:.3} |\n",
             r.prior_sessions, r.sessions, r.cells, r.mean_abs_log_error, r.mean_log_error, r.mean_weight_error
         ));
     }
-    std::fs::write(opts.out.join("results.csv"), csv)?;
+    super::write_csv(
+        &opts.out.join("results.csv"),
+        &super::header("prior_sessions,sessions_per_query,cells,impressions,mean_abs_log_error,mean_log_error,mean_weight_error"),
+        s.rows.iter().map(|r| {
+            vec![
+                r.prior_sessions.to_string(),
+                r.sessions.to_string(),
+                r.cells.to_string(),
+                r.impressions.to_string(),
+                format!("{:.6}", r.mean_abs_log_error),
+                format!("{:.6}", r.mean_log_error),
+                format!("{:.6}", r.mean_weight_error),
+            ]
+        }),
+    )?;
     std::fs::write(opts.out.join("summary.md"), md)?;
     std::fs::write(opts.out.join("summary.json"), serde_json::to_string_pretty(s)?)?;
     Ok(())

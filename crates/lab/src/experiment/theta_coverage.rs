@@ -117,28 +117,28 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
 }
 
 fn write_outputs(opts: &Options, s: &Summary) -> anyhow::Result<()> {
-    let mut csv = String::from("seed,position,truth,early_stopped,converged,standard_error,lower,upper,covered,percentile_lower,percentile_upper,covered_percentile\n");
-    for r in &s.seeds {
-        for j in 1..r.truth.len() {
+    let rows = s.seeds.iter().flat_map(|r| {
+        (1..r.truth.len()).map(move |j| {
             let t = &r.intervals;
-            csv.push_str(&format!(
-                "{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:.6},{:.6},{}\n",
-                r.seed,
-                j + 1,
-                r.truth[j],
-                t.early_stopped[j],
-                t.converged[j],
-                t.standard_error[j],
-                t.lower[j],
-                t.upper[j],
-                r.covered[j],
-                t.percentile_lower[j],
-                t.percentile_upper[j],
-                r.covered_percentile[j]
-            ));
-        }
-    }
-    std::fs::write(opts.out.join("results.csv"), csv)?;
+            let f = |v: f64| format!("{v:.6}");
+            vec![
+                r.seed.to_string(),
+                (j + 1).to_string(),
+                f(r.truth[j]),
+                f(t.early_stopped[j]),
+                f(t.converged[j]),
+                f(t.standard_error[j]),
+                f(t.lower[j]),
+                f(t.upper[j]),
+                r.covered[j].to_string(),
+                f(t.percentile_lower[j]),
+                f(t.percentile_upper[j]),
+                r.covered_percentile[j].to_string(),
+            ]
+        })
+    });
+    let columns = "seed,position,truth,early_stopped,converged,standard_error,lower,upper,covered,percentile_lower,percentile_upper,covered_percentile";
+    super::write_csv(&opts.out.join("results.csv"), &super::header(columns), rows)?;
     std::fs::write(opts.out.join("summary.json"), serde_json::to_string_pretty(s)?)?;
     let mut md = format!(
         "# θ_k intervals against the simulator's truth\n\n`ultr experiment theta-coverage`: {} seeds, {} sessions each ({}), τ = {}, {:?} relevance with noise σ = {}, {:?} tower, early stopping as `ultr train` \

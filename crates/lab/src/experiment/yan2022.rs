@@ -465,16 +465,32 @@ pub fn table_markdown(dataset: &str, summary: &Summary, opts: &Options, metric: 
 }
 
 fn write_outputs(opts: &Options, datasets: &[Data], summary: &Summary) -> anyhow::Result<()> {
-    let mut csv = String::from("dataset,mixture,family,method,model,seed,ndcg5,ndcg10,validation_ndcg5,logging_ndcg5,click_log_likelihood,train_sessions,train_lists,train_impressions,epochs,best_epoch,seconds,impressions_per_second,mixing_weights\n");
-    for r in &summary.runs {
-        csv.push_str(&format!(
-            "{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{},{:.2},{:.0},{}\n",
-            r.dataset, r.mixture, r.family, r.method, r.model.name(), r.seed, r.ndcg5, r.ndcg10, r.validation_ndcg5, r.logging_ndcg5, r.click_log_likelihood,
-            r.train_sessions, r.train_lists, r.train_impressions, r.epochs, r.best_epoch, r.seconds, r.impressions_per_second,
-            r.mixing_weights.iter().map(|w| format!("{w:.3}")).collect::<Vec<_>>().join(":")
-        ));
-    }
-    std::fs::write(opts.out.join("results.csv"), csv)?;
+    let columns = "dataset,mixture,family,method,model,seed,ndcg5,ndcg10,validation_ndcg5,logging_ndcg5,click_log_likelihood,train_sessions,train_lists,train_impressions,epochs,best_epoch,seconds,impressions_per_second,mixing_weights";
+    let rows = summary.runs.iter().map(|r| {
+        let f = |v: f64| format!("{v:.6}");
+        vec![
+            r.dataset.to_string(),
+            r.mixture.to_string(),
+            r.family.to_string(),
+            r.method.to_string(),
+            r.model.name().to_string(),
+            r.seed.to_string(),
+            f(r.ndcg5),
+            f(r.ndcg10),
+            f(r.validation_ndcg5),
+            f(r.logging_ndcg5),
+            f(r.click_log_likelihood),
+            r.train_sessions.to_string(),
+            r.train_lists.to_string(),
+            r.train_impressions.to_string(),
+            r.epochs.to_string(),
+            r.best_epoch.to_string(),
+            format!("{:.2}", r.seconds),
+            format!("{:.0}", r.impressions_per_second),
+            r.mixing_weights.iter().map(|w| format!("{w:.3}")).collect::<Vec<_>>().join(":"),
+        ]
+    });
+    super::write_csv(&opts.out.join("results.csv"), &super::header(columns), rows)?;
     let mut md = format!(
         "# Yan et al. 2022 Table 3 on our data\n\n{} training sessions per cell, seeds {:?}, {} tower, top {} positions shown, at most {} epochs; logging ranker fitted on {}% of the training queries' labels. nDCG@5 of the serving relevance on the test queries' labels, mean ± sd over seeds, for the variant with the best mean validation nDCG@5 (in brackets).\n\n",
         opts.train_sessions, opts.seeds, opts.tower.name(), opts.max_positions, opts.max_epochs, opts.logging_label_fraction * 100.0

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -381,20 +381,20 @@ pub fn run(opts: &Options, datasets: &[DataSpec]) -> anyhow::Result<Summary> {
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1) {
             scope.spawn(|| loop {
-                let Some((d, w, seed, method, sweep)) = queue.lock().expect("queue").pop_front() else { break };
+                let Some((d, w, seed, method, sweep)) = queue.lock().pop_front() else { break };
                 let key = (d, w.to_bits(), seed);
-                let cached = cache.lock().expect("cache").get(&key).cloned();
+                let cached = cache.lock().get(&key).cloned();
                 let sim = match cached {
                     Some(s) => s,
                     None => {
                         let s = std::sync::Arc::new(simulate(&datasets[d].train, w, seed, opts.train_sessions, opts.max_positions, holdout));
-                        cache.lock().expect("cache").insert(key, s.clone());
+                        cache.lock().insert(key, s.clone());
                         s
                     }
                 };
                 match run_one(opts, &datasets[d], &sim, w, &method, seed, sweep) {
                     Ok(r) => {
-                        let mut all = results.lock().expect("results");
+                        let mut all = results.lock();
                         if opts.progress {
                             eprintln!(
                                 "[{}/{total}] {} w={} {} seed {}: nDCG@5 {:.4} @10 {:.4} LL {:.4} (best epoch {} of {}, {:?}, {:.0}s)",
@@ -404,17 +404,17 @@ pub fn run(opts: &Options, datasets: &[DataSpec]) -> anyhow::Result<Summary> {
                         all.push(r);
                     }
                     Err(e) => {
-                        *failure.lock().expect("failure") = Some(e.context(format!("{} w={w} {} seed {seed}", datasets[d].name, method.name)));
-                        queue.lock().expect("queue").clear();
+                        *failure.lock() = Some(e.context(format!("{} w={w} {} seed {seed}", datasets[d].name, method.name)));
+                        queue.lock().clear();
                     }
                 }
             });
         }
     });
-    if let Some(e) = failure.into_inner().expect("failure") {
+    if let Some(e) = failure.into_inner() {
         return Err(e);
     }
-    let mut runs = results.into_inner().expect("results");
+    let mut runs = results.into_inner();
     runs.sort_by(|a, b| (a.dataset.as_str(), a.sweep, a.method.as_str(), b.w.total_cmp(&a.w), a.seed).partial_cmp(&(b.dataset.as_str(), b.sweep, b.method.as_str(), a.w.total_cmp(&b.w), b.seed)).expect("ordered"));
     let checks: Vec<Check> = datasets.iter().flat_map(|d| checks(&d.name, &runs)).collect();
     let summary = Summary { runs, checks, seconds: started.elapsed().as_secs_f64() };
@@ -423,15 +423,29 @@ pub fn run(opts: &Options, datasets: &[DataSpec]) -> anyhow::Result<Summary> {
 }
 
 fn write_outputs(opts: &Options, datasets: &[DataSpec], summary: &Summary) -> anyhow::Result<()> {
-    let mut csv = String::from("dataset,w,method,model,eta,dropout,seed,sweep,ndcg5,ndcg10,test_queries,click_log_likelihood,train_sessions,train_impressions,epochs,seconds,impressions_per_second\n");
-    for r in &summary.runs {
-        csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.6},{:.6},{},{:.6},{},{},{},{:.2},{:.0}\n",
-            r.dataset, r.w, r.method, r.model.name(), r.eta, r.dropout, r.seed, r.sweep, r.ndcg5, r.ndcg10, r.test_queries, r.click_log_likelihood,
-            r.train_sessions, r.train_impressions, r.epochs, r.seconds, r.impressions_per_second
-        ));
-    }
-    std::fs::write(opts.out.join("results.csv"), csv)?;
+    let columns = "dataset,w,method,model,eta,dropout,seed,sweep,ndcg5,ndcg10,test_queries,click_log_likelihood,train_sessions,train_impressions,epochs,seconds,impressions_per_second";
+    let rows = summary.runs.iter().map(|r| {
+        vec![
+            r.dataset.to_string(),
+            r.w.to_string(),
+            r.method.to_string(),
+            r.model.name().to_string(),
+            r.eta.to_string(),
+            r.dropout.to_string(),
+            r.seed.to_string(),
+            r.sweep.to_string(),
+            format!("{:.6}", r.ndcg5),
+            format!("{:.6}", r.ndcg10),
+            r.test_queries.to_string(),
+            format!("{:.6}", r.click_log_likelihood),
+            r.train_sessions.to_string(),
+            r.train_impressions.to_string(),
+            r.epochs.to_string(),
+            format!("{:.2}", r.seconds),
+            format!("{:.0}", r.impressions_per_second),
+        ]
+    });
+    super::write_csv(&opts.out.join("results.csv"), &super::header(columns), rows)?;
     let mut md = format!(
         "# Zhang et al. 2023 Table 1 on our data\n\n{} training sessions per cell, seeds {:?}, {} tower, top {} positions, at most {} epochs. nDCG@5 of the relevance tower on the test queries' labels, mean ± sd over seeds.\n\n",
         opts.train_sessions, opts.seeds, opts.tower.name(), opts.max_positions, opts.max_epochs

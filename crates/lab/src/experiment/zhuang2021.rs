@@ -296,15 +296,30 @@ fn table(dataset: &str, summary: &Summary, opts: &Options, metrics: &[(&str, fn(
 }
 
 fn write_outputs(opts: &Options, datasets: &[Data], summary: &Summary) -> anyhow::Result<()> {
-    let mut csv = String::from("dataset,click_model,method,model,seed,click_log_likelihood,perplexity,ndcg1,ndcg5,ndcg10,logging_ndcg5,train_sessions,train_lists,epochs,best_epoch,seconds,impressions_per_second\n");
-    for r in &summary.runs {
-        csv.push_str(&format!(
-            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{:.2},{:.0}\n",
-            r.dataset, r.click_model, r.method, r.model.name(), r.seed, r.click_log_likelihood, r.perplexity, r.ndcg1, r.ndcg5, r.ndcg10, r.logging_ndcg5,
-            r.train_sessions, r.train_lists, r.epochs, r.best_epoch, r.seconds, r.impressions_per_second
-        ));
-    }
-    std::fs::write(opts.out.join("results.csv"), csv)?;
+    let columns = "dataset,click_model,method,model,seed,click_log_likelihood,perplexity,ndcg1,ndcg5,ndcg10,logging_ndcg5,train_sessions,train_lists,epochs,best_epoch,seconds,impressions_per_second";
+    let rows = summary.runs.iter().map(|r| {
+        let f = |v: f64| format!("{v:.6}");
+        vec![
+            r.dataset.to_string(),
+            r.click_model.to_string(),
+            r.method.to_string(),
+            r.model.name().to_string(),
+            r.seed.to_string(),
+            f(r.click_log_likelihood),
+            f(r.perplexity),
+            f(r.ndcg1),
+            f(r.ndcg5),
+            f(r.ndcg10),
+            f(r.logging_ndcg5),
+            r.train_sessions.to_string(),
+            r.train_lists.to_string(),
+            r.epochs.to_string(),
+            r.best_epoch.to_string(),
+            format!("{:.2}", r.seconds),
+            format!("{:.0}", r.impressions_per_second),
+        ]
+    });
+    super::write_csv(&opts.out.join("results.csv"), &super::header(columns), rows)?;
     let mut md = format!(
         "# Zhuang et al. 2021 Tables 1–2 on our data\n\n{} training sessions per cell, seeds {:?}, {} tower, top {} positions shown, at most {} epochs; logging ranker fitted on {}% of the training queries' labels. Mean ± sd over seeds.\n\n",
         opts.train_sessions, opts.seeds, opts.tower.name(), opts.max_positions, opts.max_epochs, opts.logging_label_fraction * 100.0
