@@ -80,7 +80,7 @@ fn explore_mixture_oracle() {
     let id = store.current_id().unwrap().unwrap();
     let trained = store.load(&id, &device).unwrap();
     let data_end = store.info(&id).unwrap().data_range_ms.unwrap().1;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = ultr_core::runtime::current_thread().unwrap();
     let total: f64 = mixture.iter().sum();
     if let ultr::train::models::AnyModel::MixEm(mix) = &trained.model {
         // Session NLL (the EM's objective) of the truth and of the fitted mixture, on the sessions
