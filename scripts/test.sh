@@ -35,8 +35,9 @@ fi
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 NEXTEST=(cargo nextest run --workspace --release --features test-broker)
 if ! cargo nextest --version >/dev/null 2>&1; then
+  # The dev profile: a test runner only spawns processes, and it builds in half the release time.
   log "installing cargo-nextest"
-  cargo install cargo-nextest --locked
+  cargo install cargo-nextest --locked --debug
 fi
 log "building ultr, its tests and the test broker (release)"
 "${NEXTEST[@]}" --no-run

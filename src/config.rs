@@ -44,6 +44,8 @@ pub struct PipelineConfig {
     #[serde(default)]
     pub train: ultr_train::config::TrainConfig,
     #[serde(default)]
+    pub eval: ultr_train::eval::config::EvalConfig,
+    #[serde(default)]
     pub service: crate::service::config::ServiceConfig,
     #[serde(default)]
     pub runtime: ultr_core::runtime::RuntimeConfig,
@@ -148,6 +150,7 @@ impl PipelineConfig {
             store.check_option_keys().map_err(invalid)?;
         }
         config.train.validate().map_err(|e| invalid(e))?;
+        config.eval.validate().map_err(&invalid)?;
         if matches!(config.source, SourceConfig::Simulator) {
             config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;
         }

@@ -27,6 +27,7 @@ const SOURCES: &[&str] = &[
     include_str!("../crates/train/src/models/edot.rs"),
     include_str!("../crates/train/src/models/mixem.rs"),
     include_str!("../crates/train/src/models/xpa.rs"),
+    include_str!("../crates/train/src/eval/config.rs"),
     include_str!("service/config.rs"),
     include_str!("../crates/core/src/runtime.rs"),
 ];

@@ -47,7 +47,7 @@ enum Command {
     Import(ImportArgs),
     /// Run a pipeline config's source through windows into the state directory (resumes after a crash).
     Ingest(IngestArgs),
-    /// Analyse whether the state's data identifies a two-tower model. Exit 0 identified, 1 not, 2 error.
+    /// Analyse whether the state's data identifies a two-tower model. Exit 0 identified (the report says when only weakly: a θ_k interval wider than `max_theta_interval`), 1 not, 2 error.
     Identifiability(IdentifiabilityArgs),
     /// Train the two-tower model on the state's horizon; the promotion gate decides whether it becomes
     /// current. Exit 0 promoted, 1 rejected, 2 error.

@@ -69,6 +69,8 @@ pub struct Metrics {
     /// Absent until a window closed, and while the bottleneck is undefined (no overlap graph).
     pub overlap_bottleneck: OptionalGauge,
     pub identified: IntGaugeVec,
+    pub weakly_identified: IntGaugeVec,
+    pub theta_interval_width: GaugeVec,
     // propensities / IPS
     pub propensity_min: Gauge,
     pub logged_propensity_dispersion: Gauge,
@@ -102,6 +104,10 @@ pub struct Metrics {
     pub windows_open: IntGauge,
     pub theta_interval: GaugeVec,
     pub swap_pairs: IntGaugeVec,
+    // judged evaluation (`[eval] qrels`); absent without labels
+    pub judged_ndcg: GaugeVec,
+    pub judged_ndcg_difference: GaugeVec,
+    pub judged_queries: GaugeVec,
     /// The facts the status page shows beside these series (text: reasons, ids, graph components).
     pub board: super::board::Board,
 }
@@ -186,6 +192,19 @@ impl Metrics {
             ips_weight_max: gauge("ips_weight_max", "Largest IPS weight used by the last training (after clipping)."),
             ips_clipped_fraction: gauge("ips_clipped_fraction", "Share of training rows whose IPS weight was clipped."),
             ips_effective_sample_fraction: gauge("ips_effective_sample_fraction", "Kish effective sample size of the IPS weights over the rows."),
+            weakly_identified: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new("weakly_identified", "1 when the swap graph connects every position yet some θ_k − θ_1's 95% interval from the swap pairs' information is wider than identifiability.max_theta_interval (per-document towers), else 0."),
+                    &["model"],
+                )
+                .expect("valid"),
+            ),
+            theta_interval_width: gauge_vec(
+                "theta_interval_width",
+                "Width of θ_k − θ_1's 95% interval from the information of the (query, document) pairs shown at several positions over the lookback horizon (per-document model; +Inf where no informative swap path reaches position 1).",
+                &["position"],
+            ),
             theta: gauge_vec("theta", "Current model's θ_k − θ_1 per position.", &["position"]),
             training_seconds: gauge("training_duration_seconds", "Wall time of the last training."),
             training_in_progress: reg(&r, IntGauge::with_opts(Opts::new("training_in_progress", "1 while a scheduled training runs.")).expect("valid")),
@@ -237,6 +256,17 @@ impl Metrics {
                 )
                 .expect("valid"),
             ),
+            judged_ndcg: gauge_vec(
+                "judged_ndcg",
+                "Mean nDCG@k against the editors' labels (`[eval] qrels`) over the judged queries of the lookback horizon, per ranker: the current model, the logged order (each document's mean shown position) and naive click-through.",
+                &["model", "ranker", "k"],
+            ),
+            judged_ndcg_difference: gauge_vec(
+                "judged_ndcg_difference",
+                "Paired difference in nDCG@k, current model − baseline (logged or naive_ctr), over the judged queries: its estimate and the bounds of its 95% bootstrap interval over queries (bound = estimate, lower, upper).",
+                &["model", "baseline", "k", "bound"],
+            ),
+            judged_queries: gauge_vec("judged_queries", "Queries the judged evaluation scored: judged with at least two grades, and seen in the lookback horizon.", &["model"]),
             board: Default::default(),
             registry: r,
         }
@@ -261,14 +291,14 @@ impl Metrics {
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
             &self.kafka_errors, &self.source_up.0, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
             &self.monitor_errors,
-            &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck.0, &self.identified, &self.propensity_min,
+            &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck.0, &self.identified, &self.weakly_identified, &self.theta_interval_width, &self.propensity_min,
             &self.logged_propensity_dispersion, &self.logged_propensity_disagrees,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
             &self.training_in_progress,
             &self.training_loss, &self.last_training_success, &self.training_converged.0, &self.current_model_created.0, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
             &self.misspecification_z, &self.misspecification_assessable, &self.policy_variation,
-            &self.windows_open, &self.theta_interval, &self.swap_pairs,
+            &self.windows_open, &self.theta_interval, &self.swap_pairs, &self.judged_ndcg, &self.judged_ndcg_difference, &self.judged_queries,
         ];
         // The registry adds the `ultr_` prefix when it gathers.
         collectors.iter().flat_map(|c| c.desc().into_iter().map(|d| format!("ultr_{}", d.fq_name))).collect()
@@ -290,6 +320,33 @@ impl Metrics {
                 let position = (k + 1).to_string();
                 self.theta_interval.with_label_values(&[&position, "lower"]).set(*lo);
                 self.theta_interval.with_label_values(&[&position, "upper"]).set(*hi);
+            }
+        }
+    }
+
+    /// Replaces the judged figures with `report`'s for the model labelled `model` (a model change
+    /// must not leave its predecessor's series behind).
+    pub fn set_judged(&self, model: &str, report: &ultr_train::eval::judged::JudgedReport) {
+        use ultr_train::eval::judged::CUTOFFS;
+        self.judged_ndcg.reset();
+        self.judged_ndcg_difference.reset();
+        self.judged_queries.reset();
+        self.judged_queries.with_label_values(&[model]).set(report.queries as f64);
+        if report.queries == 0 {
+            return;
+        }
+        for r in &report.rankers {
+            for (m, k) in CUTOFFS.iter().enumerate() {
+                let k = k.to_string();
+                self.judged_ndcg.with_label_values(&[model, &r.ranker, &k]).set(r.mean[m].estimate);
+                if r.ranker != "model" {
+                    continue;
+                }
+                for (baseline, d) in [("logged", &r.minus_logged[m]), ("naive_ctr", &r.minus_naive_ctr[m])] {
+                    for (bound, v) in [("estimate", d.estimate), ("lower", d.low), ("upper", d.high)] {
+                        self.judged_ndcg_difference.with_label_values(&[model, baseline, &k, bound]).set(v);
+                    }
+                }
             }
         }
     }

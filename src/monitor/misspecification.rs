@@ -36,6 +36,8 @@
 //! Blindness: when π(d,k|q) does not vary within positions (a deterministic policy, π ≡ 1, and no
 //! randomised traffic) there is nothing to correlate with; the test says so instead of reporting 0.
 
+use std::collections::{BTreeMap, HashMap};
+
 use serde::Serialize;
 
 use ultr_core::identify::policy::{blind_reason, policy_variation};
@@ -133,8 +135,7 @@ pub fn score_test(rows: &[Row], logits: &[f32], include: impl Fn(usize) -> bool,
     if let Some(reason) = blind_reason(variation, min_policy_variation) {
         return blind(reason);
     }
-
-    let mut by_pos: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    let mut by_pos: BTreeMap<u32, Vec<usize>> = Default::default();
     for &i in &chosen {
         by_pos.entry(rows[i].position).or_default().push(i);
     }
@@ -150,103 +151,18 @@ pub fn score_test(rows: &[Row], logits: &[f32], include: impl Fn(usize) -> bool,
             rows[i].impressions as f64 * q * (1.0 - q)
         })
         .collect();
-    // A position where π is constant (or that no residual can move) carries no test and no degree
-    // of freedom.
-    let positions: Vec<u32> = by_pos
-        .iter()
-        .filter(|(_, idx)| {
-            let (mut sn, mut sp, mut spp, mut sw) = (0.0, 0.0, 0.0, 0.0);
-            for &i in idx.iter() {
-                let (n, p) = (rows[i].impressions as f64, rows[i].propensity);
-                sn += n;
-                sp += n * p;
-                spp += n * p * p;
-                sw += weight[i];
-            }
-            ((spp - sp * sp / sn).max(0.0) / sn).sqrt() >= min_policy_variation * 1e-3 && sw > 0.0
-        })
-        .map(|(k, _)| *k)
-        .collect();
-    let tested: Vec<usize> = positions.iter().flat_map(|k| by_pos[k].iter().copied()).collect();
-    // Residualise π on the nuisance directions under w = n·p̂(1 − p̂): [1, ẑ] per position, and
-    // (per-document) the (q, d) indicators, by alternating projections until they agree.
-    let mut g: Vec<f64> = rows.iter().map(|r| r.propensity).collect();
-    let sweeps = if nuisance == Nuisance::PerDocument { 200 } else { 1 };
-    for _ in 0..sweeps {
-        for k in &positions {
-            let idx = &by_pos[k];
-            let (mut s0, mut s1, mut s2, mut t0, mut t1) = (0.0, 0.0, 0.0, 0.0, 0.0);
-            for &i in idx {
-                let (w, zi) = (weight[i], z[i]);
-                s0 += w;
-                s1 += w * zi;
-                s2 += w * zi * zi;
-                t0 += w * g[i];
-                t1 += w * zi * g[i];
-            }
-            let det = s0 * s2 - s1 * s1;
-            let (a, b) = if det > 1e-12 * s0 * s2.max(1e-300) { ((t0 * s2 - t1 * s1) / det, (s0 * t1 - s1 * t0) / det) } else { (t0 / s0, 0.0) };
-            for &i in idx {
-                g[i] -= a + b * z[i];
-            }
-        }
-        if nuisance == Nuisance::PerDocument {
-            let mut sums: std::collections::HashMap<u32, (f64, f64)> = Default::default();
-            for &i in &tested {
-                let s = sums.entry(rows[i].qd).or_default();
-                s.0 += weight[i];
-                s.1 += weight[i] * g[i];
-            }
-            let mut largest = 0f64;
-            for &i in &tested {
-                let (w, wg) = sums[&rows[i].qd];
-                let shift = if w > 0.0 { wg / w } else { 0.0 };
-                g[i] -= shift;
-                largest = largest.max(shift.abs());
-            }
-            if largest < 1e-12 {
-                break;
-            }
-        }
-    }
+    let positions = testable_positions(rows, &by_pos, &weight, min_policy_variation);
+    let g = residualised_propensity(rows, &by_pos, &positions, &z, &weight, nuisance);
     let mut blocks: Vec<u32> = positions.iter().map(|k| block_start(*k)).collect();
     blocks.dedup();
     let kdim = blocks.len();
     if kdim == 0 {
         return blind("no position has variation in π to test".into());
     }
-    let slot: std::collections::HashMap<u32, usize> = positions.iter().map(|k| (*k, blocks.iter().position(|b| *b == block_start(*k)).expect("its block"))).collect();
-
-    // Score vector and its cluster-robust covariance, clusters = (query, document).
-    let mut u = vec![0f64; kdim];
-    let mut cluster: std::collections::HashMap<u32, Vec<f64>> = Default::default();
-    for &i in &chosen {
-        let r = &rows[i];
-        let Some(&j) = slot.get(&r.position) else { continue };
-        let q = sigmoid(z[i]);
-        let contribution = (r.clicks as f64 - r.impressions as f64 * q) * g[i];
-        u[j] += contribution;
-        cluster.entry(r.qd).or_insert_with(|| vec![0.0; kdim])[j] += contribution;
-    }
-    let clusters = cluster.len();
+    let slot: HashMap<u32, usize> = positions.iter().map(|k| (*k, blocks.iter().position(|b| *b == block_start(*k)).expect("its block"))).collect();
+    let (u, cov, clusters) = cluster_robust_score(rows, &chosen, &slot, &z, &g, kdim);
     if clusters < 2 * kdim + 10 {
         return blind(format!("{clusters} (query, document) pairs are too few to estimate the residual covariance over {kdim} positions"));
-    }
-    let mut cov = vec![0f64; kdim * kdim];
-    for v in cluster.values() {
-        for a in 0..kdim {
-            if v[a] == 0.0 {
-                continue;
-            }
-            for b in 0..kdim {
-                cov[a * kdim + b] += v[a] * v[b];
-            }
-        }
-    }
-    // CR1 small-sample factor G/(G−1).
-    let factor = clusters as f64 / (clusters as f64 - 1.0);
-    for c in &mut cov {
-        *c *= factor;
     }
     let per_block: Vec<(u32, f64)> =
         blocks.iter().enumerate().map(|(j, k)| (*k, if cov[j * kdim + j] > 0.0 { u[j] / cov[j * kdim + j].sqrt() } else { 0.0 })).collect();
@@ -262,6 +178,111 @@ pub fn score_test(rows: &[Row], logits: &[f32], include: impl Fn(usize) -> bool,
         impressions,
         per_block,
     }
+}
+
+/// Positions that carry a test: π varies within them and some residual can move (a position where
+/// π is constant carries no test and no degree of freedom).
+fn testable_positions(rows: &[Row], by_pos: &BTreeMap<u32, Vec<usize>>, weight: &[f64], min_policy_variation: f64) -> Vec<u32> {
+    by_pos
+        .iter()
+        .filter(|(_, idx)| {
+            let (mut sn, mut sp, mut spp, mut sw) = (0.0, 0.0, 0.0, 0.0);
+            for &i in idx.iter() {
+                let (n, p) = (rows[i].impressions as f64, rows[i].propensity);
+                sn += n;
+                sp += n * p;
+                spp += n * p * p;
+                sw += weight[i];
+            }
+            ((spp - sp * sp / sn).max(0.0) / sn).sqrt() >= min_policy_variation * 1e-3 && sw > 0.0
+        })
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+/// π residualised on the nuisance directions under w = n·p̂(1 − p̂): [1, ẑ] per position, and
+/// (per-document) the (q, d) indicators, by alternating projections until they agree.
+fn residualised_propensity(rows: &[Row], by_pos: &BTreeMap<u32, Vec<usize>>, positions: &[u32], z: &[f64], weight: &[f64], nuisance: Nuisance) -> Vec<f64> {
+    let tested: Vec<usize> = positions.iter().flat_map(|k| by_pos[k].iter().copied()).collect();
+    let mut g: Vec<f64> = rows.iter().map(|r| r.propensity).collect();
+    let sweeps = if nuisance == Nuisance::PerDocument { 200 } else { 1 };
+    for _ in 0..sweeps {
+        for k in positions {
+            project_out_position_logit(&by_pos[k], z, weight, &mut g);
+        }
+        if nuisance == Nuisance::PerDocument && project_out_documents(rows, &tested, weight, &mut g) < 1e-12 {
+            break;
+        }
+    }
+    g
+}
+
+/// g minus its weighted regression on [1, ẑ] over one position's rows.
+fn project_out_position_logit(idx: &[usize], z: &[f64], weight: &[f64], g: &mut [f64]) {
+    let (mut s0, mut s1, mut s2, mut t0, mut t1) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &i in idx {
+        let (w, zi) = (weight[i], z[i]);
+        s0 += w;
+        s1 += w * zi;
+        s2 += w * zi * zi;
+        t0 += w * g[i];
+        t1 += w * zi * g[i];
+    }
+    let det = s0 * s2 - s1 * s1;
+    let (a, b) = if det > 1e-12 * s0 * s2.max(1e-300) { ((t0 * s2 - t1 * s1) / det, (s0 * t1 - s1 * t0) / det) } else { (t0 / s0, 0.0) };
+    for &i in idx {
+        g[i] -= a + b * z[i];
+    }
+}
+
+/// g minus its weighted mean per (query, document) over the tested rows; returns the largest shift.
+fn project_out_documents(rows: &[Row], tested: &[usize], weight: &[f64], g: &mut [f64]) -> f64 {
+    let mut sums: HashMap<u32, (f64, f64)> = Default::default();
+    for &i in tested {
+        let s = sums.entry(rows[i].qd).or_default();
+        s.0 += weight[i];
+        s.1 += weight[i] * g[i];
+    }
+    let mut largest = 0f64;
+    for &i in tested {
+        let (w, wg) = sums[&rows[i].qd];
+        let shift = if w > 0.0 { wg / w } else { 0.0 };
+        g[i] -= shift;
+        largest = largest.max(shift.abs());
+    }
+    largest
+}
+
+/// The score vector U (one entry per position block) and its cluster-robust covariance (clusters =
+/// (query, document), CR1 factor G/(G − 1)), row-major, with the number of clusters.
+fn cluster_robust_score(rows: &[Row], chosen: &[usize], slot: &HashMap<u32, usize>, z: &[f64], g: &[f64], kdim: usize) -> (Vec<f64>, Vec<f64>, usize) {
+    let mut u = vec![0f64; kdim];
+    let mut cluster: HashMap<u32, Vec<f64>> = Default::default();
+    for &i in chosen {
+        let r = &rows[i];
+        let Some(&j) = slot.get(&r.position) else { continue };
+        let q = sigmoid(z[i]);
+        let contribution = (r.clicks as f64 - r.impressions as f64 * q) * g[i];
+        u[j] += contribution;
+        cluster.entry(r.qd).or_insert_with(|| vec![0.0; kdim])[j] += contribution;
+    }
+    let clusters = cluster.len();
+    let mut cov = vec![0f64; kdim * kdim];
+    for v in cluster.values() {
+        for a in 0..kdim {
+            if v[a] == 0.0 {
+                continue;
+            }
+            for b in 0..kdim {
+                cov[a * kdim + b] += v[a] * v[b];
+            }
+        }
+    }
+    let factor = clusters as f64 / (clusters as f64 - 1.0).max(1.0);
+    for c in &mut cov {
+        *c *= factor;
+    }
+    (u, cov, clusters)
 }
 
 /// ẑ + δ_qd + α_k with δ (one per (query, document)) and α (one per position) the maximum-likelihood

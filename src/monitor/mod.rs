@@ -63,6 +63,8 @@ pub struct Monitor {
     pub last_identified: Option<bool>,
     /// The verdicts last told in the log (a line is logged when one changes).
     told: Told,
+    /// `[eval] qrels`, read by [`Monitor::judging`]: labels to score the current model against.
+    qrels: Option<ultr_train::eval::judged::Qrels>,
 }
 
 /// What the log last said, so it speaks only when something changed.
@@ -72,6 +74,9 @@ struct Told {
     misspecification_blind: Option<bool>,
     misspecification_high: Option<bool>,
     logged_propensity_disagrees: Option<i64>,
+    weakly_identified: Option<bool>,
+    /// The model judged and the baselines it ranked below.
+    judged: Option<(String, String)>,
 }
 
 /// A short form of θ_k − θ_1 for a log line: "θk−θ1 = +0.00 -0.69 -1.10 …" (at most 10 positions).
@@ -114,7 +119,14 @@ impl Monitor {
             history: Default::default(),
             last_identified: None,
             told: Told::default(),
+            qrels: None,
         }
+    }
+
+    /// Scores the current model against `qrels` after each promotion and each closed window.
+    pub fn judging(mut self, qrels: Option<ultr_train::eval::judged::Qrels>) -> Monitor {
+        self.qrels = qrels;
+        self
     }
 
     /// Counters: add what the run report gained since the last call. Cheap; the ingest thread
@@ -248,14 +260,7 @@ impl Monitor {
         self.tell_closed_windows(manifest);
         let latest = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
         let model_changed = self.refresh_model()?;
-        if let Some((start, end)) = self.metrics.board.snapshot().current_model.and_then(|c| c.data_range_ms) {
-            let n = manifest.windows.iter().filter(|w| w.start_ms >= start && w.end_ms <= end).count();
-            self.metrics.board.update(|b| {
-                if let Some(c) = b.current_model.as_mut() {
-                    c.windows = n;
-                }
-            });
-        }
+        self.count_model_windows(manifest);
         if model_changed {
             self.scored_until = self.scored_until.min(latest.saturating_sub(1)); // score the newest window under the new model
         }
@@ -269,6 +274,36 @@ impl Monitor {
         let rt = ultr_core::runtime::current_thread()?;
         let cumulative = rt.block_on(ultr_core::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
         let id = ultr_train::identifiability(&cumulative, &self.config.identifiability, &self.config.train)?;
+        self.report_identifiability(&id, &cumulative);
+        let ips_pi = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
+        if let Some(p) = propensity_min(&ips_pi) {
+            self.metrics.propensity_min.set(p);
+        }
+        if self.model.is_none() {
+            self.scored_until = latest;
+            return Ok(());
+        }
+        self.score_new_windows(dir, manifest, &rt, &ips_pi)?;
+        let horizon = ultr_train::data::non_overlapping(cumulative.windows, manifest.window.size_ms);
+        self.evaluate_judged(dir, &horizon, ips_pi, &rt)
+    }
+
+    /// The current model's card: how many closed windows its training data spans.
+    fn count_model_windows(&self, manifest: &Manifest) {
+        if let Some((start, end)) = self.metrics.board.snapshot().current_model.and_then(|c| c.data_range_ms) {
+            let n = manifest.windows.iter().filter(|w| w.start_ms >= start && w.end_ms <= end).count();
+            self.metrics.board.update(|b| {
+                if let Some(c) = b.current_model.as_mut() {
+                    c.windows = n;
+                }
+            });
+        }
+    }
+
+    /// The lookback horizon's verdicts as series, the status page's graph card, and a log line for
+    /// each verdict that changed: identifiability, whether misspecification is assessable, and
+    /// logged propensities that disagree with the counted π.
+    fn report_identifiability(&mut self, id: &ultr_core::identify::IdentifiabilityReport, cumulative: &ultr_core::state::cumulative::Cumulative) {
         let m = &self.metrics;
         let graphs = [("swap", Some(&id.swap_graph)), ("overlap", id.overlap_graph.as_ref()), ("union", Some(&id.union_graph))];
         for (name, graph) in graphs {
@@ -279,6 +314,11 @@ impl Monitor {
         }
         m.overlap_bottleneck.set_known(id.overlap_bottleneck);
         m.identified.with_label_values(&[&id.model]).set(id.identified as i64);
+        m.weakly_identified.with_label_values(&[&id.model]).set(id.weakly_identified as i64);
+        m.theta_interval_width.reset();
+        for k in 1..id.theta_precision.standard_error.len().min(metrics::MAX_POSITION_LABELS) {
+            m.theta_interval_width.with_label_values(&[&(k + 1).to_string()]).set(id.theta_precision.interval_width(k));
+        }
         m.set_swap_pairs(&ultr_core::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
         let deciding = match id.identification {
             ultr_core::identify::Identification::SwapsOrFeatureOverlap => ("union", &id.union_graph, "swaps or feature overlap between positions (feature tower)"),
@@ -293,6 +333,12 @@ impl Monitor {
                 misspecification_blind: id.misspecification_blind.clone(),
             })
         });
+        if self.told.weakly_identified != Some(id.weakly_identified) && id.identified {
+            if let Some((k, width)) = id.theta_precision.widest().filter(|_| id.weakly_identified) {
+                tracing::info!(target: "ultr::story", "identifiability: WEAKLY IDENTIFIED for the {} model: θ{k}'s 95% interval from the swap pairs is {width:.2} wide (> max_theta_interval {})", id.model, self.config.identifiability.max_theta_interval);
+            }
+            self.told.weakly_identified = Some(id.weakly_identified);
+        }
         if self.last_identified != Some(id.identified) {
             let advice: Vec<String> = deciding.1.randomization_advice.iter().map(|(a, b)| format!("{a}<->{b}")).collect();
             let detail = if id.identified {
@@ -326,21 +372,17 @@ impl Monitor {
             tracing::info!(target: "ultr::story", "logged propensities: {disagrees} policy(ies) disagree with the counted π");
         }
         self.told.logged_propensity_disagrees = Some(disagrees);
-        let ips_pi = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
-        if let Some(p) = propensity_min(&ips_pi) {
-            m.propensity_min.set(p);
-        }
+    }
 
-        let Some((_, model)) = &self.model else {
-            self.scored_until = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
-            return Ok(());
-        };
+    /// Residuals and the misspecification test of the current model on each window closed since the
+    /// last look (the newest few after a restart or a model change).
+    fn score_new_windows(&mut self, dir: &Path, manifest: &Manifest, rt: &tokio::runtime::Runtime, ips_pi: &[datafusion::arrow::array::RecordBatch]) -> anyhow::Result<()> {
         let mut new: Vec<_> = manifest.windows.iter().filter(|w| w.end_ms > self.scored_until).cloned().collect();
-        // After a restart or a model change, the newest few windows are enough to judge it.
         let skip = new.len().saturating_sub(MAX_WINDOWS_SCORED_AT_ONCE);
         new.drain(..skip);
         for w in new {
-            let ex = rt.block_on(examples_for_windows(dir, std::slice::from_ref(&w), ips_pi.clone(), model.meta.architecture.max_positions))?;
+            let Some((_, model)) = &self.model else { return Ok(()) };
+            let ex = rt.block_on(examples_for_windows(dir, std::slice::from_ref(&w), ips_pi.to_vec(), model.meta.architecture.max_positions))?;
             self.scored_until = self.scored_until.max(w.end_ms);
             if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
                 continue;
@@ -362,28 +404,71 @@ impl Monitor {
             // per-document levels out (see misspecification.rs).
             let nuisance = if model.meta.architecture.tower == TowerKind::Embedding { Nuisance::PerDocument } else { Nuisance::PositionLogit };
             let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation, nuisance);
-            let label = self.config.train.model_label();
-            let tower = label.as_str();
-            m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
-            m.misspecification_z.with_label_values(&[tower]).set(test.z);
-            let high = test.z > 4.0;
-            if test.assessable && self.told.misspecification_high != Some(high) {
-                let verdict = if high { "residuals depend on the logging policy (z > 4)" } else { "no sign (z ≤ 4)" };
-                tracing::info!(target: "ultr::story", "misspecification: z = {:+.2} on window {}: {verdict}", test.z, span_in_short(w.start_ms, w.end_ms));
-                self.told.misspecification_high = Some(high);
-            }
-            for (k, mean, _) in summary.per_position.iter().filter(|(k, _, _)| (*k as usize) <= metrics::MAX_POSITION_LABELS) {
-                m.residual_mean.with_label_values(&[&k.to_string()]).set(*mean);
-            }
-            m.residual_propensity_correlation.set(summary.propensity_correlation);
-            let reference = *self.reference.get_or_insert(summary.histogram);
-            m.residual_psi.set(psi(&reference, &summary.histogram));
-            m.residual_page_hinkley.set(self.page_hinkley.update(summary.mean_abs));
-            m.residual_windows.inc();
-            if self.history.len() == HISTORY {
-                self.history.pop_front();
-            }
-            self.history.push_back(ScoredWindow { end_ms: w.end_ms, residuals: summary, misspecification: test, whole_window });
+            self.report_window(&w, summary, test, whole_window);
+        }
+        Ok(())
+    }
+
+    /// One scored window's residual and misspecification series, and its place in the history.
+    fn report_window(&mut self, w: &ultr_core::state::WindowEntry, summary: ResidualSummary, test: MisspecificationTest, whole_window: bool) {
+        let m = &self.metrics;
+        let label = self.config.train.model_label();
+        let tower = label.as_str();
+        m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
+        m.misspecification_z.with_label_values(&[tower]).set(test.z);
+        let high = test.z > 4.0;
+        if test.assessable && self.told.misspecification_high != Some(high) {
+            let verdict = if high { "residuals depend on the logging policy (z > 4)" } else { "no sign (z ≤ 4)" };
+            tracing::info!(target: "ultr::story", "misspecification: z = {:+.2} on window {}: {verdict}", test.z, span_in_short(w.start_ms, w.end_ms));
+            self.told.misspecification_high = Some(high);
+        }
+        for (k, mean, _) in summary.per_position.iter().filter(|(k, _, _)| (*k as usize) <= metrics::MAX_POSITION_LABELS) {
+            m.residual_mean.with_label_values(&[&k.to_string()]).set(*mean);
+        }
+        m.residual_propensity_correlation.set(summary.propensity_correlation);
+        let reference = *self.reference.get_or_insert(summary.histogram);
+        m.residual_psi.set(psi(&reference, &summary.histogram));
+        m.residual_page_hinkley.set(self.page_hinkley.update(summary.mean_abs));
+        m.residual_windows.inc();
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(ScoredWindow { end_ms: w.end_ms, residuals: summary, misspecification: test, whole_window });
+    }
+
+    /// `[eval] qrels`: the current model, the logged order and naive click-through over the lookback
+    /// horizon's rows, scored against the editors' labels (`ultr_judged_ndcg`,
+    /// `ultr_judged_ndcg_difference`), with a log line when the model's standing changes.
+    fn evaluate_judged(&mut self, dir: &Path, horizon: &[ultr_core::state::WindowEntry], ips_pi: Vec<datafusion::arrow::array::RecordBatch>, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+        use ultr_train::eval::judged::{evaluate, seen_by_query, Ranking};
+        let (Some(qrels), Some((id, model))) = (&self.qrels, &self.model) else { return Ok(()) };
+        let ex = rt.block_on(examples_for_windows(dir, horizon, ips_pi, model.meta.architecture.max_positions))?;
+        if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
+            return Ok(());
+        }
+        let seen = seen_by_query(&ex);
+        let relevance = model.relevance_of_rows(&ex, &self.config.train.backend.device()?);
+        let rankings = vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), Ranking::from_rows("model", &ex, &relevance)];
+        let e = &self.config.eval;
+        let report = evaluate(qrels, &rankings, e.unjudged, e.bootstrap, e.seed)?;
+        let label = self.config.train.model_label();
+        self.metrics.set_judged(&label, &report);
+        let Some(figures) = report.rankers.iter().find(|r| r.ranker == "model") else { return Ok(()) };
+        // nDCG@10 (index 3): below a baseline when the difference's whole interval is below 0.
+        let below: Vec<&str> = [("logged", &figures.minus_logged[3]), ("naive_ctr", &figures.minus_naive_ctr[3])].into_iter().filter(|(_, d)| d.high < 0.0).map(|(b, _)| b).collect();
+        let standing = (id.clone(), below.join(","));
+        if self.told.judged.as_ref() != Some(&standing) {
+            let ndcg = |r: &str| report.rankers.iter().find(|f| f.ranker == r).map_or(f64::NAN, |f| f.mean[3].estimate);
+            let verdict = if below.is_empty() { "not below either baseline".to_string() } else { format!("BELOW {} beyond its 95% interval", below.join(" and ")) };
+            tracing::info!(
+                target: "ultr::story",
+                "judged: model {id} nDCG@10 {:.3} (logged order {:.3}, naive click-through {:.3}) over {} judged queries: {verdict}",
+                ndcg("model"),
+                ndcg("logged"),
+                ndcg("naive_ctr"),
+                report.queries
+            );
+            self.told.judged = Some(standing);
         }
         Ok(())
     }

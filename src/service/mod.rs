@@ -31,6 +31,13 @@ pub struct ServiceOptions {
     pub exit_when_done: bool,
 }
 
+/// `[eval] qrels`, read once at start: an unreadable or malformed file stops the service, naming
+/// the key, the file and the line.
+fn judged_labels(config: &PipelineConfig) -> anyhow::Result<Option<ultr_train::eval::judged::Qrels>> {
+    use anyhow::Context;
+    config.eval.qrels.as_deref().map(|p| ultr_train::eval::judged::Qrels::read(p).context("key `eval.qrels`")).transpose()
+}
+
 /// A flag set by SIGTERM or SIGINT. The handlers are installed before this returns, so a signal
 /// sent once the service reports it is listening is never lost.
 pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
@@ -257,7 +264,7 @@ fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
-    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged), merged.clone())?;
+    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged).judging(judged_labels(&config)?), merged.clone())?;
     let mut counters = Monitor::new(metrics.clone(), &config, &merged);
     describe_stream(&metrics, &config, &opts.state_dir, true);
     list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &merged));
@@ -292,7 +299,7 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     // The monitors restore series from the state (the current model's time) before the first scrape
     // can see them: a scrape between serving and restoring read 0 and TrainingStale saw a 56-year-old model.
-    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir), opts.state_dir.clone())?;
+    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir).judging(judged_labels(config)?), opts.state_dir.clone())?;
     let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
     describe_stream(&metrics, config, &opts.state_dir, false);
     list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &opts.state_dir));

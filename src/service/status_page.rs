@@ -144,6 +144,9 @@ pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<C
     for s in series.all("ultr_identified").filter(|s| s.value == 0.0) {
         add("IdentifiabilityLost", "warning", format!("ultr_identified{{model=\"{}\"}} = 0", s.labels.get("model").cloned().unwrap_or_default()));
     }
+    for s in series.all("ultr_weakly_identified").filter(|s| s.value == 1.0) {
+        add("IdentifiabilityLost", "warning", format!("ultr_weakly_identified{{model=\"{}\"}} = 1: a θ_k interval wider than max_theta_interval", s.labels.get("model").cloned().unwrap_or_default()));
+    }
     if let Some(b) = series.get("ultr_overlap_bottleneck", &[]).filter(|b| *b < 0.25) {
         add("FeatureOverlapLow", "info", format!("overlap bottleneck {b:.3} < 0.25"));
     }
@@ -160,6 +163,10 @@ pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<C
     let ph = series.get("ultr_residual_page_hinkley", &[]).unwrap_or(0.0);
     if psi > 0.2 || ph > 0.5 {
         add("ResidualDrift", "warning", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
+    }
+    for s in series.all("ultr_judged_ndcg_difference").filter(|s| s.value < 0.0 && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper")) {
+        let label = |l: &str| s.labels.get(l).cloned().unwrap_or_default();
+        add("JudgedRankingBelowBaseline", "warning", format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value));
     }
     match series.get("ultr_current_model_created_timestamp_seconds", &[]) {
         Some(created) if now_unix_s - created > 26.0 * 3600.0 => {
@@ -200,6 +207,7 @@ pub const JUDGED_ALERTS: &[&str] = &[
     "MisspecificationUnassessable",
     "LoggedPropensityMismatch",
     "ResidualDrift",
+    "JudgedRankingBelowBaseline",
     "ModelMissing",
     "TrainingStale",
     "IngestErrorsHigh",
@@ -308,7 +316,12 @@ fn verdicts(h: &mut String, series: &Series, board: &BoardState, now: f64) {
     }
     for s in identified {
         let model = s.labels.get("model").cloned().unwrap_or_default();
-        let (class, text) = if s.value == 1.0 { ("ok", "IDENTIFIED") } else { ("bad", "NOT IDENTIFIED") };
+        let weak = series.get("ultr_weakly_identified", &[("model", model.as_str())]) == Some(1.0);
+        let (class, text) = match (s.value == 1.0, weak) {
+            (true, false) => ("ok", "IDENTIFIED"),
+            (true, true) => ("warn", "WEAKLY IDENTIFIED (a θ_k interval wider than max_theta_interval)"),
+            (false, _) => ("bad", "NOT IDENTIFIED"),
+        };
         let needs = board.graph.as_ref().map(|g| g.decides.clone()).unwrap_or_default();
         let _ = write!(
             h,
@@ -646,14 +659,18 @@ mod tests {
         let healthy = format!(
             "ultr_identified{{model=\"mlp\"}} 1\nultr_overlap_bottleneck 0.3\nultr_misspecification_z{{model=\"mlp\"}} 3.9\nultr_misspecification_assessable{{model=\"mlp\"}} 1\n\
              ultr_logged_propensity_disagrees 0\nultr_residual_psi 0.19\nultr_residual_page_hinkley 0.4\nultr_current_model_created_timestamp_seconds {}\n\
-             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100000\nultr_source_up 1\nultr_monitor_last_success_timestamp_seconds {now}\nultr_monitor_errors_total 2\n",
+             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100000\nultr_source_up 1\nultr_monitor_last_success_timestamp_seconds {now}\nultr_monitor_errors_total 2\n\
+             ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"logged\",k=\"10\",bound=\"upper\"}} 0.001\n\
+             ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"logged\",k=\"10\",bound=\"estimate\"}} -0.01\n\
+             ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"logged\",k=\"1\",bound=\"upper\"}} -0.01\n",
             now - 25.0 * 3600.0
         );
         assert!(page(&healthy).is_empty(), "{:?}", page(&healthy));
         let sick = format!(
             "ultr_identified{{model=\"mlp\"}} 0\nultr_overlap_bottleneck 0.2\nultr_misspecification_z{{model=\"mlp\"}} 4.1\nultr_misspecification_assessable{{model=\"mlp\"}} 0\n\
              ultr_logged_propensity_disagrees 1\nultr_residual_psi 0.21\nultr_residual_page_hinkley 0.4\nultr_current_model_created_timestamp_seconds {}\n\
-             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100001\nultr_source_up 0\nultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_errors_total 2\n",
+             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100001\nultr_source_up 0\nultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_errors_total 2\n\
+             ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"naive_ctr\",k=\"10\",bound=\"upper\"}} -0.001\n",
             now - 27.0 * 3600.0,
             now - 1801.0
         );
@@ -665,6 +682,9 @@ mod tests {
         assert_eq!(fired, expected);
         // No model: nothing a day after start, ModelMissing (not TrainingStale) after 26 h.
         let no_model = |hours: f64| page(&format!("ultr_start_timestamp_seconds {}\n", now - hours * 3600.0));
+        // Connected but imprecise is the identifiability alert too.
+        assert_eq!(page("ultr_identified{model=\"embedding\"} 1\nultr_weakly_identified{model=\"embedding\"} 1\n"), vec!["IdentifiabilityLost"]);
+        assert!(page("ultr_identified{model=\"embedding\"} 1\nultr_weakly_identified{model=\"embedding\"} 0\n").is_empty());
         assert!(no_model(25.0).is_empty());
         assert_eq!(no_model(27.0), vec!["ModelMissing"]);
         // The dead-letter share: 2% of records over the samples' 5 minutes fires, 0.5% does not.

@@ -556,6 +556,68 @@ fn demo_faults_fire_their_own_alerts() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Editors' labels for a demo variant: the simulator's true relevance in five grades (its global
+/// quintiles), written as TREC qrels to `dir/judged.qrels`.
+fn write_demo_qrels(config: &Path, dir: &Path) {
+    let c = ultr::config::PipelineConfig::parse(&std::fs::read_to_string(config).unwrap(), "demo variant").unwrap();
+    let sim = Simulator::new(c.simulator.clone()).unwrap();
+    let mut all: Vec<f64> = sim.truth().queries.iter().flat_map(|q| q.docs.iter().map(|d| d.relevance)).collect();
+    all.sort_by(f64::total_cmp);
+    let cuts: Vec<f64> = [0.2, 0.4, 0.6, 0.8].iter().map(|p| all[((all.len() - 1) as f64 * p) as usize]).collect();
+    let mut qrels = String::new();
+    for q in &sim.truth().queries {
+        for d in &q.docs {
+            qrels.push_str(&format!("{} 0 {} {}\n", q.query_id, d.doc_id, cuts.iter().filter(|c| d.relevance > **c).count()));
+        }
+    }
+    std::fs::write(dir.join("judged.qrels"), qrels).unwrap();
+}
+
+/// `[eval] qrels` on the demo, with the simulator's truth as the editors' labels, in two fresh
+/// deployments. The shipped demo's production ranker is an MLP fitted on the true relevance (α = 1):
+/// its logged order ranks above what a model learns back from clicks, and JudgedRankingBelowBaseline
+/// fires, alone. A production ranker that is mostly fixed noise (α = 0.2) leaves the debiased model
+/// ahead of both baselines: silent through the rules' quiet horizon after the first judged evaluation.
+#[test]
+fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() {
+    const ALERT: &str = "JudgedRankingBelowBaseline";
+    let root = tempfile::tempdir().unwrap();
+    let with_labels = |t: String| t + "\n[eval]\nqrels = \"judged.qrels\"\n";
+    let mut failures = Vec::new();
+    for (name, alpha, fires) in [("strong production ranker", "1.0", true), ("weak production ranker", "0.2", false)] {
+        let dir = root.path().join(name.replace(' ', "-"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = demo_variant(&dir, "demo", |t| with_labels(t.replace("tau = 0.3", &format!("tau = 0.3\nalpha = {alpha}"))));
+        write_demo_qrels(&config, &dir);
+        let addr = local_addr();
+        let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&addr), "250ms");
+        let ultr = Instance::start(&config, &dir, "demo", &addr);
+        wait_for(&prom, "a judged evaluation", Duration::from_secs(150), |p| p.value("ultr_judged_queries").is_some_and(|n| n > 0.0));
+        let horizon = Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR);
+        let seen = if fires { watch_on(&prom, Duration::from_secs(120), Some(ALERT), horizon) } else { watch(&prom, horizon + Duration::from_secs(5), None) };
+        seen.report(&format!("judged, {name}"));
+        let figure = |q: &str| prom.value(q).map_or("absent".to_string(), |v| format!("{v:.3}"));
+        eprintln!(
+            "ALERTING judged, {name}: nDCG@10 model {}, logged {}, naive {}; model − logged upper bound {}, model − naive upper bound {}",
+            figure(r#"ultr_judged_ndcg{ranker="model",k="10"}"#),
+            figure(r#"ultr_judged_ndcg{ranker="logged",k="10"}"#),
+            figure(r#"ultr_judged_ndcg{ranker="naive_ctr",k="10"}"#),
+            figure(r#"ultr_judged_ndcg_difference{baseline="logged",k="10",bound="upper"}"#),
+            figure(r#"ultr_judged_ndcg_difference{baseline="naive_ctr",k="10",bound="upper"}"#),
+        );
+        match (fires, seen.fired_after(ALERT)) {
+            (true, None) => failures.push(format!("{name}: {ALERT} did not fire ({seen:?})\n{}", tail(&ultr.log))),
+            (false, Some(at)) => failures.push(format!("{name}: {ALERT} fired after {at:.1} s\n{}", tail(&ultr.log))),
+            _ => {}
+        }
+        let others: Vec<String> = seen.firing().into_iter().filter(|a| a != ALERT).collect();
+        if !others.is_empty() {
+            failures.push(format!("{name}: also fired {others:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// No model ever trained is its own state (ModelMissing, not TrainingStale); a model then trained
 /// silences it, and that model growing older than the limit fires TrainingStale. Rules time runs
 /// 3,600× here (26 h → 26 s), so only the model rules are exercised.

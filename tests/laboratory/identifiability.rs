@@ -18,7 +18,11 @@ fn node(p: u32) -> Node {
 }
 
 fn sim_config(dir: &Path, tau: f64, extra: &str) -> PathBuf {
-    let path = dir.join(format!("sim-{tau}.toml"));
+    seeded_config(dir, tau, 3, extra)
+}
+
+fn seeded_config(dir: &Path, tau: f64, seed: u64, extra: &str) -> PathBuf {
+    let path = dir.join(format!("sim-{tau}-{seed}.toml"));
     std::fs::write(
         &path,
         format!(
@@ -30,7 +34,7 @@ allowed_lateness = "0s"
 [simulator]
 relevance = "linear"
 sessions = 20000
-seed = 3
+seed = {seed}
 [simulator.synthetic]
 queries = 60
 docs_per_query = 10
@@ -102,6 +106,44 @@ fn deterministic_policy_breaks_the_swap_graph_and_randomization_connects_it() {
     assert_eq!(code, 0, "τ = 0.3 connects every position");
     assert_eq!(report["swap_graph"]["components"].as_array().unwrap().len(), 1);
     assert_eq!(report["overlap_bottleneck"].as_f64().unwrap(), 1.0, "swaps are exact overlap");
+}
+
+/// Connected is not the same as determined. With ε-greedy τ = 0.0005 about 10 of the 20,000 sessions
+/// are shuffled: the swap graph still links every position, yet the 50–100 (query, document) pairs
+/// seen at two positions leave θ_k − θ_1's widest 95% interval at 3.0–5.9 logits (seeds 3–7
+/// measured), wider than `[identifiability] max_theta_interval` (2): WEAKLY IDENTIFIED. τ = 0.3 on
+/// the same traffic determines every θ_k to within 0.2. (τ = 0.002 measured 1.8–2.1: the line.)
+const SPARSE_TAU: f64 = 0.0005;
+
+fn weak_verdict(tau: f64, seed: u64) -> (bool, bool, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = seeded_config(dir.path(), tau, seed, "[train]\ntower = \"embedding\"\n");
+    ingest(&config, &dir.path().join("state"));
+    let (code, report) = analyse(&config, &dir.path().join("state"));
+    let widest = report["theta_precision"]["standard_error"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap_or(f64::INFINITY)).fold(0.0, f64::max) * 2.0 * 1.959964;
+    eprintln!("τ = {tau}, seed {seed}: identified {}, weakly {}, widest 95% interval {widest:.2}, exit {code}", report["identified"], report["weakly_identified"]);
+    (report["identified"].as_bool().unwrap(), report["weakly_identified"].as_bool().unwrap(), widest)
+}
+
+mod a_connected_but_sparse_swap_graph_reads_as_weakly_identified {
+    fn check(seed: u64) {
+        let (identified, weak, widest) = super::weak_verdict(super::SPARSE_TAU, seed);
+        assert!(identified && weak, "τ = {}: connected and too imprecise (widest interval {widest:.2})", super::SPARSE_TAU);
+        let (identified, weak, widest) = super::weak_verdict(0.3, seed);
+        assert!(identified && !weak && widest < 0.5, "τ = 0.3: widest interval {widest:.2}");
+    }
+    #[test]
+    fn seed_3() {
+        check(3)
+    }
+    #[test]
+    fn seed_4() {
+        check(4)
+    }
+    #[test]
+    fn seed_5() {
+        check(5)
+    }
 }
 
 #[test]

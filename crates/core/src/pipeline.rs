@@ -93,129 +93,164 @@ pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn Recor
 /// the source is opened by `open_reader` at the state's resume offsets (a scale-out partition task
 /// reads one partition).
 pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn Observer, open_reader: &OpenSource) -> anyhow::Result<RunReport> {
-    let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
-    crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
-    let mut store = StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?;
-    let manifest = store.manifest().clone();
-    let mut operator =
-        WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.window.max_clock_jump_ms()));
-    let mut open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?);
-    let source = open_reader(&manifest.resume)?;
-    let source_health = source.health();
-    let mut ingest = Ingest::new(source, config.decode.clone(), config.batch_records);
-    ingest.restore(&manifest.decoder);
-    let mut dead = open_dead_letters(config, state_dir, manifest.dead_letter_file_bytes)?;
-    if manifest.dead_letter_file_bytes.is_none() {
-        // No length recorded yet (a new state, or one from an older ultr): record the file as it is
-        // now, before this run writes a letter, so a crash before the first checkpoint is cut back
-        // to here and letters this state did not write are never cut.
-        if let Some(len) = dead.file_len()? {
-            store.checkpoint(Checkpoint {
-                closed: Vec::new(),
-                open_partials: Vec::new(),
-                admitted: Vec::new(),
-                late: Vec::new(),
-                operator: operator.snapshot(),
-                open_windows: operator.open_starts(),
-                resume: manifest.resume.clone(),
-                dead_letters: manifest.dead_letters.clone(),
-                dead_letter_file_bytes: Some(len),
-                retention_ms: None,
-                decoder: manifest.decoder.clone(),
-            })?;
-        }
-    }
-    let (dead_max_bytes, dead_keep) = dead_letter_rotation(config);
-    observer.on_restored(source_health);
-    let runtime = crate::runtime::multi_thread("ultr-pipeline")?;
-
-    let mut report = RunReport {
-        dead_letters: manifest.dead_letters.clone(),
-        last_checkpoint_unix_ms: chrono::Utc::now().timestamp_millis(),
-        ..RunReport::default()
-    };
-    let mut resume = manifest.resume.clone();
-    let mut pending = Pending::default();
-    let mut since_checkpoint = 0u64;
-    let mut last_checkpoint = Instant::now();
-    let interval = config.state.checkpoint_interval();
+    let mut run = Running::restore(config, state_dir, open_reader)?;
+    observer.on_restored(run.ingest.source().health());
     loop {
-        let next = ingest.next()?;
-        for key in ingest.source().assigned_partitions() {
-            operator.register_partition(&key, Instant::now());
+        let next = run.ingest.next()?;
+        for key in run.ingest.source().assigned_partitions() {
+            run.operator.register_partition(&key, Instant::now());
         }
         let ended = matches!(next, Next::End);
         match next {
-            Next::Batch(batch) => {
-                report.records += batch.records as u64;
-                since_checkpoint += batch.records as u64;
-                for letter in &batch.dead_letters {
-                    dead.write(letter)?;
-                    *report.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
-                }
-                let out = operator.process(&batch, Instant::now());
-                for (start, rows) in &out.added {
-                    runtime.block_on(open.add(*start, rows))?;
-                }
-                pending.add(out.admitted, out.late, out.closed);
-                resume.merge(&batch.resume);
-            }
+            Next::Batch(batch) => run.process(&batch)?,
             Next::Idle => {}
-            Next::End => pending.closed.extend(operator.flush_all()),
+            Next::End => run.pending.closed.extend(run.operator.flush_all()),
         }
-        let due = !pending.closed.is_empty()
-            || since_checkpoint >= config.state.checkpoint_every_records
+        let due = !run.pending.closed.is_empty()
+            || run.since_checkpoint >= config.state.checkpoint_every_records
             || ended
-            || (since_checkpoint > 0 && last_checkpoint.elapsed() >= interval);
+            || (run.since_checkpoint > 0 && run.last_checkpoint.elapsed() >= config.state.checkpoint_interval());
         let stop = observer.should_stop();
-        if (due || stop) && (pending.has_work() || resume != store.manifest().resume) {
-            dead.flush()?; // dead letters before the manifest that counts them
-            let close_started = Instant::now();
-            let n_closed = pending.closed.len();
-            let closed = runtime.block_on(compute_closed(&mut open, std::mem::take(&mut pending.closed)))?;
-            let open_partials = runtime.block_on(open.checkpoint())?;
-            report.windows_closed_this_run += closed.len() as u64;
-            store.checkpoint(Checkpoint {
-                closed,
-                open_partials,
-                admitted: std::mem::take(&mut pending.admitted),
-                late: std::mem::take(&mut pending.late),
-                operator: operator.snapshot(),
-                open_windows: operator.open_starts(),
-                resume: resume.clone(),
-                dead_letters: report.dead_letters.clone(),
-                dead_letter_file_bytes: dead.file_len()?,
-                retention_ms: Some(config.state.retention_ms()),
-                decoder: ingest.decoder_state(),
-            })?;
-            if dead.rotate_if_larger(dead_max_bytes, dead_keep)? {
-                store.record_dead_letter_file_bytes(0)?;
-            }
-            observer.persist(&store)?;
+        if (due || stop) && (run.pending.has_work() || run.resume != run.store.manifest().resume) {
+            run.checkpoint(config)?;
+            observer.persist(&run.store)?;
             // Only after the state covering it is durable; a failed commit is a warning (the
             // manifest, not the group, says where reading resumes).
-            if let Err(e) = ingest.source_mut().commit(&resume) {
+            if let Err(e) = run.ingest.source_mut().commit(&run.resume) {
                 tracing::warn!("committing source offsets: {e:#}");
             }
-            report.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
-            report.dead_letter_failures = dead.failed();
-            report.window_close_seconds = vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed];
-            report.lag = ingest.source().lag(&resume);
-            report.checkpoints += 1;
-            since_checkpoint = 0;
-            last_checkpoint = Instant::now();
-            report.counters = operator.counters().clone();
-            report.watermark_ms = operator.watermark();
-            observer.after_checkpoint(&store, &report);
+            observer.after_checkpoint(&run.store, &run.report);
         }
-        observer.on_progress(&report);
+        observer.on_progress(&run.report);
         if ended || stop {
             break;
         }
     }
-    report.counters = operator.counters().clone();
-    report.watermark_ms = operator.watermark();
-    Ok(report)
+    run.report.counters = run.operator.counters().clone();
+    run.report.watermark_ms = run.operator.watermark();
+    Ok(run.report)
+}
+
+/// One run of the pipeline over a state: the restored operator, open windows, decoder and dead-letter
+/// output, and what the next checkpoint owes the state.
+struct Running {
+    store: StateStore,
+    operator: WindowOperator,
+    open: OpenWindows,
+    ingest: Ingest<Box<dyn RecordSource + Send>>,
+    dead: DeadLetterSink,
+    dead_rotation: (u64, usize),
+    runtime: tokio::runtime::Runtime,
+    pending: Pending,
+    resume: ResumeOffsets,
+    report: RunReport,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
+}
+
+impl Running {
+    /// Everything restored from the state's manifest, and the source opened at its offsets.
+    fn restore(config: &CoreConfig, state_dir: &Path, open_reader: &OpenSource) -> anyhow::Result<Running> {
+        let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
+        crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+        let mut store = StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?;
+        let manifest = store.manifest().clone();
+        let operator =
+            WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.window.max_clock_jump_ms()));
+        let open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?);
+        let mut ingest = Ingest::new(open_reader(&manifest.resume)?, config.decode.clone(), config.batch_records);
+        ingest.restore(&manifest.decoder);
+        let dead = open_dead_letters(config, state_dir, manifest.dead_letter_file_bytes)?;
+        if manifest.dead_letter_file_bytes.is_none() {
+            // No length recorded yet (a new state, or one from an older ultr): record the file as it
+            // is now, before this run writes a letter, so a crash before the first checkpoint is cut
+            // back to here and letters this state did not write are never cut.
+            if let Some(len) = dead.file_len()? {
+                store.checkpoint(Checkpoint {
+                    closed: Vec::new(),
+                    open_partials: Vec::new(),
+                    admitted: Vec::new(),
+                    late: Vec::new(),
+                    operator: operator.snapshot(),
+                    open_windows: operator.open_starts(),
+                    resume: manifest.resume.clone(),
+                    dead_letters: manifest.dead_letters.clone(),
+                    dead_letter_file_bytes: Some(len),
+                    retention_ms: None,
+                    decoder: manifest.decoder.clone(),
+                })?;
+            }
+        }
+        Ok(Running {
+            store,
+            operator,
+            open,
+            ingest,
+            dead,
+            dead_rotation: dead_letter_rotation(config),
+            runtime: crate::runtime::multi_thread("ultr-pipeline")?,
+            pending: Pending::default(),
+            resume: manifest.resume.clone(),
+            report: RunReport { dead_letters: manifest.dead_letters.clone(), last_checkpoint_unix_ms: chrono::Utc::now().timestamp_millis(), ..RunReport::default() },
+            since_checkpoint: 0,
+            last_checkpoint: Instant::now(),
+        })
+    }
+
+    /// One decoded batch: its dead letters written, its sessions into windows.
+    fn process(&mut self, batch: &crate::ingest::DecodedBatch) -> anyhow::Result<()> {
+        self.report.records += batch.records as u64;
+        self.since_checkpoint += batch.records as u64;
+        for letter in &batch.dead_letters {
+            self.dead.write(letter)?;
+            *self.report.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
+        }
+        let out = self.operator.process(batch, Instant::now());
+        for (start, rows) in &out.added {
+            self.runtime.block_on(self.open.add(*start, rows))?;
+        }
+        self.pending.add(out.admitted, out.late, out.closed);
+        self.resume.merge(&batch.resume);
+        Ok(())
+    }
+
+    /// Closes the pending windows and writes one checkpoint: dead letters first, then the state that
+    /// counts them.
+    fn checkpoint(&mut self, config: &CoreConfig) -> anyhow::Result<()> {
+        self.dead.flush()?;
+        let close_started = Instant::now();
+        let n_closed = self.pending.closed.len();
+        let closed = self.runtime.block_on(compute_closed(&mut self.open, std::mem::take(&mut self.pending.closed)))?;
+        let open_partials = self.runtime.block_on(self.open.checkpoint())?;
+        self.report.windows_closed_this_run += closed.len() as u64;
+        self.store.checkpoint(Checkpoint {
+            closed,
+            open_partials,
+            admitted: std::mem::take(&mut self.pending.admitted),
+            late: std::mem::take(&mut self.pending.late),
+            operator: self.operator.snapshot(),
+            open_windows: self.operator.open_starts(),
+            resume: self.resume.clone(),
+            dead_letters: self.report.dead_letters.clone(),
+            dead_letter_file_bytes: self.dead.file_len()?,
+            retention_ms: Some(config.state.retention_ms()),
+            decoder: self.ingest.decoder_state(),
+        })?;
+        if self.dead.rotate_if_larger(self.dead_rotation.0, self.dead_rotation.1)? {
+            self.store.record_dead_letter_file_bytes(0)?;
+        }
+        let r = &mut self.report;
+        r.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
+        r.dead_letter_failures = self.dead.failed();
+        r.window_close_seconds = vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed];
+        r.lag = self.ingest.source().lag(&self.resume);
+        r.checkpoints += 1;
+        r.counters = self.operator.counters().clone();
+        r.watermark_ms = self.operator.watermark();
+        self.since_checkpoint = 0;
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
 }
 
 /// What the next checkpoint owes the state.

@@ -19,6 +19,9 @@ pub struct IdentifiabilityConfig {
     /// Pearson dispersion of its (q, d, k) display counts around the logged π exceeds this (≈ 1 when
     /// the log is right; `identify::logged`).
     pub max_logged_propensity_dispersion: f64,
+    /// A connected swap graph is only weakly identified when some θ_k − θ_1's 95% interval, from the
+    /// information of the (query, document) pairs shown at several positions, is wider than this (logits).
+    pub max_theta_interval: f64,
     /// Keys of earlier releases, refused with what replaced them.
     #[serde(skip_serializing)]
     pub max_position: Option<toml::Value>,
@@ -35,6 +38,7 @@ impl Default for IdentifiabilityConfig {
             min_samples: 30,
             min_policy_variation: 0.01,
             max_logged_propensity_dispersion: 2.0,
+            max_theta_interval: 2.0,
             max_position: None,
             eta: None,
             identified_by: None,
@@ -59,6 +63,9 @@ impl IdentifiabilityConfig {
         }
         if !(self.max_logged_propensity_dispersion > 0.0 && self.max_logged_propensity_dispersion.is_finite()) {
             return Err(format!("key `identifiability.max_logged_propensity_dispersion` = {} must be a finite number > 0", self.max_logged_propensity_dispersion));
+        }
+        if self.max_theta_interval.is_nan() || self.max_theta_interval <= 0.0 {
+            return Err(format!("key `identifiability.max_theta_interval` = {} must be a number > 0", self.max_theta_interval));
         }
         if !(0.0..=1.0).contains(&self.min_policy_variation) {
             return Err(format!("key `identifiability.min_policy_variation` = {} must lie in [0, 1]", self.min_policy_variation));

@@ -7,6 +7,7 @@ pub mod logged;
 pub mod node;
 pub mod overlap;
 pub mod policy;
+pub mod precision;
 
 use petgraph::unionfind::UnionFind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -132,6 +133,12 @@ pub struct IdentifiabilityReport {
     /// `None` when no spanning structure exists at all.
     pub overlap_bottleneck: Option<f64>,
     pub identified: bool,
+    /// How precisely the swap pairs determine θ_k − θ_1 (`precision.rs`), positions 1..=K.
+    pub theta_precision: precision::ThetaPrecision,
+    /// Identified, yet some θ_k's 95% interval from the swap pairs' information is wider than
+    /// `[identifiability] max_theta_interval` (per-document relevance only: a feature tower also
+    /// learns θ from features, which this precision does not count).
+    pub weakly_identified: bool,
     /// Impression-weighted within-position sd of π(d,k|q) over the horizon: 0 under a deterministic
     /// policy, whose data cannot show misspecification through the policy.
     pub policy_variation: f64,
@@ -206,6 +213,11 @@ pub fn analyse(
         Identification::Nothing => true,
     };
     let policy_variation = policy::policy_variation_of(&c.propensity, max_position);
+    let positions = nodes.iter().map(|n| n.position).max().unwrap_or(1).min(max_position) as usize;
+    let theta_precision = precision::theta_precision(&precision::cells_of(&c.propensity, max_position), positions.max(1));
+    let weakly_identified = identified
+        && identification == Identification::Swaps
+        && theta_precision.widest().is_some_and(|(_, width)| width > config.max_theta_interval);
     Ok(IdentifiabilityReport {
         windows: c.windows.len(),
         impressions: c.windows.iter().map(|w| w.impressions).sum(),
@@ -217,6 +229,8 @@ pub fn analyse(
         overlap_scores: scores,
         overlap_bottleneck,
         identified,
+        theta_precision,
+        weakly_identified,
         policy_variation,
         misspecification_blind: policy::blind_reason(policy_variation, config.min_policy_variation),
         logged_propensity: logged::check(&c.policy_propensity, config.max_logged_propensity_dispersion),
@@ -247,6 +261,45 @@ pub fn spanning_bottleneck(nodes: &BTreeSet<Node>, edges: &[(f64, &Node, &Node)]
 }
 
 impl IdentifiabilityReport {
+    /// IDENTIFIED, WEAKLY IDENTIFIED (connected, yet some θ_k's interval is too wide) or NOT IDENTIFIED.
+    pub fn verdict(&self) -> &'static str {
+        match (self.identified, self.weakly_identified) {
+            (false, _) => "NOT IDENTIFIED",
+            (true, true) => "WEAKLY IDENTIFIED",
+            (true, false) => "IDENTIFIED",
+        }
+    }
+
+    /// θ_k − θ_1 with its 95% interval from the swap pairs' information, and each link's pairs.
+    fn render_precision(&self) -> String {
+        let p = &self.theta_precision;
+        let mut s = format!(
+            "  precision from the {} (query, document) pairs shown at two positions or more (per-document model, profile information):\n",
+            p.swapped_pairs
+        );
+        for (k, (t, se)) in p.theta.iter().zip(&p.standard_error).enumerate().skip(1) {
+            if se.is_finite() {
+                s.push_str(&format!("    θ{} − θ1 = {t:+.3} ± {:.3} (95% interval width {:.3})\n", k + 1, precision::Z95 * se, p.interval_width(k)));
+            } else {
+                s.push_str(&format!("    θ{} − θ1: not determined (no informative swap path to position 1)\n", k + 1));
+            }
+        }
+        let mut thin: Vec<&precision::EdgeInformation> = p.edges.iter().filter(|e| e.effective_pairs < 5.0).collect();
+        thin.sort_by(|x, y| x.information.total_cmp(&y.information));
+        if !thin.is_empty() {
+            let shown: Vec<String> = thin.iter().take(8).map(|e| format!("{}-{} ({:.1} pairs, information {:.2})", e.a, e.b, e.effective_pairs, e.information)).collect();
+            let more = if thin.len() > 8 { format!(" and {} more", thin.len() - 8) } else { String::new() };
+            s.push_str(&format!("  links resting on fewer than 5 effective pairs, least informative first: {}{more}\n", shown.join(", ")));
+        }
+        if self.weakly_identified {
+            let (k, width) = p.widest().unwrap_or((0, f64::NAN));
+            s.push_str(&format!(
+                "  WEAKLY IDENTIFIED: θ{k}'s interval is {width:.2} wide, more than `[identifiability] max_theta_interval`; randomise (swap) the thin links for a share of traffic\n"
+            ));
+        }
+        s
+    }
+
     pub fn render(&self) -> String {
         let needs = match self.identification {
             Identification::Swaps => "a connected swap graph (per-document relevance)",
@@ -257,7 +310,7 @@ impl IdentifiabilityReport {
             "identifiability over {} window(s), {} impressions: {} for the {} model, which needs {needs}\n",
             self.windows,
             self.impressions,
-            if self.identified { "IDENTIFIED" } else { "NOT IDENTIFIED" },
+            self.verdict(),
             self.model,
         );
         let graph = |name: &str, g: &GraphReport, s: &mut String| {
@@ -276,6 +329,7 @@ impl IdentifiabilityReport {
             }
         };
         graph("swap graph", &self.swap_graph, &mut s);
+        s.push_str(&self.render_precision());
         match &self.overlap_graph {
             Some(g) => {
                 graph("feature-overlap graph (adjacent positions)", g, &mut s);

@@ -58,15 +58,7 @@ impl Qrels {
     }
 }
 
-/// What a ranked document without a label counts for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unjudged {
-    /// It keeps its rank and gains 0 (trec_eval's treatment).
-    Zero,
-    /// It is removed before the cutoffs apply (a condensed list).
-    Drop,
-}
+pub use super::config::Unjudged;
 
 /// Gain of a grade: 2^g − 1, and 0 for g ≤ 0.
 pub fn gain(grade: i64) -> f64 {
@@ -231,16 +223,13 @@ pub struct JudgedReport {
     pub per_query: BTreeMap<String, Vec<(String, QueryFigures)>>,
 }
 
-/// Scores `rankings` against `qrels`; `rankings` must hold "logged" and "naive_ctr" (the paired
-/// baselines). Intervals: `bootstrap` resamples of the query set, seeded by `seed`.
-pub fn evaluate(qrels: &Qrels, rankings: &[Ranking], unjudged: Unjudged, bootstrap: usize, seed: u64) -> anyhow::Result<JudgedReport> {
-    let index = |name: &str| rankings.iter().position(|r| r.ranker == name).with_context(|| format!("the judged evaluation needs the {name} ranking"));
-    let (logged, naive) = (index("logged")?, index("naive_ctr")?);
-    let seen: BTreeSet<&String> = rankings[logged].by_query.keys().collect();
+/// The queries a judged evaluation scores: judged with at least two distinct grades and seen by the
+/// state; and how many it leaves out as never seen, and as judged with one grade only.
+fn scored_queries<'a>(qrels: &'a Qrels, seen: &Ranking) -> (Vec<&'a String>, usize, usize) {
     let mut queries = Vec::new();
     let (mut judged_not_seen, mut single_grade) = (0, 0);
     for (q, judged) in &qrels.0 {
-        if !seen.contains(q) {
+        if !seen.by_query.contains_key(q) {
             judged_not_seen += 1;
         } else if judged.values().collect::<BTreeSet<_>>().len() < 2 {
             single_grade += 1;
@@ -248,43 +237,72 @@ pub fn evaluate(qrels: &Qrels, rankings: &[Ranking], unjudged: Unjudged, bootstr
             queries.push(q);
         }
     }
-    let (mut unjudged_documents, mut judged_documents) = (0, 0);
-    for q in &queries {
-        for (d, _) in &rankings[logged].by_query[*q] {
-            if qrels.0[*q].contains_key(d) {
-                judged_documents += 1;
-            } else {
-                unjudged_documents += 1;
-            }
+    (queries, judged_not_seen, single_grade)
+}
+
+/// Mean of metric `m` over the picked queries, minus the baseline's when given.
+fn mean_of(v: &[[f64; 5]], picks: &[usize], m: usize, base: Option<&[[f64; 5]]>) -> f64 {
+    let s: f64 = picks.iter().map(|i| v[*i][m] - base.map_or(0.0, |b| b[*i][m])).sum();
+    s / picks.len().max(1) as f64
+}
+
+/// The 95% percentile interval of `reps` around `estimate` (NaN bounds without replicates).
+fn percentile_interval(estimate: f64, reps: &mut [f64]) -> Interval {
+    if reps.is_empty() {
+        return Interval { estimate, low: f64::NAN, high: f64::NAN };
+    }
+    reps.sort_by(f64::total_cmp);
+    let at = |p: f64| reps[((p * (reps.len() - 1) as f64).round() as usize).min(reps.len() - 1)];
+    Interval { estimate, low: at(0.025), high: at(0.975) }
+}
+
+/// One ranker's means and paired differences with their bootstrap intervals, and its wins, ties and
+/// losses in nDCG@10 against the logged order. `values[ranker][query][metric]`; `reps[metric]` holds
+/// the replicates of (mean, − logged, − naive).
+fn ranker_figures(ranker: &str, r: usize, values: &[Vec<[f64; 5]>], baselines: (usize, usize), reps: &mut [[Vec<f64>; 3]]) -> RankerFigures {
+    let (logged, naive) = baselines;
+    let all: Vec<usize> = (0..values[r].len()).collect();
+    let v = &values[r];
+    let (mut mean, mut minus_logged, mut minus_naive_ctr) = (Vec::new(), Vec::new(), Vec::new());
+    for (m, rep) in reps.iter_mut().enumerate() {
+        mean.push(percentile_interval(mean_of(v, &all, m, None), &mut rep[0]));
+        minus_logged.push(percentile_interval(mean_of(v, &all, m, Some(values[logged].as_slice())), &mut rep[1]));
+        minus_naive_ctr.push(percentile_interval(mean_of(v, &all, m, Some(values[naive].as_slice())), &mut rep[2]));
+    }
+    let (mut wins, mut ties, mut losses) = (0, 0, 0);
+    for (a, b) in v.iter().zip(&values[logged]) {
+        let d = a[3] - b[3];
+        if d > 1e-12 {
+            wins += 1;
+        } else if d < -1e-12 {
+            losses += 1;
+        } else {
+            ties += 1;
         }
     }
+    RankerFigures { ranker: ranker.to_string(), mean, minus_logged, minus_naive_ctr, wins, ties, losses }
+}
+
+/// Scores `rankings` against `qrels`; `rankings` must hold "logged" and "naive_ctr" (the paired
+/// baselines). Intervals: `bootstrap` resamples of the query set, seeded by `seed`.
+pub fn evaluate(qrels: &Qrels, rankings: &[Ranking], unjudged: Unjudged, bootstrap: usize, seed: u64) -> anyhow::Result<JudgedReport> {
+    let index = |name: &str| rankings.iter().position(|r| r.ranker == name).with_context(|| format!("the judged evaluation needs the {name} ranking"));
+    let (logged, naive) = (index("logged")?, index("naive_ctr")?);
+    let (queries, judged_not_seen, single_grade) = scored_queries(qrels, &rankings[logged]);
+    let shown: Vec<&String> = queries.iter().flat_map(|q| rankings[logged].by_query[*q].iter().map(|(d, _)| d)).collect();
+    let judged_documents: usize = queries.iter().map(|q| rankings[logged].by_query[*q].iter().filter(|(d, _)| qrels.0[*q].contains_key(d)).count()).sum();
+    let unjudged_documents = shown.len() - judged_documents;
     // values[ranker][query][metric]
     let values: Vec<Vec<[f64; 5]>> = rankings
         .iter()
-        .map(|r| {
-            queries
-                .iter()
-                .map(|q| {
-                    let docs = r.by_query.get(*q).map(Vec::as_slice).unwrap_or(&[]);
-                    figures(&order(docs), &qrels.0[*q], unjudged).values
-                })
-                .collect()
-        })
+        .map(|r| queries.iter().map(|q| figures(&order(r.by_query.get(*q).map(Vec::as_slice).unwrap_or(&[])), &qrels.0[*q], unjudged).values).collect())
         .collect();
     let n = queries.len();
-    let mean_of = |v: &[[f64; 5]], picks: &[usize], m: usize, base: Option<&[[f64; 5]]>| -> f64 {
-        let s: f64 = picks.iter().map(|i| v[*i][m] - base.map_or(0.0, |b| b[*i][m])).sum();
-        s / picks.len().max(1) as f64
-    };
-    let all: Vec<usize> = (0..n).collect();
     // Per ranker × metric × (mean, − logged, − naive): the bootstrap replicates.
     let mut replicates = vec![vec![[Vec::with_capacity(bootstrap), Vec::with_capacity(bootstrap), Vec::with_capacity(bootstrap)]; 5]; rankings.len()];
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut picks = vec![0usize; n];
-    for _ in 0..bootstrap {
-        if n == 0 {
-            break;
-        }
+    for _ in 0..if n == 0 { 0 } else { bootstrap } {
         for p in picks.iter_mut() {
             *p = rng.random_range(0..n);
         }
@@ -296,54 +314,13 @@ pub fn evaluate(qrels: &Qrels, rankings: &[Ranking], unjudged: Unjudged, bootstr
             }
         }
     }
-    let interval = |estimate: f64, reps: &mut Vec<f64>| -> Interval {
-        if reps.is_empty() {
-            return Interval { estimate, low: f64::NAN, high: f64::NAN };
-        }
-        reps.sort_by(f64::total_cmp);
-        let at = |p: f64| reps[((p * (reps.len() - 1) as f64).round() as usize).min(reps.len() - 1)];
-        Interval { estimate, low: at(0.025), high: at(0.975) }
-    };
-    let mut figures_out = Vec::new();
-    for (r, v) in values.iter().enumerate() {
-        let mut mean = Vec::new();
-        let mut minus_logged = Vec::new();
-        let mut minus_naive_ctr = Vec::new();
-        for m in 0..5 {
-            mean.push(interval(mean_of(v, &all, m, None), &mut replicates[r][m][0]));
-            minus_logged.push(interval(mean_of(v, &all, m, Some(values[logged].as_slice())), &mut replicates[r][m][1]));
-            minus_naive_ctr.push(interval(mean_of(v, &all, m, Some(values[naive].as_slice())), &mut replicates[r][m][2]));
-        }
-        let (mut wins, mut ties, mut losses) = (0, 0, 0);
-        for (a, b) in v.iter().zip(&values[logged]) {
-            let d = a[3] - b[3];
-            if d > 1e-12 {
-                wins += 1;
-            } else if d < -1e-12 {
-                losses += 1;
-            } else {
-                ties += 1;
-            }
-        }
-        figures_out.push(RankerFigures { ranker: rankings[r].ranker.clone(), mean, minus_logged, minus_naive_ctr, wins, ties, losses });
-    }
+    let rankers = rankings.iter().enumerate().map(|(r, ranking)| ranker_figures(&ranking.ranker, r, &values, (logged, naive), &mut replicates[r])).collect();
     let per_query = queries
         .iter()
         .enumerate()
         .map(|(i, q)| ((*q).clone(), rankings.iter().zip(&values).map(|(r, v)| (r.ranker.clone(), QueryFigures { values: v[i] })).collect()))
         .collect();
-    Ok(JudgedReport {
-        metrics: METRICS.to_vec(),
-        queries: n,
-        judged_not_seen,
-        single_grade,
-        unjudged,
-        unjudged_documents,
-        judged_documents,
-        bootstrap,
-        rankers: figures_out,
-        per_query,
-    })
+    Ok(JudgedReport { metrics: METRICS.to_vec(), queries: n, judged_not_seen, single_grade, unjudged, unjudged_documents, judged_documents, bootstrap, rankers, per_query })
 }
 
 impl JudgedReport {

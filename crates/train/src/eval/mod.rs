@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::data::Examples;
 use crate::artefact::Trained;
 
+pub mod config;
 pub mod judged;
 
 /// Graded relevance per (query_id, doc_id).
