@@ -64,7 +64,13 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
             // The annotations as Prometheus renders them: the model label, and z of the window in effect.
             let z = exported_value(&exported[minute / 10], series[0]).unwrap();
             let model = series[0].split("model=\"").nth(1).unwrap().split('"').next().unwrap();
-            let summary = rule["annotations"]["summary"].as_str().unwrap().replace("{{ $labels.model }}", model).replace("{{ $value | printf \"%.1f\" }}", &format!("{z:.1}"));
+            let mut summary = rule["annotations"]["summary"].as_str().unwrap().replace("{{ $labels.model }}", model).replace("{{ $value | printf \"%.1f\" }}", &format!("{z:.1}"));
+            // IdentifiabilityLost's `{{ if eq $value 1.0 }}weak{{ else }}lost{{ end }}`: its value
+            // here is the exported `ultr_identified` 0, so Prometheus renders the else branch.
+            if let (Some(start), Some(middle), Some(end)) = (summary.find("{{ if "), summary.find("{{ else }}"), summary.find("{{ end }}")) {
+                let branch = if z == 1.0 { summary[summary[start..].find("}}").unwrap() + start + 2..middle].to_string() } else { summary[middle + 10..end].to_string() };
+                summary = format!("{}{branch}{}", &summary[..start], &summary[end + 9..]);
+            }
             let runbook = rule["annotations"]["runbook"].as_str().unwrap().trim();
             tests.push_str(&format!(
                 "        exp_alerts:\n          - exp_labels: {{ severity: {severity}, instance: ultr, model: {model} }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: {runbook:?}\n"
