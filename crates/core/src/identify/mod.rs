@@ -274,8 +274,8 @@ impl IdentifiabilityReport {
     fn render_precision(&self) -> String {
         let p = &self.theta_precision;
         let mut s = format!(
-            "  precision from the {} (query, document) pairs shown at two positions or more (per-document model, profile information):\n",
-            p.swapped_pairs
+            "  precision from the {} (query, document) pairs shown at two positions or more (per-document model, profile information, clicks' dispersion {:.2}):\n",
+            p.swapped_pairs, p.dispersion
         );
         for (k, (t, se)) in p.theta.iter().zip(&p.standard_error).enumerate().skip(1) {
             if se.is_finite() {

@@ -36,6 +36,10 @@ pub struct ThetaPrecision {
     pub edges: Vec<EdgeInformation>,
     /// (query, document) pairs shown at two positions or more (≤ K): the only ones that inform θ.
     pub swapped_pairs: usize,
+    /// Pearson dispersion of the swapped pairs' clicks around the fit, Σ (c − n·p̂)² / (n·p̂(1 − p̂))
+    /// over the residual degrees of freedom, floored at 1: clicks of one document vary more than a
+    /// binomial when its users or sessions differ, and the standard errors are scaled by its root.
+    pub dispersion: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -123,8 +127,30 @@ pub fn theta_precision(pairs: &[Cells], k: usize) -> ThetaPrecision {
         .filter(|(_, (s, _))| *s > 1e-6) // below, a link whose pairs have no clicks: no information
         .map(|((a, b), (s, ss))| EdgeInformation { a, b, information: s, effective_pairs: s * s / ss })
         .collect::<Vec<_>>();
-    let standard_error = standard_errors(&information, k, &edges);
-    ThetaPrecision { theta: theta.iter().map(|t| t - theta[0]).collect(), standard_error, edges, swapped_pairs: swapped.len() }
+    let dispersion = pearson_dispersion(&swapped, &gamma, &theta);
+    let standard_error = standard_errors(&information, k, &edges).into_iter().map(|se| se * dispersion.sqrt()).collect();
+    ThetaPrecision { theta: theta.iter().map(|t| t - theta[0]).collect(), standard_error, edges, swapped_pairs: swapped.len(), dispersion }
+}
+
+/// Σ (c − n·p̂)² / (n·p̂(1 − p̂)) over the cells, divided by cells − pairs − (K − 1), at least 1.
+fn pearson_dispersion(pairs: &[&Cells], gamma: &[f64], theta: &[f64]) -> f64 {
+    let (mut pearson, mut cells) = (0.0, 0usize);
+    for (cells_of_pair, g) in pairs.iter().zip(gamma) {
+        for &(j, c, n) in cells_of_pair.iter() {
+            let p = sigmoid(g + theta[j]);
+            let variance = n * p * (1.0 - p);
+            if variance > 1e-9 {
+                pearson += (c - n * p).powi(2) / variance;
+                cells += 1;
+            }
+        }
+    }
+    let dof = cells.saturating_sub(pairs.len() + theta.len() - 1);
+    if dof == 0 {
+        1.0
+    } else {
+        (pearson / dof as f64).max(1.0)
+    }
 }
 
 /// Maximum likelihood by alternating Newton steps on γ (per pair) and θ_2..θ_K (θ_1 = 0). A pair
@@ -274,7 +300,7 @@ mod tests {
             let mean = estimates.iter().sum::<f64>() / estimates.len() as f64;
             let sd = (estimates.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (estimates.len() - 1) as f64).sqrt();
             let se = runs.iter().map(|r| r.standard_error[j]).sum::<f64>() / runs.len() as f64;
-            eprintln!("θ_{}: truth {:+.3}, mean estimate {mean:+.4}, spread {sd:.4}, mean se {se:.4} (ratio {:.3})", j + 1, theta[j], se / sd);
+            eprintln!("θ_{}: truth {:+.3}, mean estimate {mean:+.4}, spread {sd:.4}, mean se {se:.4} (ratio {:.3}; dispersion {:.3})", j + 1, theta[j], se / sd, runs[0].dispersion);
             assert!((se / sd - 1.0).abs() < 0.2, "θ_{}: reported se {se:.4}, spread of the estimates {sd:.4}", j + 1);
             assert!((mean - theta[j]).abs() < 3.0 * sd / (runs.len() as f64).sqrt() + 0.02, "θ_{}: mean estimate {mean:.4}, truth {}", j + 1, theta[j]);
         }
