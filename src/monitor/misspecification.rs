@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use ultr_core::identify::policy::{blind_reason, policy_variation};
+use ultr_core::math::sigmoid;
 use ultr_train::data::Row;
 
 /// The test on one batch of held-out rows.
@@ -62,10 +63,6 @@ pub struct MisspecificationTest {
     pub impressions: u64,
     /// Signed per-block z_B = U_B / √Σ̂_BB, by the block's first position.
     pub per_block: Vec<(u32, f64)>,
-}
-
-fn sigmoid(z: f64) -> f64 {
-    1.0 / (1.0 + (-z).exp())
 }
 
 /// The normal deviate with the same upper tail as χ²_k at t: z = −Φ⁻¹(P(χ²_k > t)) (statrs), taken

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use ultr_train::data::Row;
+use ultr_core::math::sigmoid;
 
 /// Residual histogram bins over [−1, 1] (for the PSI drift statistic).
 pub const BINS: usize = 10;
@@ -27,10 +28,6 @@ pub struct ResidualSummary {
     pub mean_abs: f64,
     /// Share of residuals per bin of [−1, 1].
     pub histogram: [f64; BINS],
-}
-
-fn sigmoid(z: f64) -> f64 {
-    1.0 / (1.0 + (-z).exp())
 }
 
 pub fn bin_of(e: f64) -> usize {

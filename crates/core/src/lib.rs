@@ -7,6 +7,7 @@
 pub mod config;
 pub mod identify;
 pub mod ingest;
+pub mod math;
 pub mod pipeline;
 pub mod progress;
 pub mod runtime;

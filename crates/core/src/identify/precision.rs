@@ -16,6 +16,8 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, UInt32Type};
 use serde::Serialize;
 
+use crate::math::sigmoid;
+
 /// z of a two-sided 95% normal interval.
 pub const Z95: f64 = 1.959_963_984_540_054;
 
@@ -63,10 +65,6 @@ impl ThetaPrecision {
     }
 }
 
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 /// (query, document) → its cells at positions 1..=`max_position`, contexts merged, from the
 /// cumulative propensity table (query_id, doc_id, position, impressions, clicks).
 pub fn cells_of(propensity: &[RecordBatch], max_position: u32) -> Vec<Cells> {
@@ -100,8 +98,19 @@ pub fn theta_precision(pairs: &[Cells], k: usize) -> ThetaPrecision {
     let swapped: Vec<&Cells> = pairs.iter().filter(|c| c.len() >= 2).collect();
     let (theta, gamma) = fit(&swapped, k);
     // Per pair and position: w = n·p(1 − p) at the fit.
-    let weights: Vec<Vec<(usize, f64)>> =
-        swapped.iter().zip(&gamma).map(|(cells, g)| cells.iter().map(|&(j, _, n)| (j, n * sigmoid(g + theta[j]) * (1.0 - sigmoid(g + theta[j])))).collect()).collect();
+    let weights: Vec<Vec<(usize, f64)>> = swapped
+        .iter()
+        .zip(&gamma)
+        .map(|(cells, g)| {
+            cells
+                .iter()
+                .map(|&(j, _, n)| {
+                    let p = sigmoid(g + theta[j]);
+                    (j, n * p * (1.0 - p))
+                })
+                .collect()
+        })
+        .collect();
     let mut information = vec![0.0; k * k];
     let mut shares: BTreeMap<(u32, u32), (f64, f64)> = BTreeMap::new();
     for w in &weights {

@@ -48,9 +48,7 @@ pub struct DocTruth {
     pub omega: f64,
 }
 
-pub fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
+pub use ultr_core::math::sigmoid;
 
 /// Additive model's true position logit.
 pub fn theta(position: usize) -> f64 {
