@@ -131,6 +131,11 @@ pub struct TrainConfig {
     /// (the default). `false` trains all `max_epochs` and keeps the last: the converged estimate,
     /// which early stopping's shrinkage does not flatten (`ultr train --theta-intervals` reports both).
     pub early_stopping: bool,
+    /// After training, re-estimate θ_k by maximum likelihood with the relevance tower frozen
+    /// (`crates/train/src/refit.rs`): early stopping keeps r(x) from over-fitting but leaves θ
+    /// flattened toward 0; the refit gives the θ the data support given the shipped r(x). Models
+    /// whose logit has no additive θ_k are left as trained.
+    pub refit_position_bias: bool,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
     /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
@@ -189,6 +194,7 @@ impl Default for TrainConfig {
             max_epochs: 50,
             patience: 3,
             early_stopping: true,
+            refit_position_bias: true,
             validation_fraction: 0.1,
             evaluation_fraction: 0.1,
             seed: 1,

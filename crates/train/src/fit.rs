@@ -67,6 +67,8 @@ pub struct FitReport {
     /// falling (its lowest within the last `patience` epochs), or diverged: the model it keeps is
     /// not the one its data support, and θ from it is flattened toward 0.
     pub converged: bool,
+    /// θ refit with the relevance tower frozen (`[train] refit_position_bias`), when it ran.
+    pub position_refit: Option<super::refit::PositionRefit>,
 }
 
 /// Whether a fit that stopped for `stop` after `epochs` had converged (see `FitReport::converged`).
@@ -404,6 +406,7 @@ pub fn fit_chunks(
     }
     drop(run);
     trained.model = best.2;
+    let position_refit = if cfg.refit_position_bias && stop != StopReason::Diverged { super::refit::refit_position_bias(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);
     if !converged && stop == StopReason::MaxEpochs {
         tracing::warn!(
@@ -429,6 +432,7 @@ pub fn fit_chunks(
         warm_started: warm,
         seconds: started.elapsed().as_secs_f64(),
         converged,
+        position_refit,
     };
     Ok((trained, report))
 }

@@ -15,6 +15,7 @@ pub mod fit;
 pub mod ips_propensity;
 pub mod models;
 pub mod onnx;
+pub mod refit;
 pub mod scoring;
 pub mod uncertainty;
 pub mod weights;
@@ -195,7 +196,8 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let theta: Vec<f64> = trained.position_bias().into_iter().take(seen).collect();
     let theta_intervals = if cfg.uncertainty.enabled {
         let ex = data.chunks().in_memory().context("θ intervals resample the training rows in memory: raise `train.memory_budget` above the horizon's")?;
-        Some(uncertainty::theta_intervals(ex, cfg, &cfg.uncertainty, &trained, seen)?)
+        let before_refit = report.position_refit.as_ref().map(|r| r.before.as_slice());
+        Some(uncertainty::theta_intervals(ex, cfg, &cfg.uncertainty, &trained, before_refit, seen)?)
     } else {
         None
     };
@@ -314,14 +316,20 @@ impl TrainOutcome {
             w.effective_sample_size,
             100.0 * w.effective_sample_fraction
         ));
+        if let Some(r) = &f.position_refit {
+            let moved = r.before.iter().zip(&r.after).map(|(b, a)| (a - b).abs()).fold(0.0, f64::max);
+            s.push_str(&format!("  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n", r.positions));
+        }
         s.push_str("  θ_k − θ_1: ");
         s.push_str(&self.theta.iter().take(10).map(|t| format!("{t:+.3}")).collect::<Vec<_>>().join(" "));
         s.push('\n');
         if let Some(t) = &self.theta_intervals {
             s.push_str(&format!("  θ_k − θ_1 with {:.0}% intervals ({} bootstrap replicates of the converged estimator):\n", 100.0 * t.level, t.replicates));
-            s.push_str("      k   early-stopped   converged   interval\n");
+            s.push_str("      k   early-stopped   shipped   converged   interval\n");
             for k in 1..t.converged.len() {
-                s.push_str(&format!("    {:3}   {:+13.3}   {:+9.3}   [{:+.3}, {:+.3}]\n", k + 1, t.early_stopped[k], t.converged[k], t.lower[k], t.upper[k]));
+                let shipped = t.shipped.get(k).copied().unwrap_or(f64::NAN);
+                let within = if t.lower[k] <= shipped && shipped <= t.upper[k] { "" } else { "   shipped θ outside the interval" };
+                s.push_str(&format!("    {:3}   {:+13.3}   {:+7.3}   {:+9.3}   [{:+.3}, {:+.3}]{within}\n", k + 1, t.early_stopped[k], shipped, t.converged[k], t.lower[k], t.upper[k]));
             }
         }
         s.push_str(&format!("  {}: {}\n", if self.decision.promoted { "PROMOTED" } else { "REJECTED" }, self.decision.reason));

@@ -31,8 +31,13 @@ pub use super::config::{ResampleUnit, UncertaintyConfig};
 /// θ_k − θ_1 per position k = 1..=K, three ways, and the interval of the converged estimator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThetaIntervals {
-    /// The model trained as configured (early stopping on the validation loss, weight decay).
+    /// The model trained as configured (early stopping on the validation loss, weight decay),
+    /// before the θ refit (`[train] refit_position_bias`).
     pub early_stopped: Vec<f64>,
+    /// The model that ships: early-stopped, then θ refit (the same as `early_stopped` without the
+    /// refit). Absent (empty) in checkpoints written before the refit.
+    #[serde(default)]
+    pub shipped: Vec<f64>,
     /// Trained without early stopping or weight decay until θ stops moving (or `converged_epochs`).
     pub converged: Vec<f64>,
     /// Epochs the converged fit took, and whether θ settled within them.
@@ -59,7 +64,7 @@ const BLOCK_EPOCHS: usize = 50;
 /// Minibatch SGD's jitter of θ (≈ 0.05 on 10,000 sessions with 512 rows per step) was as large as
 /// θ's standard error, so the "converged" estimate depended on the seed; the full gradient does not.
 pub fn converged_config(cfg: &TrainConfig) -> TrainConfig {
-    TrainConfig { early_stopping: false, weight_decay: 0.0, max_epochs: BLOCK_EPOCHS, batch_impressions: usize::MAX / 4, learning_rate: cfg.learning_rate * 10.0, ..cfg.clone() }
+    TrainConfig { early_stopping: false, refit_position_bias: false, weight_decay: 0.0, max_epochs: BLOCK_EPOCHS, batch_impressions: usize::MAX / 4, learning_rate: cfg.learning_rate * 10.0, ..cfg.clone() }
 }
 
 /// `ex` with the rows of each split in one span, so the fit takes whole spans (the raw-session
@@ -192,8 +197,9 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// The converged estimate and its bootstrap interval, for a model already trained as configured
-/// (`early`). `positions` limits the report to the positions seen in training.
-pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, early: &Trained, positions: usize) -> anyhow::Result<ThetaIntervals> {
+/// (`early`: the model that ships, its θ before the refit taken from `before_refit` when it ran).
+/// `positions` limits the report to the positions seen in training.
+pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, early: &Trained, before_refit: Option<&[f64]>, positions: usize) -> anyhow::Result<ThetaIntervals> {
     anyhow::ensure!(!cfg.model.listwise(), "θ intervals resample aggregated rows; the session model `{}` trains on whole sessions", cfg.model.name());
     let (converged, converged_after_epochs, settled) = converge(ex, cfg, u, positions)?;
     let replicate_cfg = TrainConfig { max_epochs: u.epochs, ..converged_config(cfg) };
@@ -224,7 +230,8 @@ pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
         standard_error.push((v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1).max(1) as f64).sqrt());
     }
     Ok(ThetaIntervals {
-        early_stopped: early.position_bias().into_iter().take(k).collect(),
+        early_stopped: before_refit.map_or_else(|| early.position_bias(), <[f64]>::to_vec).into_iter().take(k).collect(),
+        shipped: early.position_bias().into_iter().take(k).collect(),
         lower: centre.iter().zip(&standard_error).map(|(c, s)| c - t * s).collect(),
         upper: centre.iter().zip(&standard_error).map(|(c, s)| c + t * s).collect(),
         converged: centre,

@@ -142,13 +142,14 @@ pub fn heatmaps_svg(panels: &[(String, Vec<Vec<f64>>)]) -> String {
     s
 }
 
-/// θ_k − θ_1 with intervals: the converged estimate (dots) and its interval (bars), the
-/// early-stopped estimate (crosses), and the truth where a simulation knows it (a line).
+/// θ_k − θ_1 with intervals: the converged estimate (dots) and its interval (bars), the shipped
+/// estimate (crosses), the early-stopped one before the θ refit (grey rings, where it differs), and
+/// the truth where a simulation knows it (a line).
 pub fn intervals_svg(title: &str, t: &ultr_train::uncertainty::ThetaIntervals, truth: Option<&[f64]>) -> String {
     let (w, h, pad) = (560.0, 320.0, 44.0);
     let k = t.converged.len().max(2);
     let truth: Vec<f64> = truth.map(|v| v.iter().take(k).copied().collect()).unwrap_or_default();
-    let all = t.lower.iter().chain(&t.upper).chain(&t.early_stopped).chain(&t.converged).chain(&truth).copied().filter(|v| v.is_finite());
+    let all = t.lower.iter().chain(&t.upper).chain(&t.early_stopped).chain(&t.shipped).chain(&t.converged).chain(&truth).copied().filter(|v| v.is_finite());
     let (lo, hi) = all.fold((0f64, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let (lo, hi) = (lo - 0.1, hi + 0.1);
     let x = |j: usize| pad + (j as f64 + 0.5) * (w - pad - 12.0) / k as f64;
@@ -158,7 +159,7 @@ pub fn intervals_svg(title: &str, t: &ultr_train::uncertainty::ThetaIntervals, t
     let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = write!(
         s,
-        r##"<text x="8" y="16" font-size="13">{}: θ_k − θ_1, converged (dot) with {:.0}% interval, early-stopped (×){}</text>"##,
+        r##"<text x="8" y="16" font-size="13">{}: θ_k − θ_1, converged (dot) with {:.0}% interval, shipped (×), early-stopped before the refit (○){}</text>"##,
         escape(title),
         100.0 * t.level,
         if truth.is_empty() { "" } else { ", truth (line)" }
@@ -174,7 +175,8 @@ pub fn intervals_svg(title: &str, t: &ultr_train::uncertainty::ThetaIntervals, t
         let _ = write!(s, r##"<text x="{:.1}" y="{}" text-anchor="middle" fill="#666">{}</text>"##, x(j), h - pad + 14.0, j + 1);
         let _ = write!(s, r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#1f77b4" stroke-width="2"/>"##, x(j), x(j), y(t.lower[j]), y(t.upper[j]));
         let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#1f77b4"/>"##, x(j), y(t.converged[j]));
-        let (cx, cy) = (x(j) + 7.0, y(t.early_stopped[j]));
+        let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="none" stroke="#999"/>"##, x(j) - 7.0, y(t.early_stopped[j]));
+        let (cx, cy) = (x(j) + 7.0, y(t.shipped.get(j).copied().unwrap_or(t.early_stopped[j])));
         let _ = write!(s, r##"<path d="M{:.1},{:.1}l6,6m0,-6l-6,6" stroke="#d62728" stroke-width="1.5"/>"##, cx - 3.0, cy - 3.0);
     }
     if !truth.is_empty() {

@@ -63,6 +63,18 @@ impl Model for Additive {
     fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self {
         Additive { embedding: grow_embedding(self.embedding, vocabulary, device), ..self }
     }
+
+    /// θ_k += δ_k (positions beyond `delta` unchanged).
+    fn shift_position_logits(&mut self, delta: &[f32]) -> bool {
+        let theta = self.theta.val();
+        let device = theta.device();
+        let k = theta.dims()[0];
+        let mut padded = delta.to_vec();
+        padded.resize(k, 0.0);
+        let shift = Tensor::<1>::from_data(burn::tensor::TensorData::new(padded, [k]), &device);
+        self.theta = self.theta.clone().map(|t| t + shift);
+        true
+    }
 }
 
 impl Additive {

@@ -53,6 +53,13 @@ pub trait Model: Module + Sized {
     /// Grows the γ embedding to `vocabulary` entries (new pairs start at 0) for a warm start.
     fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self;
 
+    /// Adds `delta[k−1]` to the click logit of every impression at position k, if its click logit
+    /// is additive in a per-position parameter (`θ_k`); false (and unchanged) otherwise. The
+    /// refit of the bias tower after early stopping (`fit::refit`) uses it.
+    fn shift_position_logits(&mut self, _delta: &[f32]) -> bool {
+        false
+    }
+
     /// Σ w·BCE of the click logits: the loss every model is compared on.
     fn click_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
         (bce_with_logits(self.click_logits(b), b.clicks.clone()) * b.weights.clone()).sum()

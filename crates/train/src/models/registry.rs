@@ -149,6 +149,11 @@ macro_rules! registry {
                 match self { $( AnyModel::$kind(m) => AnyModel::$kind(m.grow_embedding(vocabulary, device)), )* }
             }
 
+            /// Adds `delta[k−1]` to every click logit at position k (see `Model::shift_position_logits`).
+            pub fn shift_position_logits(&mut self, delta: &[f32]) -> bool {
+                match self { $( AnyModel::$kind(m) => m.shift_position_logits(delta), )* }
+            }
+
             /// Writes the model's record.
             pub fn save(&self, path: &Path) -> anyhow::Result<()> {
                 let saved = match self { $( AnyModel::$kind(m) => m.write_record(path), )* };
