@@ -49,3 +49,36 @@ EOF
 "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval.json"
 "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" > "$OUT/eval.txt"
 cat "$OUT/eval.txt"
+# Where the model loses to naive click-through: pairwise order of judged documents by their clicks.
+for ranker in model naive_ctr logged; do
+  "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" \
+    --run-out "$work/$ranker.run" --run-ranker "$ranker" > /dev/null
+done
+python3 scripts/clara2_pairs.py "$work/sessions.jsonl" "$work/judged.qrels" \
+  model="$work/model.run" naive_ctr="$work/naive_ctr.run" logged="$work/logged.run" > "$OUT/pairs.md"
+cat "$OUT/pairs.md"
+
+# The zoo's models that train on ids alone (the embedding tower), each in a models folder of its own,
+# scored on the same state and judgments: REM (pointwise) and the session models DLA and MixEM (from
+# the windows' session store, which keeps every session of this log: about 23 per 1 h window).
+for model in rem dla mixem; do
+  sed -e "s|^\[train\]$|[train]\nmodel = \"$model\"\nmodels_dir = \"$work/models-$model\"|" "$work/clara2.toml" > "$work/clara2-$model.toml"
+  "$ULTR" train --config "$work/clara2-$model.toml" --state "$work/state" --json > "$OUT/train-$model.json" || true
+  "$ULTR" eval --config "$work/clara2-$model.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval-$model.json"
+done
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = []
+for name, path in [("additive (PAL)", "eval.json"), ("rem", "eval-rem.json"), ("dla", "eval-dla.json"), ("mixem", "eval-mixem.json")]:
+    judged = json.load(open(f"{out}/{path}"))["judged"]
+    i = judged["metrics"].index("nDCG@10")
+    for r in judged["rankers"]:
+        if r["ranker"] == "model" or (name.startswith("additive") and r["ranker"] in ("logged", "naive_ctr", "biased")):
+            label = name if r["ranker"] == "model" else r["ranker"]
+            m, d = r["mean"][i], r["minus_naive_ctr"][i]
+            rows.append(f"| {label} | {m['estimate']:.3f} [{m['low']:.3f}, {m['high']:.3f}] | {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {r['wins']}/{r['ties']}/{r['losses']} |")
+with open(f"{out}/zoo.md", "w") as f:
+    f.write("| ranker | nDCG@10 | − naive CTR | W/T/L vs logged |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+print(open(f"{out}/zoo.md").read())
+PY

@@ -134,7 +134,9 @@ pub struct TrainConfig {
     /// After training, re-estimate θ_k by maximum likelihood with the relevance tower frozen
     /// (`crates/train/src/refit.rs`): early stopping keeps r(x) from over-fitting but leaves θ
     /// flattened toward 0; the refit gives the θ the data support given the shipped r(x). Models
-    /// whose logit has no additive θ_k are left as trained.
+    /// whose logit has no additive θ_k are left as trained. A warm start (`--warm-start`, the
+    /// service's scheduled runs) is not refit: its rows are only the windows its parent has not
+    /// seen; it starts from the parent's refit θ.
     pub refit_position_bias: bool,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,

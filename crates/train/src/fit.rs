@@ -406,7 +406,10 @@ pub fn fit_chunks(
     }
     drop(run);
     trained.model = best.2;
-    let position_refit = if cfg.refit_position_bias && stop != StopReason::Diverged { super::refit::refit_position_bias(&mut trained, data, cfg)? } else { None };
+    // A warm start trains on the windows its parent has not seen only: refit there, θ would rest on
+    // that slice alone. It starts from its parent's refit θ instead, which its epochs move little.
+    let position_refit =
+        if cfg.refit_position_bias && stop != StopReason::Diverged && !warm { super::refit::refit_position_bias(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);
     if !converged && stop == StopReason::MaxEpochs {
         tracing::warn!(
