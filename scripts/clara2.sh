@@ -66,15 +66,42 @@ for model in rem dla mixem; do
   "$ULTR" train --config "$work/clara2-$model.toml" --state "$work/state" --json > "$OUT/train-$model.json" || true
   "$ULTR" eval --config "$work/clara2-$model.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval-$model.json"
 done
+# The logged-order prior (`[train] logged_order_prior`): off, and each strength alone. The default
+# run above chose among them by its validation clicks; these show what each choice ranks like.
+for strengths in "" 0.1 0.3 1.0 3.0 10.0; do
+  tag="prior-${strengths:-off}"
+  sed -e "s|^\[train\]$|[train]\nlogged_order_prior = [$strengths]\nmodels_dir = \"$work/models-$tag\"|" "$work/clara2.toml" > "$work/clara2-$tag.toml"
+  "$ULTR" train --config "$work/clara2-$tag.toml" --state "$work/state" --json > "$work/train-$tag.json" || true
+  "$ULTR" eval --config "$work/clara2-$tag.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval-$tag.json"
+done
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+chosen = json.load(open(f"{out}/train.json"))["fit"]["logged_order_prior"]
+validation = dict((f"{l:g}", ll) for l, ll in chosen["candidates"])
+lines = ["| `logged_order_prior` | validation click log-likelihood per impression | nDCG@10 | − naive CTR |", "|---|---|---|---|"]
+for tag in ["off", "0.1", "0.3", "1.0", "3.0", "10.0"]:
+    judged = json.load(open(f"{out}/eval-prior-{tag}.json"))["judged"]
+    i = judged["metrics"].index("nDCG@10")
+    r = next(r for r in judged["rankers"] if r["ranker"] == "model")
+    m, d = r["mean"][i], r["minus_naive_ctr"][i]
+    key = "[]" if tag == "off" else f"[{tag}]"
+    ll = validation.get(f"{float(tag):g}") if tag != "off" else None
+    mark = " (chosen)" if tag != "off" and float(tag) == chosen["strength"] else ""
+    lines.append(f"| {key}{mark} | {'' if ll is None else f'{ll:.5f}'} | {m['estimate']:.3f} [{m['low']:.3f}, {m['high']:.3f}] | {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |")
+with open(f"{out}/prior.md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+print(open(f"{out}/prior.md").read())
+PY
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
 rows = []
-for name, path in [("additive (PAL)", "eval.json"), ("rem", "eval-rem.json"), ("dla", "eval-dla.json"), ("mixem", "eval-mixem.json")]:
+for name, path in [("additive (PAL)", "eval.json"), ("additive, no logged-order prior", "eval-prior-off.json"), ("rem", "eval-rem.json"), ("dla", "eval-dla.json"), ("mixem", "eval-mixem.json")]:
     judged = json.load(open(f"{out}/{path}"))["judged"]
     i = judged["metrics"].index("nDCG@10")
     for r in judged["rankers"]:
-        if r["ranker"] == "model" or (name.startswith("additive") and r["ranker"] in ("logged", "naive_ctr", "biased")):
+        if r["ranker"] == "model" or (name == "additive (PAL)" and r["ranker"] in ("logged", "naive_ctr", "biased")):
             label = name if r["ranker"] == "model" else r["ranker"]
             m, d = r["mean"][i], r["minus_naive_ctr"][i]
             rows.append(f"| {label} | {m['estimate']:.3f} [{m['low']:.3f}, {m['high']:.3f}] | {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {r['wins']}/{r['ties']}/{r['losses']} |")

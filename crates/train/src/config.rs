@@ -138,6 +138,13 @@ pub struct TrainConfig {
     /// service's scheduled runs) is not refit: its rows are only the windows its parent has not
     /// seen; it starts from the parent's refit θ.
     pub refit_position_bias: bool,
+    /// The embedding tower only: after the θ refit, re-estimate γ_{q,d} around a prior from the
+    /// logging policy's order, γ ~ N(ρ_b, 1/λ) with b the pair's mean logged position
+    /// (`crates/train/src/logged_order_prior.rs`). The strengths λ tried; the validation sessions'
+    /// clicks choose one. Rare pairs then rank as the logging policy placed them and clicks move
+    /// frequent ones; without it, never-clicked documents rank by how often they were shown. `[]`
+    /// keeps γ as early stopping left it. Not applied to a warm start.
+    pub logged_order_prior: Vec<f64>,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
     /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
@@ -197,6 +204,7 @@ impl Default for TrainConfig {
             patience: 3,
             early_stopping: true,
             refit_position_bias: true,
+            logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0],
             validation_fraction: 0.1,
             evaluation_fraction: 0.1,
             seed: 1,
@@ -252,6 +260,9 @@ impl TrainConfig {
         }
         if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
             return Err(format!("key `train.weight_decay` = {} must be >= 0", self.weight_decay));
+        }
+        if let Some(bad) = self.logged_order_prior.iter().find(|l| !(**l > 0.0 && l.is_finite())) {
+            return Err(format!("key `train.logged_order_prior` holds {bad}: every strength must be > 0 (or [] for no prior)"));
         }
         if !(0.0 < self.validation_fraction && self.validation_fraction < 1.0) {
             return Err(format!("key `train.validation_fraction` = {} must lie in (0, 1)", self.validation_fraction));

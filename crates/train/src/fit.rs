@@ -69,6 +69,9 @@ pub struct FitReport {
     pub converged: bool,
     /// θ refit with the relevance tower frozen (`[train] refit_position_bias`), when it ran.
     pub position_refit: Option<super::refit::PositionRefit>,
+    /// γ re-estimated around the logged-order prior (`[train] logged_order_prior`), when it ran.
+    #[serde(default)]
+    pub logged_order_prior: Option<super::logged_order_prior::LoggedOrderPrior>,
 }
 
 /// Whether a fit that stopped for `stop` after `epochs` had converged (see `FitReport::converged`).
@@ -410,6 +413,8 @@ pub fn fit_chunks(
     // that slice alone. It starts from its parent's refit θ instead, which its epochs move little.
     let position_refit =
         if cfg.refit_position_bias && stop != StopReason::Diverged && !warm { super::refit::refit_position_bias(&mut trained, data, cfg)? } else { None };
+    let logged_order_prior =
+        if stop != StopReason::Diverged && !warm { super::logged_order_prior::fit_logged_order_prior(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);
     if !converged && stop == StopReason::MaxEpochs {
         tracing::warn!(
@@ -436,6 +441,7 @@ pub fn fit_chunks(
         seconds: started.elapsed().as_secs_f64(),
         converged,
         position_refit,
+        logged_order_prior,
     };
     Ok((trained, report))
 }

@@ -13,6 +13,7 @@ pub mod eval;
 pub mod export;
 pub mod fit;
 pub mod ips_propensity;
+pub mod logged_order_prior;
 pub mod models;
 pub mod onnx;
 pub mod refit;
@@ -319,6 +320,12 @@ impl TrainOutcome {
         if let Some(r) = &f.position_refit {
             let moved = r.before.iter().zip(&r.after).map(|(b, a)| (a - b).abs()).fold(0.0, f64::max);
             s.push_str(&format!("  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n", r.positions));
+        }
+        if let Some(p) = &f.logged_order_prior {
+            let tried = p.candidates.iter().map(|(l, ll)| format!("{l} → {ll:.5}")).collect::<Vec<_>>().join(", ");
+            let prior = p.prior.iter().map(|(k, r)| format!("{k}: {r:+.2}")).collect::<Vec<_>>().join(" ");
+            s.push_str(&format!("  γ of {} pairs around the logged-order prior ([train] logged_order_prior): λ = {} chosen by validation clicks per impression ({tried})\n", p.pairs, p.strength));
+            s.push_str(&format!("    ρ by mean logged position: {prior}\n"));
         }
         s.push_str("  θ_k − θ_1: ");
         s.push_str(&self.theta.iter().take(10).map(|t| format!("{t:+.3}")).collect::<Vec<_>>().join(" "));

@@ -41,12 +41,12 @@ pub struct PositionRefit {
 
 /// Weighted sufficient statistics of one training row: its position, its (query, document) in the
 /// model's vocabulary (embedding tower), its click logit without the refit's shift, Σ w·n and Σ w·c.
-struct RowTerms {
-    position: usize,
-    pair: u32,
-    logit: f64,
-    weighted_impressions: f64,
-    weighted_clicks: f64,
+pub(crate) struct RowTerms {
+    pub position: usize,
+    pub pair: u32,
+    pub logit: f64,
+    pub weighted_impressions: f64,
+    pub weighted_clicks: f64,
 }
 
 /// Refits θ of `trained` on the training rows of `data` (see the module doc). None when the model's
@@ -99,12 +99,13 @@ fn row_terms(trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn:
     }
 }
 
-/// The δ that zeroes Σ w·(c − n·σ(ℓ + offset + δ)) over the rows `rows` of `terms` (`offset(i)`
-/// added to row i's logit), by damped Newton steps from `start`; and the steps taken.
-fn newton_one(terms: &[RowTerms], rows: &[usize], offset: impl Fn(usize) -> f64, start: f64) -> (f64, usize) {
+/// The δ that zeroes Σ w·(c − n·σ(ℓ + offset + δ)) − ridge·δ over the rows `rows` of `terms`
+/// (`offset(i)` added to row i's logit; `ridge` a Gaussian prior's precision on δ, 0 for none), by
+/// damped Newton steps from `start`; and the steps taken.
+pub(crate) fn newton_one(terms: &[RowTerms], rows: &[usize], offset: impl Fn(usize) -> f64, start: f64, ridge: f64) -> (f64, usize) {
     let mut d = start;
     for iteration in 1..=MAX_ITERATIONS {
-        let (mut gradient, mut curvature) = (0.0, 0.0);
+        let (mut gradient, mut curvature) = (-ridge * d, ridge);
         for &i in rows {
             let t = &terms[i];
             let p = sigmoid(t.logit + offset(i) + d);
@@ -154,14 +155,14 @@ fn profiled_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, us
     while rounds < MAX_ROUNDS {
         rounds += 1;
         for (p, rows) in informative.iter().enumerate() {
-            epsilon[p] = newton_one(terms, rows, |i| delta[terms[i].position], epsilon[p]).0;
+            epsilon[p] = newton_one(terms, rows, |i| delta[terms[i].position], epsilon[p], 0.0).0;
         }
         let mut moved = 0f64;
         for (k, rows) in by_position.iter().enumerate() {
             if rows.is_empty() {
                 continue;
             }
-            let next = newton_one(terms, rows, |i| epsilon[pair_of[i]], delta[k]).0;
+            let next = newton_one(terms, rows, |i| epsilon[pair_of[i]], delta[k], 0.0).0;
             moved = moved.max((next - delta[k]).abs());
             delta[k] = next;
         }
@@ -175,7 +176,7 @@ fn profiled_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, us
     }
     let refit = by_position.iter().filter(|rows| !rows.is_empty()).count();
     let every_row: Vec<usize> = (0..terms.len()).collect();
-    let level = newton_one(terms, &every_row, |i| if by_position[terms[i].position].is_empty() { 0.0 } else { delta[terms[i].position] }, 0.0).0;
+    let level = newton_one(terms, &every_row, |i| if by_position[terms[i].position].is_empty() { 0.0 } else { delta[terms[i].position] }, 0.0, 0.0).0;
     let shifts = (0..positions).map(|k| if by_position[k].is_empty() { 0.0 } else { (delta[k] + level) as f32 }).collect();
     (shifts, refit, rounds)
 }
@@ -199,7 +200,7 @@ fn newton_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, usiz
         if clicks <= 0.0 || clicks >= impressions {
             continue;
         }
-        let (d, steps) = newton_one(terms, rows, |_| 0.0, 0.0);
+        let (d, steps) = newton_one(terms, rows, |_| 0.0, 0.0, 0.0);
         delta[k] = d as f32;
         refit += 1;
         most = most.max(steps);

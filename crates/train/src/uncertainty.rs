@@ -64,7 +64,7 @@ const BLOCK_EPOCHS: usize = 50;
 /// Minibatch SGD's jitter of θ (≈ 0.05 on 10,000 sessions with 512 rows per step) was as large as
 /// θ's standard error, so the "converged" estimate depended on the seed; the full gradient does not.
 pub fn converged_config(cfg: &TrainConfig) -> TrainConfig {
-    TrainConfig { early_stopping: false, refit_position_bias: false, weight_decay: 0.0, max_epochs: BLOCK_EPOCHS, batch_impressions: usize::MAX / 4, learning_rate: cfg.learning_rate * 10.0, ..cfg.clone() }
+    TrainConfig { early_stopping: false, refit_position_bias: false, logged_order_prior: Vec::new(), weight_decay: 0.0, max_epochs: BLOCK_EPOCHS, batch_impressions: usize::MAX / 4, learning_rate: cfg.learning_rate * 10.0, ..cfg.clone() }
 }
 
 /// `ex` with the rows of each split in one span, so the fit takes whole spans (the raw-session

@@ -75,6 +75,19 @@ impl Model for Additive {
         self.theta = self.theta.clone().map(|t| t + shift);
         true
     }
+
+    fn pair_relevance(&self) -> Option<Vec<f32>> {
+        let gamma = self.embedding.as_ref()?;
+        Some(gamma.val().into_data().try_to_vec::<f32>().expect("γ is f32"))
+    }
+
+    fn set_pair_relevance(&mut self, gamma: &[f32]) -> bool {
+        let Some(old) = &self.embedding else { return false };
+        let device = old.val().device();
+        let replaced = Tensor::<1>::from_data(burn::tensor::TensorData::new(gamma.to_vec(), [gamma.len()]), &device);
+        self.embedding = Some(old.clone().map(|_| replaced));
+        true
+    }
 }
 
 impl Additive {

@@ -60,6 +60,17 @@ pub trait Model: Module + Sized {
         false
     }
 
+    /// γ_{q,d} per vocabulary entry, if the click logit is θ_k + γ_{q,d} (+ b(z)) with an embedding
+    /// tower; None otherwise. The logged-order prior (`logged_order_prior.rs`) re-estimates it.
+    fn pair_relevance(&self) -> Option<Vec<f32>> {
+        None
+    }
+
+    /// Replaces γ (same length as `pair_relevance`'s); false (and unchanged) where there is none.
+    fn set_pair_relevance(&mut self, _gamma: &[f32]) -> bool {
+        false
+    }
+
     /// Σ w·BCE of the click logits: the loss every model is compared on.
     fn click_loss_sum(&self, b: &BatchTensors) -> Tensor<1> {
         (bce_with_logits(self.click_logits(b), b.clicks.clone()) * b.weights.clone()).sum()

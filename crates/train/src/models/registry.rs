@@ -154,6 +154,16 @@ macro_rules! registry {
                 match self { $( AnyModel::$kind(m) => m.shift_position_logits(delta), )* }
             }
 
+            /// γ per vocabulary entry where the logit is θ_k + γ (see `Model::pair_relevance`).
+            pub fn pair_relevance(&self) -> Option<Vec<f32>> {
+                match self { $( AnyModel::$kind(m) => m.pair_relevance(), )* }
+            }
+
+            /// Replaces γ (see `Model::set_pair_relevance`).
+            pub fn set_pair_relevance(&mut self, gamma: &[f32]) -> bool {
+                match self { $( AnyModel::$kind(m) => m.set_pair_relevance(gamma), )* }
+            }
+
             /// Writes the model's record.
             pub fn save(&self, path: &Path) -> anyhow::Result<()> {
                 let saved = match self { $( AnyModel::$kind(m) => m.write_record(path), )* };
