@@ -29,7 +29,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# 2. Build everything the tests run, in one cargo build: ultr, its tests, and the tests' broker
+# 2. A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
+#    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
+#    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
+#    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked), in a venv of
+#    their own. Installed in the background: it waits on the network while the build below keeps
+#    both cores busy.
+ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
+VENV_LOG="${TMPDIR:-/tmp}/ultr-venv.log"
+venv_pid=""
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval" 2>/dev/null; then
+  log "installing onnxruntime, numpy, moto[server], selenium and pytrec_eval into $ULTR_VENV (in the background)"
+  (
+    python3 -m venv "$ULTR_VENV" &&
+      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
+  ) >"$VENV_LOG" 2>&1 &
+  venv_pid=$!
+fi
+
+# 3. Build everything the tests run, in one cargo build: ultr, its tests, and the tests' broker
 #    (`ultr-test-broker`, tansu 0.6's command line; `--features test-broker`), so that the crates
 #    tansu and ultr share compile once. The tests find the broker through CARGO_BIN_EXE.
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
@@ -43,16 +61,8 @@ log "building ultr, its tests and the test broker (release)"
 "${NEXTEST[@]}" --no-run
 BROKER_BIN="$TARGET_DIR/release/ultr-test-broker"
 
-# 3. A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
-#    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
-#    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
-#    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked), in a venv of
-#    their own.
-ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval" 2>/dev/null; then
-  log "installing onnxruntime, numpy, moto[server], selenium and pytrec_eval into $ULTR_VENV"
-  python3 -m venv "$ULTR_VENV"
-  "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
+if [ -n "$venv_pid" ] && ! wait "$venv_pid"; then
+  echo "installing the Python packages failed:"; cat "$VENV_LOG"; exit 1
 fi
 export ULTR_PYTHON="$ULTR_VENV/bin/python"
 
@@ -98,9 +108,10 @@ if [ $# -gt 0 ]; then
   "${NEXTEST[@]}" "$@"
 else
   # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
-  # CPU-bound training tests of the laboratory.
+  # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
+  # threads), they run four at a time on two cores (docs/testing.md).
   log "cargo nextest run --release: tests/deployment"
-  "${NEXTEST[@]}" -E 'binary(deployment)'
+  "${NEXTEST[@]}" -E 'binary(deployment)' --test-threads 4
   log "cargo nextest run --release: tests/laboratory and the unit tests"
   "${NEXTEST[@]}" -E 'not binary(deployment)'
 fi
