@@ -68,7 +68,7 @@ for model in rem dla mixem; do
 done
 # The logged-order prior (`[train] logged_order_prior`): off, and each strength alone. The default
 # run above chose among them by its validation clicks; these show what each choice ranks like.
-for strengths in "" 0.1 0.3 1.0 3.0 10.0; do
+for strengths in "" 0.1 0.3 1.0 3.0 10.0 30.0 100.0; do
   tag="prior-${strengths:-off}"
   sed -e "s|^\[train\]$|[train]\nlogged_order_prior = [$strengths]\nmodels_dir = \"$work/models-$tag\"|" "$work/clara2.toml" > "$work/clara2-$tag.toml"
   "$ULTR" train --config "$work/clara2-$tag.toml" --state "$work/state" --json > "$work/train-$tag.json" || true
@@ -80,7 +80,7 @@ out = sys.argv[1]
 chosen = json.load(open(f"{out}/train.json"))["fit"]["logged_order_prior"]
 validation = dict((f"{l:g}", ll) for l, ll in chosen["candidates"])
 lines = ["| `logged_order_prior` | validation click log-likelihood per impression | nDCG@10 | − naive CTR |", "|---|---|---|---|"]
-for tag in ["off", "0.1", "0.3", "1.0", "3.0", "10.0"]:
+for tag in ["off", "0.1", "0.3", "1.0", "3.0", "10.0", "30.0", "100.0"]:
     judged = json.load(open(f"{out}/eval-prior-{tag}.json"))["judged"]
     i = judged["metrics"].index("nDCG@10")
     r = next(r for r in judged["rankers"] if r["ranker"] == "model")

@@ -204,7 +204,7 @@ impl Default for TrainConfig {
             patience: 3,
             early_stopping: true,
             refit_position_bias: true,
-            logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0],
+            logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
             validation_fraction: 0.1,
             evaluation_fraction: 0.1,
             seed: 1,
