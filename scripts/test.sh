@@ -48,10 +48,10 @@ if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, seleniu
 fi
 
 # 3. Build everything the tests run, in one cargo build: ultr, its tests, and the tests' broker
-#    (`ultr-test-broker`, tansu 0.6's command line; `--features test-broker`), so that the crates
-#    tansu and ultr share compile once. The tests find the broker through CARGO_BIN_EXE.
+#    (`ultr-test-broker`, tansu 0.6's command line; the workspace member tools/test-broker), so that
+#    the crates tansu and ultr share compile once. The tests find the broker beside their own binary.
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-NEXTEST=(cargo nextest run --workspace --release --features test-broker)
+NEXTEST=(cargo nextest run --workspace --release)
 if ! cargo nextest --version >/dev/null 2>&1; then
   # The dev profile: a test runner only spawns processes, and it builds in half the release time.
   log "installing cargo-nextest"

@@ -31,10 +31,18 @@ pub fn wait_for_port(port: u16, what: &str, log: &Path) {
 /// Starts `tansu broker` in `dir`, listening on `port`, advertising `advertised_port` (another port
 /// when a TLS proxy fronts it), storing in `storage` (e.g. `sqlite://broker.db`, relative to `dir`,
 /// or `memory://tansu/`).
-/// The broker's command: `ultr-test-broker` when the tests are built with `--features test-broker`
-/// (scripts/test.sh), else `tansu` on PATH.
+/// The broker's command: `$ULTR_TEST_BROKER` when set, else `ultr-test-broker` beside the test
+/// binary's `deps/` folder (the workspace build scripts/test.sh runs builds it there), else `tansu`
+/// on PATH.
 pub fn tansu_command() -> Command {
-    Command::new(option_env!("CARGO_BIN_EXE_ultr-test-broker").unwrap_or("tansu"))
+    if let Some(path) = std::env::var_os("ULTR_TEST_BROKER") {
+        return Command::new(path);
+    }
+    let built = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.join("ultr-test-broker")));
+    match built {
+        Some(path) if path.is_file() => Command::new(path),
+        _ => Command::new("tansu"),
+    }
 }
 
 pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &str, authentication: bool) -> Guard {

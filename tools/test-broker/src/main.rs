@@ -1,6 +1,6 @@
 //! The tests' Kafka-protocol broker: tansu 0.6's command line (`ultr-test-broker broker
-//! --listener-url … --storage-engine memory://tansu/`), built with `--features test-broker` in the
-//! same build as ultr. Not part of ultr; scripts/test.sh starts it and the tests that need a broker
+//! --listener-url … --storage-engine memory://tansu/`), a workspace member built in the same
+//! `--workspace` build as ultr. Not part of ultr; scripts/test.sh starts it and the tests that need a broker
 //! of their own spawn it.
 
 use std::process::ExitCode;
