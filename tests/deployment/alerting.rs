@@ -523,7 +523,7 @@ fn demo_faults_fire_their_own_alerts() {
         },
         Fault {
             name: "misspecified stream (MLP relevance, linear tower)",
-            edit: |t| t.replace("relevance = \"linear\"", "relevance = \"mlp\"").replace("tower = \"mlp\"", "tower = \"linear\"").replace("schedule = \"0 * * * * *\"", "schedule = \"*/10 * * * * *\""),
+            edit: |t| t.replace("relevance = \"linear\"", "relevance = \"mlp\"").replace("tower = \"mlp\"", "tower = \"linear\""),
             fires: "MisspecificationSuspected",
             also: &[],
         },
@@ -543,7 +543,8 @@ fn demo_faults_fire_their_own_alerts() {
         let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&addr), "250ms");
         let ultr = Instance::start(&config, &dir, "demo", &addr);
         // Then the rules' quiet horizon longer: every other rule had its chance to fire.
-        let seen = watch_on(&prom, Duration::from_secs(150), Some(fault.fires), Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR));
+        // The first model waits for `train.min_sessions` (50 s of the stream), then the fault shows.
+        let seen = watch_on(&prom, Duration::from_secs(210), Some(fault.fires), Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR));
         seen.report(fault.name);
         if seen.fired_after(fault.fires).is_none() {
             failures.push(format!("{}: {} did not fire ({seen:?})\n{}", fault.name, fault.fires, tail(&ultr.log)));
@@ -592,7 +593,7 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
         let addr = local_addr();
         let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&addr), "250ms");
         let ultr = Instance::start(&config, &dir, "demo", &addr);
-        wait_for(&prom, "a judged evaluation", Duration::from_secs(150), |p| p.value("ultr_judged_queries").is_some_and(|n| n > 0.0));
+        wait_for(&prom, "a judged evaluation", Duration::from_secs(210), |p| p.value("ultr_judged_queries").is_some_and(|n| n > 0.0));
         let horizon = Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR);
         let seen = if fires { watch_on(&prom, Duration::from_secs(120), Some(ALERT), horizon) } else { watch(&prom, horizon + Duration::from_secs(5), None) };
         seen.report(&format!("judged, {name}"));
@@ -625,7 +626,7 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
 fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     const FACTOR: f64 = 3600.0;
     let dir = tempfile::tempdir().unwrap();
-    let config = demo_variant(dir.path(), "demo", |t| t.replace("schedule = \"0 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0"));
+    let config = demo_variant(dir.path(), "demo", |t| t.replace("schedule = \"*/10 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0"));
     let addr = local_addr();
     let prom = Prometheus::start(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&addr), "250ms");
     let _ultr = Instance::start(&config, dir.path(), "demo", &addr);
