@@ -108,11 +108,10 @@ if [ $# -gt 0 ]; then
   "${NEXTEST[@]}" "$@"
 else
   # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
-  # CPU-bound training tests of the laboratory, two at a time (at four, the strong-ranker judged
-  # alert test saw MisspecificationSuspected fire beside its own alert in 2 of 4 runs:
-  # docs/testing.md).
+  # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
+  # threads), they run four at a time on two cores (docs/testing.md).
   log "cargo nextest run --release: tests/deployment"
-  "${NEXTEST[@]}" -E 'binary(deployment)'
+  "${NEXTEST[@]}" -E 'binary(deployment)' --test-threads 4
   log "cargo nextest run --release: tests/laboratory and the unit tests"
   "${NEXTEST[@]}" -E 'not binary(deployment)'
 fi
