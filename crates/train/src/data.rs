@@ -431,6 +431,34 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
     Ok((windows, propensity))
 }
 
+/// Adds each (query, document) of a window's `training_features` file not seen before: its feature
+/// row to `ex.docs`, its key to `ex.qd_keys`, its index to `doc_of`.
+fn add_feature_rows(path: &Path, doc_of: &mut HashMap<(String, String), u32>, n_features: &mut Option<usize>, ex: &mut Examples) -> anyhow::Result<()> {
+    let text = |b: &RecordBatch, name: &str| -> anyhow::Result<Arc<dyn Array>> {
+        Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, &DataType::Utf8)?)
+    };
+    for b in ultr_core::state::read_parquet(path)? {
+        let (q, d) = (text(&b, "query_id")?, text(&b, "doc_id")?);
+        let (q, d) = (q.as_string::<i32>(), d.as_string::<i32>());
+        let features = b.column_by_name("features").with_context(|| format!("{}: no `features`", path.display()))?.as_list::<i32>();
+        for i in 0..b.num_rows() {
+            let key = (q.value(i).to_string(), d.value(i).to_string());
+            if doc_of.contains_key(&key) {
+                continue;
+            }
+            let values: Vec<f32> = if features.is_null(i) { Vec::new() } else { features.value(i).as_primitive::<Float32Type>().values().to_vec() };
+            match *n_features {
+                Some(n) if n != values.len() => bail!("{}: a feature row of {} values where others have {n}", path.display(), values.len()),
+                _ => *n_features = Some(values.len()),
+            }
+            doc_of.insert(key.clone(), ex.qd_keys.len() as u32);
+            ex.docs.extend_from_slice(&values);
+            ex.qd_keys.push(key);
+        }
+    }
+    Ok(())
+}
+
 /// Whole sessions for session models (DLA, MixEM, XPA), from the horizon's session stores
 /// (`sql/session_store.sql`: per window a bounded sample of the distinct sessions, each with its
 /// count): one list per stored pattern, its items at their positions with clicks = the pattern's
@@ -449,25 +477,7 @@ pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i6
     };
     for w in &windows {
         if let Some(path) = window_table_path(dir, w, "training_features")? {
-            for b in ultr_core::state::read_parquet(&path)? {
-                let (q, d) = (text(&b, "query_id", &path)?, text(&b, "doc_id", &path)?);
-                let (q, d) = (q.as_string::<i32>(), d.as_string::<i32>());
-                let features = b.column_by_name("features").with_context(|| format!("{}: no `features`", path.display()))?.as_list::<i32>();
-                for i in 0..b.num_rows() {
-                    let key = (q.value(i).to_string(), d.value(i).to_string());
-                    if doc_of.contains_key(&key) {
-                        continue;
-                    }
-                    let values: Vec<f32> = if features.is_null(i) { Vec::new() } else { features.value(i).as_primitive::<Float32Type>().values().to_vec() };
-                    match n_features {
-                        Some(n) if n != values.len() => bail!("{}: a feature row of {} values where others have {n}", path.display(), values.len()),
-                        _ => n_features = Some(values.len()),
-                    }
-                    doc_of.insert(key.clone(), ex.qd_keys.len() as u32);
-                    ex.docs.extend_from_slice(&values);
-                    ex.qd_keys.push(key);
-                }
-            }
+            add_feature_rows(&path, &mut doc_of, &mut n_features, &mut ex)?;
         }
         if let Some(path) = window_table_path(dir, w, "session_store")? {
             for b in ultr_core::state::read_parquet(&path)? {
