@@ -301,3 +301,38 @@ fn untrainable_data_is_refused_with_a_reason() {
     let (_, r) = fit(&plain, &cfg, None, false).unwrap();
     assert!(r.weights.note.as_deref().unwrap().contains("changes nothing"));
 }
+
+/// With the embedding tower the configured IPS weights are not applied: a free γ per (query,
+/// document) conditions on where the logging policy put the pair, so 1/π corrects nothing there, and
+/// on sparse pairs the weights steepened θ (`TrainConfig::applied_ips`). The model trained with
+/// `[train.ips] enabled = true` is the one trained with it false, and the fit report says why; a
+/// linear tower on the same state still applies the weights.
+#[test]
+fn the_embedding_tower_trains_without_ips_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let base = std::fs::read_to_string(pipeline(dir.path(), 5_000, "")).unwrap();
+    let config = |name: &str, tower: &str, ips: bool| {
+        let path = dir.path().join(format!("{name}.toml"));
+        let models = dir.path().join(format!("models-{name}"));
+        let text = base.replace("tower = \"linear\"\n", &format!("tower = \"{tower}\"\nmax_positions = 10\nmodels_dir = {:?}\n", models.display().to_string()));
+        std::fs::write(&path, format!("{text}[train.ips]\nenabled = {ips}\n")).unwrap();
+        path
+    };
+    let train = |config: &Path| -> serde_json::Value {
+        let out = run_ok(ultr().args(["train", "--json", "--config"]).arg(config).arg("--state").arg(&state));
+        assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let weighted = config("weighted", "embedding", true);
+    let out = run_ok(ultr().args(["ingest", "--config"]).arg(&weighted).arg("--state").arg(&state));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (weighted, unweighted) = (train(&weighted), train(&config("unweighted", "embedding", false)));
+    assert_eq!(weighted["theta"], unweighted["theta"]);
+    assert_eq!(weighted["fit"]["weights"]["enabled"], false);
+    let note = weighted["fit"]["weights"]["note"].as_str().unwrap();
+    assert!(note.contains("not applied with the embedding tower"), "{note}");
+    let linear = train(&config("linear", "linear", true));
+    assert_eq!(linear["fit"]["weights"]["enabled"], true);
+    assert!(linear["fit"]["weights"]["max_weight"].as_f64().unwrap() > 1.0, "{}", linear["fit"]["weights"]);
+}

@@ -163,7 +163,7 @@ impl Survey {
                 self.feature_sq[j] += n * (*v as f64) * (*v as f64);
             }
         }
-        let (w, totals) = weights_of(&ex.rows, &cfg.ips);
+        let (w, totals) = weights_of(&ex.rows, &cfg.applied_ips());
         self.weights.merge(&totals);
         self.train_sessions += split.train.len();
         self.validation_sessions += split.validation.len();
@@ -289,7 +289,7 @@ impl<'a> Chunk<'a> {
         // Missing propensities were checked over all chunks. A session model (DLA, MixEM, XPA) takes
         // no IPS weights: its rows weigh 1.
         let listwise = trained.meta.architecture.model.listwise();
-        let weights = if listwise { vec![1f32; ex.rows.len()] } else { weights_of(&ex.rows, &cfg.ips).0 };
+        let weights = if listwise { vec![1f32; ex.rows.len()] } else { weights_of(&ex.rows, &cfg.applied_ips()).0 };
         let qd_map = trained.qd_map(&ex);
         let inputs = (for_training && trained.meta.architecture.tower != TowerKind::Embedding).then(|| tower_inputs(&ex, &trained.meta));
         let split = Slices::of(&ex, cfg);
@@ -436,7 +436,7 @@ pub fn fit_chunks(
         max_position: survey.positions.last().copied().unwrap_or(0),
         train_chunks: data.chunk_count(Split::Training),
         validation_chunks: data.chunk_count(Split::Validation),
-        weights: survey.weights.report(&cfg.ips),
+        weights: survey.weights.report(&cfg.applied_ips(), cfg.ips_not_applied()),
         warm_started: warm,
         seconds: started.elapsed().as_secs_f64(),
         converged,
@@ -469,7 +469,7 @@ fn survey_data(data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<(S
         }
     }
     survey.check(cfg)?;
-    survey.weights.check(&cfg.ips)?;
+    survey.weights.check(&cfg.applied_ips())?;
     if survey.train_sessions == 0 || survey.validation_sessions == 0 {
         anyhow::bail!(
             "{} sessions cannot be split into training and validation (train.validation_fraction = {})",

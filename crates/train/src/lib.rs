@@ -104,7 +104,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// the optimizer nor early stopping saw, so the candidate is not favoured).
 pub fn evaluation_slice(ex: &Examples, config: &TrainConfig) -> anyhow::Result<(Examples, Vec<f32>)> {
     let val = ex.filter_sessions(|s| split_of(s, config.holdout()) == Split::Evaluation);
-    let (w, _) = ips_weights(&val.rows, &config.ips)?;
+    let (w, _) = ips_weights(&val.rows, &config.applied_ips())?;
     Ok((val, w))
 }
 

@@ -121,7 +121,7 @@ impl Rows {
     fn add(&mut self, trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn::tensor::Device) {
         let logits = trained.logits(ex, device);
         let relevance = trained.relevance_of_rows(ex, device);
-        let (weights, _) = weights_of(&ex.rows, &cfg.ips);
+        let (weights, _) = weights_of(&ex.rows, &cfg.applied_ips());
         let qd_map = trained.qd_map(ex);
         let positions = trained.meta.architecture.max_positions;
         for span in &ex.sessions {

@@ -83,7 +83,7 @@ pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg:
 /// Appends the terms of `ex`'s training rows at positions 1..=`positions`.
 fn row_terms(trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn::tensor::Device, positions: usize, out: &mut Vec<RowTerms>) {
     let logits = trained.logits(ex, device);
-    let (weights, _) = weights_of(&ex.rows, &cfg.ips);
+    let (weights, _) = weights_of(&ex.rows, &cfg.applied_ips());
     let qd_map = trained.qd_map(ex);
     for span in ex.sessions.iter().filter(|s| split_of(s, cfg.holdout()) == Split::Training) {
         for i in span.start..span.start + span.len {

@@ -28,7 +28,7 @@ pub struct WeightReport {
 pub fn ips_weights(rows: &[Row], cfg: &IpsConfig) -> anyhow::Result<(Vec<f32>, WeightReport)> {
     let (weights, totals) = weights_of(rows, cfg);
     totals.check(cfg)?;
-    Ok((weights, totals.report(cfg)))
+    Ok((weights, totals.report(cfg, None)))
 }
 
 /// The weights of `rows` and their totals, without the missing-propensity check (a caller that
@@ -110,10 +110,14 @@ impl WeightTotals {
         Ok(())
     }
 
-    pub fn report(&self, cfg: &IpsConfig) -> WeightReport {
+    /// The report of these totals under `cfg`; `not_applied` says why configured weights were
+    /// turned off (`TrainConfig::ips_not_applied`).
+    pub fn report(&self, cfg: &IpsConfig, not_applied: Option<&str>) -> WeightReport {
         let ess = if self.sum_sq > 0.0 { self.sum * self.sum / self.sum_sq } else { 0.0 };
         let n = self.impressions.max(1) as f64;
-        let note = if !cfg.enabled {
+        let note = if let Some(why) = not_applied {
+            Some(why.to_string())
+        } else if !cfg.enabled {
             Some("IPS disabled (train.ips.enabled = false): plain binary cross-entropy".to_string())
         } else if self.all_one && self.rows > 0 {
             Some(
