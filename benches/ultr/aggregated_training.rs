@@ -4,7 +4,7 @@
 //! the same hold-out split). Reports seconds per epoch, epochs to early stopping, θ of both, and the
 //! process's peak RSS after each stage.
 //!
-//! `cargo bench --bench aggregated_training` (optionally `-- SESSIONS EPOCHS BATCH_ROWS [aggregated]`;
+//! `cargo bench --bench ultr -- aggregated_training` (optionally followed by `SESSIONS EPOCHS BATCH_ROWS [aggregated]`;
 //! default 2,000,000 3 512; `aggregated` skips the raw path, for profiling; `chunked [VISITS]` compares the
 //! aggregated path in memory with the same streamed in chunks of an eighth of its size; `converged`
 //! trains the raw path and both kinds of aggregated epoch to early stopping, EPOCHS the cap, and
@@ -37,8 +37,7 @@ fn per_epoch(r: &FitReport) -> f64 {
     r.epochs.iter().map(|e| e.seconds).sum::<f64>() / r.epochs.len().max(1) as f64
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+pub fn main(args: &[String]) {
     let sessions: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
     let epochs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let batch_rows: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(TrainConfig::default().batch_rows);

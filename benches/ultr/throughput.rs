@@ -1,4 +1,4 @@
-//! Throughput benchmarks (run with `cargo bench --bench throughput`): decode impressions/s on one core
+//! Throughput benchmarks (run with `cargo bench --bench ultr -- throughput`): decode impressions/s on one core
 //! with and without 46-dim features, the single-pass reader beside serde_json alone, and simulator
 //! sessions/s. Figures go in the closing notes, not tests.
 
@@ -54,7 +54,7 @@ fn bench_decode(label: &str, records: &[Vec<u8>]) {
     }
 }
 
-fn main() {
+pub fn main(_args: &[String]) {
     let base = SimConfig {
         synthetic: SyntheticData { queries: 500, docs_per_query: 25, features: 46 },
         relevance: RelevanceKind::Linear,

@@ -1,4 +1,4 @@
-//! Windowing benchmarks (`cargo bench --bench windowing`): impressions/s through decode + windows +
+//! Windowing benchmarks (`cargo bench --bench ultr -- windowing`): impressions/s through decode + windows +
 //! every `sql/` statistic + Parquet state; the cost of closing one 1M-impression window; state bytes
 //! per unique (q,d,k); and peak RSS of `ultr ingest` over a 1× and a 10× longer stream with a fixed key set.
 
@@ -58,7 +58,7 @@ fn peak_rss_kib(config: &Path, state: &Path) -> (u64, f64) {
     (peak, t.elapsed().as_secs_f64())
 }
 
-fn main() {
+pub fn main(_args: &[String]) {
     let dir = tempfile::tempdir().unwrap();
     for features in [0usize, 46] {
         let data = dir.path().join(format!("s{features}.jsonl"));

@@ -2,7 +2,7 @@
 //! stream (46 features, a fixed key set) with 10-minute, 100-minute and 10-hour windows, and at 10×
 //! the stream length. Each run is a fresh `ultr ingest` process measured by GNU time.
 //!
-//! `cargo bench --bench cost_per_key` (optionally `-- SESSIONS`; default 200,000 and 10× that).
+//! `cargo bench --bench ultr -- cost_per_key` (optionally followed by `SESSIONS`; default 200,000 and 10× that).
 
 use std::path::Path;
 use std::process::Command;
@@ -80,8 +80,7 @@ fn run(sessions: u64, window: &str, data: &Path, work: &Path) -> String {
     line
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+pub fn main(args: &[String]) {
     let sessions: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let data = ultr::simulate::dataset::default_mq2008_dir().expect("MQ2008 (set ULTR_DATA_DIR)");
     let work = tempfile::tempdir().unwrap();

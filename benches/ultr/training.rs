@@ -1,7 +1,7 @@
 //! Training throughput (impressions/s per epoch) per tower and burn backend, on MQ2008 sessions
 //! streamed through the pipeline. Threads: run with `RAYON_NUM_THREADS=1` and `=2`.
 //!
-//! `cargo bench --bench training --features ndarray-backend` (optionally `-- SESSIONS EPOCHS`);
+//! `cargo bench --bench ultr --features ndarray-backend -- training` (optionally followed by `SESSIONS EPOCHS`);
 //! without the feature only burn-flex is measured.
 
 use std::time::Instant;
@@ -14,8 +14,7 @@ use ultr::train::data::{load_from_state, Horizon};
 use ultr::train::device::BackendKind;
 use ultr::train::fit::fit;
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+pub fn main(args: &[String]) {
     let sessions: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(50_000);
     let epochs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2);
     let data = ultr::simulate::dataset::default_mq2008_dir().expect("MQ2008 (set ULTR_DATA_DIR)");

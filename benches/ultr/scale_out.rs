@@ -3,7 +3,7 @@
 //! each instance's CPU time per record, and the merged view's compaction and query time as the
 //! number of partition window files grows.
 //!
-//! `cargo bench --bench scale_out` (env: ULTR_KAFKA_BROKERS, ULTR_S3_ENDPOINT, SCALE_SESSIONS).
+//! `cargo bench --bench ultr -- scale_out` (env: ULTR_KAFKA_BROKERS, ULTR_S3_ENDPOINT, SCALE_SESSIONS).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -264,7 +264,7 @@ fn merged_view(window: &str, sessions: u64, dir: &std::path::Path) {
     );
 }
 
-fn main() {
+pub fn main(_args: &[String]) {
     let sessions: u64 = env("SCALE_SESSIONS", "200000").parse().unwrap();
     // Kept after the run: the instances' logs are there.
     let dir = std::env::temp_dir().join(unique("ultr-bench-scale"));
