@@ -244,14 +244,12 @@ impl TrainConfig {
     /// variance, and on sparse pairs they bias θ steeper (on 3,000 simulated sessions over MQ2008's
     /// queries θ_4 − θ_1 came out −1.80 weighted against −1.35 unweighted, truth −1.39).
     pub fn applied_ips(&self) -> IpsConfig {
-        let mut ips = self.ips.clone();
-        ips.enabled &= self.tower != TowerKind::Embedding;
-        ips
+        IpsConfig { enabled: self.ips.enabled && self.tower != TowerKind::Embedding, ..self.ips.clone() }
     }
 
     /// Why the configured IPS weights are not applied, when `applied_ips` turned them off.
     pub fn ips_not_applied(&self) -> Option<&'static str> {
-        (self.ips.enabled && self.tower == TowerKind::Embedding).then_some(
+        (self.ips.enabled && !self.applied_ips().enabled).then_some(
             "IPS not applied with the embedding tower: its free γ per (query, document) conditions on what the logging policy placed, so 1/π weights add only variance (train.ips.enabled is ignored)",
         )
     }

@@ -431,14 +431,16 @@ pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, 
     Ok((windows, propensity))
 }
 
+/// Column `name` of a batch read from `path`, cast to `t`; a missing column is an error naming both.
+fn column_as(b: &RecordBatch, name: &str, t: &DataType, path: &Path) -> anyhow::Result<Arc<dyn Array>> {
+    Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, t)?)
+}
+
 /// Adds each (query, document) of a window's `training_features` file not seen before: its feature
 /// row to `ex.docs`, its key to `ex.qd_keys`, its index to `doc_of`.
 fn add_feature_rows(path: &Path, doc_of: &mut HashMap<(String, String), u32>, n_features: &mut Option<usize>, ex: &mut Examples) -> anyhow::Result<()> {
-    let text = |b: &RecordBatch, name: &str| -> anyhow::Result<Arc<dyn Array>> {
-        Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, &DataType::Utf8)?)
-    };
     for b in ultr_core::state::read_parquet(path)? {
-        let (q, d) = (text(&b, "query_id")?, text(&b, "doc_id")?);
+        let (q, d) = (column_as(&b, "query_id", &DataType::Utf8, path)?, column_as(&b, "doc_id", &DataType::Utf8, path)?);
         let (q, d) = (q.as_string::<i32>(), d.as_string::<i32>());
         let features = b.column_by_name("features").with_context(|| format!("{}: no `features`", path.display()))?.as_list::<i32>();
         for i in 0..b.num_rows() {
@@ -472,20 +474,15 @@ pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i6
     let mut stored_sessions = 0u64;
     let mut doc_of: HashMap<(String, String), u32> = HashMap::new();
     let mut n_features: Option<usize> = None;
-    let text = |b: &RecordBatch, name: &str, path: &Path| -> anyhow::Result<Arc<dyn Array>> {
-        Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, &DataType::Utf8)?)
-    };
     for w in &windows {
         if let Some(path) = window_table_path(dir, w, "training_features")? {
             add_feature_rows(&path, &mut doc_of, &mut n_features, &mut ex)?;
         }
         if let Some(path) = window_table_path(dir, w, "session_store")? {
             for b in ultr_core::state::read_parquet(&path)? {
-                let (q, d) = (text(&b, "query_id", &path)?, text(&b, "doc_id", &path)?);
+                let column = |name: &str, t: &DataType| column_as(&b, name, t, &path);
+                let (q, d) = (column("query_id", &DataType::Utf8)?, column("doc_id", &DataType::Utf8)?);
                 let (q, d) = (q.as_string::<i32>(), d.as_string::<i32>());
-                let column = |name: &str, t: &DataType| -> anyhow::Result<Arc<dyn Array>> {
-                    Ok(cast(b.column_by_name(name).with_context(|| format!("{}: no `{name}` column", path.display()))?, t)?)
-                };
                 let pattern = column("pattern_key", &DataType::UInt64)?;
                 let pattern = pattern.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
                 let position = column("position", &DataType::UInt32)?;
