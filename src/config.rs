@@ -82,6 +82,7 @@ impl PipelineConfig {
             identifiability: self.identifiability.clone(),
             holdout: self.train.holdout(),
             source_identity: self.source_identity(),
+            workers: self.runtime.ingest_workers(),
         }
     }
 

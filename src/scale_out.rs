@@ -168,7 +168,9 @@ impl Shared {
         let open = move |resume: &ResumeOffsets| -> anyhow::Result<Box<dyn RecordSource + Send>> {
             Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition, health.clone())?))
         };
-        run_with_source(&self.config.core(), &dir, &mut observer, &open)
+        // Partition tasks are this instance's parallelism: each is one worker over its partition.
+        let core = ultr_core::config::CoreConfig { workers: 1, ..self.config.core() };
+        run_with_source(&core, &dir, &mut observer, &open)
     }
 }
 
@@ -277,6 +279,7 @@ pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
         holdout: config.train.holdout(),
         retention_ms: Some(config.retention_ms()),
         bounds: config.window.statistic_bounds(),
+        threads: 1,
     })
 }
 

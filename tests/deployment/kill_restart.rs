@@ -1,6 +1,7 @@
 //! Kill test: `ultr ingest` over a ≥ 1M-impression stream is SIGKILLed at 5 random points and restarted
 //! each time; the final state's cumulative counts and dead letters equal an uninterrupted run's (0 lost,
-//! 0 double-counted, no refused record listed twice).
+//! 0 double-counted, no refused record listed twice). The uninterrupted run has one ingest worker,
+//! the killed runs three (`[runtime] workers`), so a kill between two shards' checkpoints is covered.
 
 use crate::common;
 
@@ -20,12 +21,12 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
-fn write_config(dir: &Path, source: &str) -> PathBuf {
-    let path = dir.join("pipeline.toml");
+fn write_config(dir: &Path, source: &str, workers: usize) -> PathBuf {
+    let path = dir.join(format!("pipeline-{workers}.toml"));
     std::fs::write(
         &path,
         format!(
-            "batch_records = 2000\n{source}\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 15000\n[decode]\nfeature_dim = 4\n"
+            "batch_records = 2000\n[runtime]\nworkers = {workers}\n{source}\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 15000\n[decode]\nfeature_dim = 4\n"
         ),
     )
     .unwrap();
@@ -49,8 +50,9 @@ fn simulator() -> Simulator {
     .unwrap()
 }
 
-/// Runs `config_for(run)` to completion once as the reference, then 5 times killed at random points
-/// plus a final run into another state; both states must hold identical cumulative counts.
+/// Runs `config_for(0)` (one worker) to completion once as the reference, then `config_for(run)`
+/// (three workers) 5 times killed at random points plus a final run into another state; both states
+/// must hold identical cumulative counts.
 fn check_kill_restart(dir: &Path, config_for: &dyn Fn(usize) -> PathBuf) {
     let reference = dir.join("reference");
     let started = Instant::now();
@@ -105,9 +107,10 @@ fn file_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
     let text = std::fs::read_to_string(&data).unwrap();
     let spoiled: Vec<&str> = text.lines().enumerate().map(|(i, l)| if i % 997 == 500 { "{\"session_id\": truncated" } else { l }).collect();
     std::fs::write(&data, spoiled.join("\n") + "\n").unwrap();
-    let config = write_config(dir.path(), &format!("[source.file]\npaths = [{:?}]", data.display().to_string()));
+    let source = format!("[source.file]\npaths = [{:?}]", data.display().to_string());
+    let (one, three) = (write_config(dir.path(), &source, 1), write_config(dir.path(), &source, 3));
 
-    check_kill_restart(dir.path(), &|_| config.clone());
+    check_kill_restart(dir.path(), &|run| if run == 0 { one.clone() } else { three.clone() });
 }
 
 #[test]
@@ -130,6 +133,6 @@ fn kafka_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
         );
         let sub = base.join(format!("cfg{run}"));
         std::fs::create_dir_all(&sub).unwrap();
-        write_config(&sub, &source)
+        write_config(&sub, &source, if run == 0 { 1 } else { 3 })
     });
 }

@@ -12,6 +12,7 @@ mod config;
 mod data;
 mod fuzz;
 mod identifiability;
+mod ingest_workers;
 mod logged_propensity;
 mod malformed_records;
 mod misspecification;

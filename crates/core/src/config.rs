@@ -22,6 +22,8 @@ pub struct CoreConfig {
     pub holdout: Holdout,
     /// A stable name of the source, recorded in the manifest (a restart on another source is refused).
     pub source_identity: String,
+    /// Ingest workers for a new state (`[runtime] workers`); an existing state keeps its own count.
+    pub workers: usize,
 }
 
 /// Sessions per decoded batch when `batch_records` is not set.
@@ -39,11 +41,15 @@ impl CoreConfig {
             identifiability: IdentifiabilityConfig::default(),
             holdout,
             source_identity,
+            workers: 1,
         }
     }
 
     /// Every key of the core's tables checked; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
+        if self.workers == 0 {
+            return Err("key `runtime.workers` must be >= 1".into());
+        }
         if self.batch_records == 0 {
             return Err("key `batch_records` must be >= 1".into());
         }

@@ -31,6 +31,8 @@ pub struct DecodedBatch {
 pub struct SessionOrigin {
     pub stream: std::sync::Arc<str>,
     pub partition: i32,
+    /// The record's offset in its (stream, partition).
+    pub offset: i64,
     pub rows: usize,
 }
 
@@ -185,7 +187,7 @@ impl<S: RecordSource> Ingest<S> {
                             }
                         }
                     }
-                    origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, rows });
+                    origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, offset: record.position.offset, rows });
                 }
                 Err(rejected) => dead_letters.push(DeadLetter {
                     reason: rejected.reason,

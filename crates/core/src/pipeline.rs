@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -17,7 +18,9 @@ use crate::sinks::kafka::KafkaSink;
 use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
 use crate::state::{Checkpoint, ClosedOutput, StateStore};
 use crate::window::aggregates::OpenWindows;
-use crate::window::operator::{ClosedWindow, WindowCounters, WindowOperator};
+use crate::window::operator::{ClosedWindow, Role, WindowCounters, WindowOperator};
+
+pub mod shards;
 
 /// The dead-letter output; a file is cut back to the length the last checkpoint recorded
 /// (`committed`), so a crash's replay does not list a record twice. A Kafka topic cannot be cut
@@ -92,137 +95,496 @@ pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn Recor
 /// Runs until a bounded source ends (or the observer asks to stop), checkpointing into `state_dir`;
 /// the source is opened by `open_reader` at the state's resume offsets (a scale-out partition task
 /// reads one partition).
+///
+/// With several workers (`CoreConfig::workers`, kept by the state as `shards/layout.json`), one
+/// reader decodes every record and each worker — a shard with its own state in `shards/<i>` —
+/// assigns the sessions whose query hashes to it, while every session moves every shard's clocks:
+/// windows close at the same session as in a one-worker run, and `state_dir` holds the shards'
+/// merged view, equal to that run's state row for row.
 pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn Observer, open_reader: &OpenSource) -> anyhow::Result<RunReport> {
-    let mut run = Running::restore(config, state_dir, open_reader)?;
-    observer.on_restored(run.ingest.source().health());
-    loop {
-        let next = run.ingest.next()?;
-        for key in run.ingest.source().assigned_partitions() {
-            run.operator.register_partition(&key, Instant::now());
-        }
-        let ended = matches!(next, Next::End);
-        match next {
-            Next::Batch(batch) => run.process(&batch)?,
-            Next::Idle => {}
-            Next::End => run.pending.closed.extend(run.operator.flush_all()),
-        }
-        let due = !run.pending.closed.is_empty()
-            || run.since_checkpoint >= config.state.checkpoint_every_records
-            || ended
-            || (run.since_checkpoint > 0 && run.last_checkpoint.elapsed() >= config.state.checkpoint_interval());
-        let stop = observer.should_stop();
-        if (due || stop) && (run.pending.has_work() || run.resume != run.store.manifest().resume) {
-            run.checkpoint(config)?;
-            observer.persist(&run.store)?;
-            // Only after the state covering it is durable; a failed commit is a warning (the
-            // manifest, not the group, says where reading resumes).
-            if let Err(e) = run.ingest.source_mut().commit(&run.resume) {
-                tracing::warn!("committing source offsets: {e:#}");
-            }
-            observer.after_checkpoint(&run.store, &run.report);
-        }
-        observer.on_progress(&run.report);
-        if ended || stop {
-            break;
+    let shards = shards::layout(state_dir, config.workers)?;
+    let mut merged = None;
+    let mut workers = Vec::with_capacity(shards);
+    if shards == 1 {
+        workers.push(Worker::inline(Shard::restore(config, state_dir, state_dir, 0, 1)?));
+    } else {
+        let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
+        // Held for the whole run: the merged view has one writer, as a one-worker state does.
+        merged = Some(StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?);
+        for index in 0..shards {
+            let shard = Shard::restore(config, &shards::dir(state_dir, index), state_dir, index, shards)?;
+            workers.push(Worker::spawn(shard)?);
         }
     }
-    run.report.counters = run.operator.counters().clone();
-    run.report.watermark_ms = run.operator.watermark();
-    Ok(run.report)
+    let mut run = Coordinator::start(config, state_dir, workers, merged, open_reader)?;
+    observer.on_restored(run.ingest.source().health());
+    let result = run.serve(config, observer);
+    run.stop_workers();
+    result
 }
 
-/// One run of the pipeline over a state: the restored operator, open windows, decoder and dead-letter
-/// output, and what the next checkpoint owes the state.
-struct Running {
+/// The reader's side of a run: decodes, hands every batch to every worker, and says when they
+/// checkpoint (all at the same record), then merges their states and commits the source.
+struct Coordinator {
+    ingest: Ingest<Box<dyn RecordSource + Send>>,
+    workers: Vec<Worker>,
+    /// The shards' merged view (several workers), written after every checkpoint that closed windows.
+    merged: Option<StateStore>,
+    shard_dirs: Vec<std::path::PathBuf>,
+    target: Option<crate::state::merged::MergeTarget>,
+    /// Offsets after the last batch handed to the workers.
+    sent: ResumeOffsets,
+    checkpointed: ResumeOffsets,
+    in_flight: bool,
+    closed_pending: bool,
+    closed_unmerged: bool,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
+    report: RunReport,
+}
+
+impl Coordinator {
+    fn start(
+        config: &CoreConfig,
+        state_dir: &Path,
+        workers: Vec<Worker>,
+        merged: Option<StateStore>,
+        open_reader: &OpenSource,
+    ) -> anyhow::Result<Coordinator> {
+        let mut workers = workers;
+        let mut states = Vec::with_capacity(workers.len());
+        for w in &mut workers {
+            w.send(Order::Describe)?;
+        }
+        for w in &mut workers {
+            match w.recv()? {
+                Reply::Described(d) => states.push(d),
+                _ => anyhow::bail!("a worker answered out of turn"),
+            }
+        }
+        // Every shard checkpoints at the same record; after a crash between two shards' checkpoints
+        // the reader goes back to the earliest, and the shards ahead skip what they hold.
+        let resume = shards::earliest(states.iter().map(|d| &d.resume));
+        let decoder = shards::earliest_decoder(states.iter().map(|d| &d.decoder));
+        let mut ingest = Ingest::new(open_reader(&resume)?, config.decode.clone(), config.batch_records);
+        ingest.restore(&decoder);
+        let shard_dirs = (0..workers.len()).map(|i| shards::dir(state_dir, i)).collect();
+        let target = merged.as_ref().map(|_| crate::state::merged::MergeTarget {
+            source: config.source_identity.clone(),
+            window: config.window.spec().expect("validated"),
+            holdout: config.holdout,
+            retention_ms: Some(config.state.retention_ms()),
+            bounds: config.window.statistic_bounds(),
+            threads: workers.len(),
+        });
+        let dead_letters = states.first().map(|d| d.dead_letters.clone()).unwrap_or_default();
+        Ok(Coordinator {
+            ingest,
+            workers,
+            merged,
+            shard_dirs,
+            target,
+            sent: resume.clone(),
+            checkpointed: states.first().map(|d| d.resume.clone()).unwrap_or_default(),
+            in_flight: false,
+            closed_pending: false,
+            closed_unmerged: false,
+            since_checkpoint: 0,
+            last_checkpoint: Instant::now(),
+            report: RunReport { dead_letters, last_checkpoint_unix_ms: chrono::Utc::now().timestamp_millis(), ..RunReport::default() },
+        })
+    }
+
+    fn serve(&mut self, config: &CoreConfig, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+        loop {
+            // Decoding the next batch overlaps the workers' windows of the last one.
+            let next = self.ingest.next()?;
+            self.collect()?;
+            let ended = matches!(next, Next::End);
+            if ended {
+                for w in &mut self.workers {
+                    w.send(Order::Flush)?;
+                }
+                self.in_flight = true;
+                self.collect()?;
+            }
+            let due = self.closed_pending
+                || self.since_checkpoint >= config.state.checkpoint_every_records
+                || ended
+                || (self.since_checkpoint > 0 && self.last_checkpoint.elapsed() >= config.state.checkpoint_interval());
+            let stop = observer.should_stop();
+            if (due || stop) && (self.closed_pending || self.since_checkpoint > 0 || self.sent != self.checkpointed) {
+                self.checkpoint(ended)?;
+                observer.persist(self.store())?;
+                // Only after the state covering it is durable; a failed commit is a warning (the
+                // manifest, not the group, says where reading resumes).
+                if let Err(e) = self.ingest.source_mut().commit(&self.sent) {
+                    tracing::warn!("committing source offsets: {e:#}");
+                }
+                observer.after_checkpoint(self.store(), &self.report);
+            }
+            observer.on_progress(&self.report);
+            if ended || stop {
+                break;
+            }
+            if let Next::Batch(batch) = next {
+                self.report.records += batch.records as u64;
+                self.since_checkpoint += batch.records as u64;
+                self.sent.merge(&batch.resume);
+                let owners = shards::owners(&batch, self.workers.len());
+                let broadcast = Arc::new(Broadcast {
+                    assigned: self.ingest.source().assigned_partitions(),
+                    decoder: self.ingest.decoder_state(),
+                    batch,
+                    owners,
+                });
+                for w in &mut self.workers {
+                    w.send(Order::Batch(broadcast.clone()))?;
+                }
+                self.in_flight = true;
+            }
+        }
+        Ok(self.report.clone())
+    }
+
+    /// Waits for every worker's answer to the last order.
+    fn collect(&mut self) -> anyhow::Result<()> {
+        if !std::mem::take(&mut self.in_flight) {
+            return Ok(());
+        }
+        let mut first_error = None;
+        for w in &mut self.workers {
+            match w.recv() {
+                Ok(Reply::Processed { closed }) => self.closed_pending |= closed,
+                Ok(_) => anyhow::bail!("a worker answered out of turn"),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Every worker checkpoints at the same record; then the merged view, if windows closed.
+    fn checkpoint(&mut self, ended: bool) -> anyhow::Result<()> {
+        for w in &mut self.workers {
+            w.send(Order::Checkpoint)?;
+        }
+        let mut reports = Vec::with_capacity(self.workers.len());
+        for w in &mut self.workers {
+            match w.recv()? {
+                Reply::Checkpointed(r) => reports.push(r),
+                _ => anyhow::bail!("a worker answered out of turn"),
+            }
+        }
+        self.closed_unmerged |= self.closed_pending;
+        if let (Some(store), Some(target)) = (self.merged.as_mut(), self.target.as_ref()) {
+            if self.closed_unmerged || ended || store.manifest().seq == 0 {
+                crate::state::merged::compact_into(&self.shard_dirs, store, target)?;
+                self.closed_unmerged = false;
+            }
+        }
+        let r = &mut self.report;
+        let first = &reports[0];
+        r.windows_closed_this_run += first.windows_closed;
+        r.window_close_seconds = reports.iter().map(|x| x.window_close_seconds.clone()).max_by_key(|v| v.len()).unwrap_or_default();
+        r.dead_letters = first.dead_letters.clone();
+        r.dead_letter_failures = first.dead_letter_failures;
+        r.counters = shards::sum_counters(reports.iter().map(|x| &x.counters));
+        r.watermark_ms = reports.iter().map(|x| x.watermark_ms).min().unwrap_or(i64::MIN);
+        r.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
+        r.lag = self.ingest.source().lag(&self.sent);
+        r.checkpoints += 1;
+        self.checkpointed = self.sent.clone();
+        self.closed_pending = false;
+        self.since_checkpoint = 0;
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+
+    /// The state an observer sees: the merged view, or the one worker's state.
+    fn store(&self) -> &StateStore {
+        match (&self.merged, &self.workers[0]) {
+            (Some(store), _) => store,
+            (None, Worker::Inline { shard, .. }) => &shard.store,
+            (None, Worker::Thread { .. }) => unreachable!("several workers have a merged view"),
+        }
+    }
+
+    fn stop_workers(&mut self) {
+        for w in self.workers.drain(..) {
+            w.join();
+        }
+    }
+}
+
+/// One decoded batch as every worker receives it.
+struct Broadcast {
+    batch: crate::ingest::DecodedBatch,
+    /// The shard of each session (`batch.origins` order).
+    owners: Vec<u16>,
+    /// The source's assigned partitions, which hold the watermark until they speak.
+    assigned: Vec<String>,
+    /// The decoder's state after this batch, checkpointed with the shards.
+    decoder: crate::ingest::DecoderState,
+}
+
+enum Order {
+    Describe,
+    Batch(Arc<Broadcast>),
+    /// The source ended: close every window.
+    Flush,
+    Checkpoint,
+}
+
+enum Reply {
+    Described(Described),
+    Processed { closed: bool },
+    Checkpointed(ShardReport),
+}
+
+/// What a restored shard holds.
+struct Described {
+    resume: ResumeOffsets,
+    decoder: crate::ingest::DecoderState,
+    dead_letters: BTreeMap<String, u64>,
+}
+
+/// What one shard's checkpoint reports.
+struct ShardReport {
+    windows_closed: u64,
+    window_close_seconds: Vec<f64>,
+    counters: WindowCounters,
+    watermark_ms: i64,
+    dead_letters: BTreeMap<String, u64>,
+    dead_letter_failures: u64,
+}
+
+/// A shard run on the coordinator's thread (one worker) or on its own.
+enum Worker {
+    Inline {
+        shard: Box<Shard>,
+        /// The answer to the last order, until `recv` takes it.
+        reply: Option<anyhow::Result<Reply>>,
+    },
+    Thread {
+        orders: std::sync::mpsc::SyncSender<Order>,
+        replies: std::sync::mpsc::Receiver<anyhow::Result<Reply>>,
+        handle: std::thread::JoinHandle<()>,
+        index: usize,
+    },
+}
+
+impl Worker {
+    fn inline(shard: Shard) -> Worker {
+        Worker::Inline { shard: Box::new(shard), reply: None }
+    }
+
+    fn spawn(mut shard: Shard) -> anyhow::Result<Worker> {
+        let (orders, inbox) = std::sync::mpsc::sync_channel::<Order>(1);
+        let (outbox, replies) = std::sync::mpsc::sync_channel(1);
+        let index = shard.index;
+        let handle = std::thread::Builder::new().name(format!("ultr-shard-{index}")).spawn(move || {
+            for order in inbox {
+                if outbox.send(shard.handle(order)).is_err() {
+                    break;
+                }
+            }
+        })?;
+        Ok(Worker::Thread { orders, replies, handle, index })
+    }
+
+    fn send(&mut self, order: Order) -> anyhow::Result<()> {
+        match self {
+            Worker::Inline { shard, reply } => {
+                *reply = Some(shard.handle(order));
+                Ok(())
+            }
+            Worker::Thread { orders, index, .. } => orders.send(order).map_err(|_| anyhow::anyhow!("ingest worker {index} stopped")),
+        }
+    }
+
+    fn recv(&mut self) -> anyhow::Result<Reply> {
+        match self {
+            Worker::Inline { reply, .. } => reply.take().unwrap_or_else(|| Err(anyhow::anyhow!("no order was given"))),
+            Worker::Thread { replies, index, .. } => {
+                replies.recv().map_err(|_| anyhow::anyhow!("ingest worker {index} stopped"))?.with_context(|| format!("ingest worker {index}"))
+            }
+        }
+    }
+
+    fn join(self) {
+        if let Worker::Thread { orders, handle, .. } = self {
+            drop(orders);
+            let _ = handle.join();
+        }
+    }
+}
+
+/// One shard of a run: its state, window operator, open windows, and (shard 0) the dead-letter
+/// output, with what the next checkpoint owes the state.
+struct Shard {
+    index: usize,
+    shards: usize,
+    config: CoreConfig,
     store: StateStore,
     operator: WindowOperator,
     open: OpenWindows,
-    ingest: Ingest<Box<dyn RecordSource + Send>>,
-    dead: DeadLetterSink,
+    dead: Option<DeadLetterSink>,
     dead_rotation: (u64, usize),
+    dead_letters: BTreeMap<String, u64>,
     runtime: tokio::runtime::Runtime,
     pending: Pending,
     resume: ResumeOffsets,
-    report: RunReport,
-    since_checkpoint: u64,
-    last_checkpoint: Instant,
+    /// Offsets this shard's state already covered when restored; records below them are skipped.
+    covered: BTreeMap<(String, i32), i64>,
+    decoder: crate::ingest::DecoderState,
 }
 
-impl Running {
-    /// Everything restored from the state's manifest, and the source opened at its offsets.
-    fn restore(config: &CoreConfig, state_dir: &Path, open_reader: &OpenSource) -> anyhow::Result<Running> {
+impl Shard {
+    /// Everything restored from the shard's manifest. Shard 0 writes the dead letters (to
+    /// `dead_letter_dir` when the config names no output).
+    fn restore(config: &CoreConfig, dir: &Path, dead_letter_dir: &Path, index: usize, shards: usize) -> anyhow::Result<Shard> {
         let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
         crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
-        let mut store = StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?;
+        let mut store = StateStore::open(dir, &config.source_identity, spec, config.holdout)?;
         let manifest = store.manifest().clone();
         let operator =
             WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.window.max_clock_jump_ms()));
         let open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?);
-        let mut ingest = Ingest::new(open_reader(&manifest.resume)?, config.decode.clone(), config.batch_records);
-        ingest.restore(&manifest.decoder);
-        let dead = open_dead_letters(config, state_dir, manifest.dead_letter_file_bytes)?;
-        if manifest.dead_letter_file_bytes.is_none() {
-            // No length recorded yet (a new state, or one from an older ultr): record the file as it
-            // is now, before this run writes a letter, so a crash before the first checkpoint is cut
-            // back to here and letters this state did not write are never cut.
-            if let Some(len) = dead.file_len()? {
-                store.checkpoint(Checkpoint {
-                    closed: Vec::new(),
-                    open_partials: Vec::new(),
-                    admitted: Vec::new(),
-                    late: Vec::new(),
-                    operator: operator.snapshot(),
-                    open_windows: operator.open_starts(),
-                    resume: manifest.resume.clone(),
-                    dead_letters: manifest.dead_letters.clone(),
-                    dead_letter_file_bytes: Some(len),
-                    retention_ms: None,
-                    decoder: manifest.decoder.clone(),
-                })?;
+        let dead = if index == 0 { Some(open_dead_letters(config, dead_letter_dir, manifest.dead_letter_file_bytes)?) } else { None };
+        if let Some(dead) = &dead {
+            if manifest.dead_letter_file_bytes.is_none() {
+                // No length recorded yet (a new state, or one from an older ultr): record the file as it
+                // is now, before this run writes a letter, so a crash before the first checkpoint is cut
+                // back to here and letters this state did not write are never cut.
+                if let Some(len) = dead.file_len()? {
+                    store.checkpoint(Checkpoint {
+                        closed: Vec::new(),
+                        open_partials: Vec::new(),
+                        admitted: Vec::new(),
+                        late: Vec::new(),
+                        operator: operator.snapshot(),
+                        open_windows: operator.open_starts(),
+                        resume: manifest.resume.clone(),
+                        dead_letters: manifest.dead_letters.clone(),
+                        dead_letter_file_bytes: Some(len),
+                        retention_ms: None,
+                        decoder: manifest.decoder.clone(),
+                    })?;
+                }
             }
         }
-        Ok(Running {
+        let covered = manifest.resume.0.iter().flat_map(|(s, parts)| parts.iter().map(move |(p, o)| ((s.clone(), *p), *o))).collect();
+        Ok(Shard {
+            index,
+            shards,
+            config: config.clone(),
             store,
             operator,
             open,
-            ingest,
             dead,
             dead_rotation: dead_letter_rotation(config),
+            dead_letters: manifest.dead_letters.clone(),
             runtime: crate::runtime::multi_thread("ultr-pipeline")?,
             pending: Pending::default(),
             resume: manifest.resume.clone(),
-            report: RunReport { dead_letters: manifest.dead_letters.clone(), last_checkpoint_unix_ms: chrono::Utc::now().timestamp_millis(), ..RunReport::default() },
-            since_checkpoint: 0,
-            last_checkpoint: Instant::now(),
+            covered,
+            decoder: manifest.decoder.clone(),
         })
     }
 
-    /// One decoded batch: its dead letters written, its sessions into windows.
-    fn process(&mut self, batch: &crate::ingest::DecodedBatch) -> anyhow::Result<()> {
-        self.report.records += batch.records as u64;
-        self.since_checkpoint += batch.records as u64;
-        for letter in &batch.dead_letters {
-            self.dead.write(letter)?;
-            *self.report.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
+    fn handle(&mut self, order: Order) -> anyhow::Result<Reply> {
+        match order {
+            Order::Describe => Ok(Reply::Described(Described {
+                resume: self.resume.clone(),
+                decoder: self.decoder.clone(),
+                dead_letters: self.dead_letters.clone(),
+            })),
+            Order::Batch(b) => self.process(&b).map(|closed| Reply::Processed { closed }),
+            Order::Flush => {
+                let closed = self.operator.flush_all();
+                let any = !closed.is_empty();
+                self.pending.closed.extend(closed);
+                Ok(Reply::Processed { closed: any })
+            }
+            Order::Checkpoint => self.checkpoint().map(Reply::Checkpointed),
         }
-        let out = self.operator.process(batch, Instant::now());
+    }
+
+    /// True while `(stream, partition, offset)` is below what the restored state covered.
+    fn is_covered(&mut self, stream: &str, partition: i32, offset: i64) -> bool {
+        if self.covered.is_empty() {
+            return false;
+        }
+        let key = (stream.to_string(), partition);
+        match self.covered.get(&key) {
+            Some(&upto) if offset < upto => true,
+            Some(_) => {
+                // Offsets only grow within a partition: nothing after this is covered.
+                self.covered.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// One batch: the dead letters (shard 0), this shard's sessions into windows, every session's
+    /// time into the clocks. Returns whether windows closed.
+    fn process(&mut self, b: &Broadcast) -> anyhow::Result<bool> {
+        let now = Instant::now();
+        for key in &b.assigned {
+            self.operator.register_partition(key, now);
+        }
+        let batch = &b.batch;
+        if self.dead.is_some() {
+            for letter in &batch.dead_letters {
+                if self.is_covered(&letter.position.stream, letter.position.partition, letter.position.offset) {
+                    continue;
+                }
+                self.dead.as_mut().expect("shard 0").write(letter)?;
+                *self.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
+            }
+        }
+        let roles: Vec<Role> = batch
+            .origins
+            .iter()
+            .zip(&b.owners)
+            .map(|(o, owner)| {
+                if self.is_covered(&o.stream, o.partition, o.offset) {
+                    Role::Covered
+                } else if *owner as usize == self.index || self.shards == 1 {
+                    Role::Mine
+                } else {
+                    Role::Others
+                }
+            })
+            .collect();
+        let out = self.operator.process_shard(batch, now, |i| roles[i]);
         for (start, rows) in &out.added {
             self.runtime.block_on(self.open.add(*start, rows))?;
         }
+        let closed = !out.closed.is_empty();
         self.pending.add(out.admitted, out.late, out.closed);
         self.resume.merge(&batch.resume);
-        Ok(())
+        self.decoder = b.decoder.clone();
+        Ok(closed)
     }
 
     /// Closes the pending windows and writes one checkpoint: dead letters first, then the state that
     /// counts them.
-    fn checkpoint(&mut self, config: &CoreConfig) -> anyhow::Result<()> {
-        self.dead.flush()?;
+    fn checkpoint(&mut self) -> anyhow::Result<ShardReport> {
+        if let Some(dead) = &mut self.dead {
+            dead.flush()?;
+        }
         let close_started = Instant::now();
         let n_closed = self.pending.closed.len();
-        let closed = self.runtime.block_on(compute_closed(&mut self.open, std::mem::take(&mut self.pending.closed)))?;
+        let closed = self.runtime.block_on(compute_closed(&mut self.open, std::mem::take(&mut self.pending.closed), self.shards == 1))?;
         let open_partials = self.runtime.block_on(self.open.checkpoint())?;
-        self.report.windows_closed_this_run += closed.len() as u64;
+        let dead_letter_file_bytes = match &self.dead {
+            Some(dead) => dead.file_len()?,
+            None => None,
+        };
         self.store.checkpoint(Checkpoint {
             closed,
             open_partials,
@@ -231,25 +593,26 @@ impl Running {
             operator: self.operator.snapshot(),
             open_windows: self.operator.open_starts(),
             resume: self.resume.clone(),
-            dead_letters: self.report.dead_letters.clone(),
-            dead_letter_file_bytes: self.dead.file_len()?,
-            retention_ms: Some(config.state.retention_ms()),
-            decoder: self.ingest.decoder_state(),
+            dead_letters: self.dead_letters.clone(),
+            dead_letter_file_bytes,
+            retention_ms: Some(self.config.state.retention_ms()),
+            decoder: self.decoder.clone(),
         })?;
-        if self.dead.rotate_if_larger(self.dead_rotation.0, self.dead_rotation.1)? {
-            self.store.record_dead_letter_file_bytes(0)?;
+        let mut dead_letter_failures = 0;
+        if let Some(dead) = &mut self.dead {
+            if dead.rotate_if_larger(self.dead_rotation.0, self.dead_rotation.1)? {
+                self.store.record_dead_letter_file_bytes(0)?;
+            }
+            dead_letter_failures = dead.failed();
         }
-        let r = &mut self.report;
-        r.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
-        r.dead_letter_failures = self.dead.failed();
-        r.window_close_seconds = vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed];
-        r.lag = self.ingest.source().lag(&self.resume);
-        r.checkpoints += 1;
-        r.counters = self.operator.counters().clone();
-        r.watermark_ms = self.operator.watermark();
-        self.since_checkpoint = 0;
-        self.last_checkpoint = Instant::now();
-        Ok(())
+        Ok(ShardReport {
+            windows_closed: n_closed as u64,
+            window_close_seconds: vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed],
+            counters: self.operator.counters().clone(),
+            watermark_ms: self.operator.watermark(),
+            dead_letters: self.dead_letters.clone(),
+            dead_letter_failures,
+        })
     }
 }
 
@@ -271,15 +634,14 @@ impl Pending {
         self.closed.extend(closed);
     }
 
-    fn has_work(&self) -> bool {
-        !self.admitted.is_empty() || !self.late.is_empty() || !self.closed.is_empty()
-    }
 }
 
-async fn compute_closed(open: &mut OpenWindows, closed: Vec<ClosedWindow>) -> anyhow::Result<Vec<ClosedOutput>> {
+/// The closed windows' statistics: finished, or (a shard of several) the merged partials only, which
+/// the merged view finishes once for all shards.
+async fn compute_closed(open: &mut OpenWindows, closed: Vec<ClosedWindow>, finish: bool) -> anyhow::Result<Vec<ClosedOutput>> {
     let mut out = Vec::with_capacity(closed.len());
     for w in closed {
-        let tables = open.close(w.start).await?;
+        let tables = if finish { open.close(w.start).await? } else { open.close_partial(w.start).await? };
         out.push(ClosedOutput { start_ms: w.start, end_ms: w.end, tables });
     }
     Ok(out)

@@ -12,11 +12,18 @@ pub struct RuntimeConfig {
     /// Worker threads of each multi-threaded runtime (the SQL of windows, state and training data,
     /// the object store's client). Applied when the pipeline file is loaded.
     pub worker_threads: usize,
+    /// Ingest workers: pipelines side by side, each assigning its share of the queries (by a hash of
+    /// `query_id`) to windows on its own thread, while one reader decodes for all and merges their
+    /// closed windows into the state's merged view. Each worker holds its own open windows' partials
+    /// and buffers (about `window.reduce_rows` rows), so more workers cost memory. Default 1: on a
+    /// 2-core machine 2 workers measured no faster than one (docs/benchmarks.md). A state keeps the
+    /// count it was created with.
+    pub workers: Option<usize>,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { worker_threads: DEFAULT_WORKER_THREADS }
+        RuntimeConfig { worker_threads: DEFAULT_WORKER_THREADS, workers: None }
     }
 }
 
@@ -25,7 +32,15 @@ impl RuntimeConfig {
         if self.worker_threads == 0 {
             return Err("key `runtime.worker_threads` must be >= 1".into());
         }
+        if self.workers == Some(0) {
+            return Err("key `runtime.workers` must be >= 1".into());
+        }
         Ok(())
+    }
+
+    /// Ingest workers of a new state.
+    pub fn ingest_workers(&self) -> usize {
+        self.workers.unwrap_or(1).max(1)
     }
 }
 

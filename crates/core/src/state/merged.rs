@@ -22,6 +22,8 @@ pub struct MergeTarget {
     pub retention_ms: Option<i64>,
     /// The bounds every instance reduced its windows with (`[window] session_store_patterns`).
     pub bounds: crate::window::StatisticBounds,
+    /// Windows merged at a time.
+    pub threads: usize,
 }
 
 /// What one compaction did.
@@ -49,7 +51,8 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
         counters.late_sessions += c.late_sessions;
         counters.late_impressions += c.late_impressions;
         counters.duplicate_sessions += c.duplicate_sessions;
-        counters.windows_closed += c.windows_closed;
+        // Each part closes a window the others close too: the sum would count it once per part.
+        counters.windows_closed = counters.windows_closed.max(c.windows_closed);
         partitions.extend(m.operator.partitions.clone());
     }
     let watermark = parts.iter().map(|(_, m)| m.operator.watermark).min().unwrap_or(i64::MIN);
@@ -61,6 +64,12 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
 /// state directory `out`, re-merging only the windows whose partition windows changed since the
 /// last compaction (the manifest's `merged_from` records them).
 pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::Result<CompactReport> {
+    let mut store = StateStore::open(out, &target.source, target.window, target.holdout)?;
+    compact_into(parts, &mut store, target)
+}
+
+/// `compact` into a state this process already holds open (an ingest's merged view of its shards).
+pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTarget) -> anyhow::Result<CompactReport> {
     let started = std::time::Instant::now();
     let mut manifests: Vec<(String, Manifest)> = Vec::new();
     for dir in parts {
@@ -74,7 +83,6 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
         );
         manifests.push((dir.display().to_string(), m));
     }
-    let mut store = StateStore::open(out, &target.source, target.window, target.holdout)?;
     // Per window, the partition windows that make it up.
     let mut groups: BTreeMap<(i64, i64), Vec<(usize, super::WindowEntry)>> = BTreeMap::new();
     let mut partition_files = 0;
@@ -98,17 +106,20 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
     let have: BTreeSet<(i64, i64)> = store.manifest().windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
     let previous = store.manifest().merged_from.clone();
     let mut merged_from = BTreeMap::new();
-    let mut closed = Vec::new();
-    let rt = crate::runtime::current_thread()?;
+    let mut todo = Vec::new();
     for ((start, end), members) in &groups {
         let key = format!("{start}-{end}");
         let print = fingerprint(members);
-        if have.contains(&(*start, *end)) && previous.get(&key) == Some(&print) {
-            merged_from.insert(key, print);
-            continue;
+        if !(have.contains(&(*start, *end)) && previous.get(&key) == Some(&print)) {
+            todo.push((*start, *end, members));
         }
+        merged_from.insert(key, print);
+    }
+    // Windows merge independently: `target.threads` of them at a time (each holds one window's partials).
+    let merge_one = |(start, end, members): &(i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<ClosedOutput> {
+        let key = format!("{start}-{end}");
         let mut partials: Vec<Tables> = Vec::with_capacity(members.len());
-        for (i, w) in members {
+        for (i, w) in members.iter() {
             let dir = Path::new(&manifests[*i].0);
             let mut tables: Tables = Vec::new();
             for p in &PARTIALS {
@@ -116,12 +127,39 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
             }
             partials.push(tables);
         }
+        let rt = crate::runtime::current_thread()?;
         let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
-        closed.push(ClosedOutput { start_ms: *start, end_ms: *end, tables });
-        merged_from.insert(key, print);
+        Ok(ClosedOutput { start_ms: *start, end_ms: *end, tables })
+    };
+    let threads = target.threads.clamp(1, todo.len().max(1));
+    let mut results: Vec<Option<anyhow::Result<ClosedOutput>>> = (0..todo.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let chunks: Vec<_> = results.chunks_mut(todo.len().div_ceil(threads).max(1)).zip(todo.chunks(todo.len().div_ceil(threads).max(1))).collect();
+        for (out, work) in chunks {
+            scope.spawn(move || {
+                for (slot, item) in out.iter_mut().zip(work) {
+                    *slot = Some(merge_one(item));
+                }
+            });
+        }
+    });
+    let closed = results.into_iter().map(|r| r.expect("every window merged")).collect::<anyhow::Result<Vec<_>>>()?;
+    // Late sessions' side output: each part's segments not merged before, once.
+    let mut late = Vec::new();
+    for (dir, m) in &manifests {
+        let name = Path::new(dir).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        for file in m.late_segments.iter().chain(m.late.iter().map(|l| &l.file)) {
+            let key = format!("late:{name}/{file}");
+            if !previous.contains_key(&key) {
+                late.extend(super::read_parquet(&Path::new(dir).join("late").join(file))?);
+            }
+            merged_from.insert(key, String::new());
+        }
     }
     let windows_merged = closed.len();
-    let snapshot = merged_snapshot(&manifests);
+    let mut snapshot = merged_snapshot(&manifests);
+    // A window no single part saw whole is still one window closed.
+    snapshot.counters.windows_closed = snapshot.counters.windows_closed.max(groups.len() as u64);
     let mut resume = crate::sources::ResumeOffsets::default();
     let mut dead_letters: BTreeMap<String, u64> = BTreeMap::new();
     for (_, m) in &manifests {
@@ -132,6 +170,7 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
     }
     let decoder = manifests.first().map(|(_, m)| m.decoder.clone()).unwrap_or_default();
     let changed = windows_merged > 0
+        || !late.is_empty()
         || store.manifest().seq == 0
         || store.manifest().operator.counters != snapshot.counters
         || store.manifest().resume != resume
@@ -141,7 +180,7 @@ pub fn compact(parts: &[PathBuf], out: &Path, target: &MergeTarget) -> anyhow::R
             closed,
             open_partials: Vec::new(),
             admitted: Vec::new(),
-            late: Vec::new(),
+            late,
             operator: snapshot,
             open_windows: BTreeSet::new(),
             resume,

@@ -213,7 +213,7 @@ impl StateStore {
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| {
-                    !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "dead-letters.jsonl" | lock::LOCK_FILE) && !n.starts_with(".tmp")
+                    !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "shards" | "dead-letters.jsonl" | lock::LOCK_FILE) && !n.starts_with(".tmp")
                 })
                 .collect();
             if !foreign.is_empty() {

@@ -79,10 +79,15 @@ impl OpenWindows {
 
     /// Removes window `start` and returns its finished statistics (`super::WINDOW_TABLES`).
     pub async fn close(&mut self, start: i64) -> anyhow::Result<Tables> {
+        finish(self.close_partial(start).await?).await
+    }
+
+    /// Removes window `start` and returns its one merged partial, unfinished: a shard's share, which
+    /// the merged view merges with the other shards' and finishes once.
+    pub async fn close_partial(&mut self, start: i64) -> anyhow::Result<Tables> {
         let mut w = self.windows.remove(&start).unwrap_or_default();
         reduce_buffer(&mut w, &self.bounds).await?;
-        let merged = merge(std::mem::take(&mut w.partials), &self.bounds).await?;
-        finish(merged).await
+        merge(std::mem::take(&mut w.partials), &self.bounds).await
     }
 
     pub fn starts(&self) -> impl Iterator<Item = i64> + '_ {

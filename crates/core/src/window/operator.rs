@@ -58,6 +58,17 @@ pub struct ClosedWindow {
     pub end: i64,
 }
 
+/// What a session of a batch is to one shard of the stream (`WindowOperator::process_shard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The shard's own session: assigned to windows.
+    Mine,
+    /// Another shard's: it only moves the clocks.
+    Others,
+    /// Counted by this shard before a restart (below its resume offset): ignored.
+    Covered,
+}
+
 /// What one batch produced.
 #[derive(Default)]
 pub struct Processed {
@@ -178,6 +189,13 @@ impl WindowOperator {
     /// Assigns one decoded batch. Decisions are made session by session in arrival order (the
     /// watermark moves after each session), so they do not depend on how records were batched.
     pub fn process(&mut self, batch: &DecodedBatch, now: Instant) -> Processed {
+        self.process_shard(batch, now, |_| Role::Mine)
+    }
+
+    /// Assigns the sessions of `batch` whose role is `Mine`; sessions of other shards only move the
+    /// clocks, so every shard of a stream closes the same windows at the same session as one
+    /// operator over all of it would. `Covered` sessions were counted before a restart.
+    pub fn process_shard(&mut self, batch: &DecodedBatch, now: Instant, role: impl Fn(usize) -> Role) -> Processed {
         let mut out = Processed::default();
         let rb = &batch.impressions;
         if rb.num_rows() == 0 {
@@ -188,27 +206,34 @@ impl WindowOperator {
         let mut pending: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         let mut late_rows: Vec<u32> = Vec::new();
         let mut row = 0usize;
-        for origin in &batch.origins {
+        for (i, origin) in batch.origins.iter().enumerate() {
             let rows = row as u32..(row + origin.rows) as u32;
             let t = times.value(row);
-            let key = session_key(ids.value(row));
+            let first = row;
             row += origin.rows;
-            let targets: Vec<i64> = self.spec.windows_for(t).filter(|s| s + self.spec.size_ms > self.watermark).collect();
-            if targets.is_empty() {
-                self.counters.late_sessions += 1;
-                self.counters.late_impressions += origin.rows as u64;
-                late_rows.extend(rows);
-            } else if self.open.values().any(|w| w.sessions.contains(&key)) {
-                // Counted once while any window holding it is open, whatever event time the re-send
-                // carries (a retry stamped anew would otherwise count again in the next window).
-                self.counters.duplicate_sessions += 1;
-            } else {
-                self.counters.sessions += 1;
-                self.counters.impressions += origin.rows as u64;
-                for s in targets {
-                    self.open.entry(s).or_default().sessions.insert(key);
-                    out.admitted.push((s, key));
-                    pending.entry(s).or_default().extend(rows.clone());
+            let role = role(i);
+            if role == Role::Covered {
+                continue;
+            }
+            if role == Role::Mine {
+                let targets: Vec<i64> = self.spec.windows_for(t).filter(|s| s + self.spec.size_ms > self.watermark).collect();
+                let key = session_key(ids.value(first));
+                if targets.is_empty() {
+                    self.counters.late_sessions += 1;
+                    self.counters.late_impressions += origin.rows as u64;
+                    late_rows.extend(rows);
+                } else if self.open.values().any(|w| w.sessions.contains(&key)) {
+                    // Counted once while any window holding it is open, whatever event time the re-send
+                    // carries (a retry stamped anew would otherwise count again in the next window).
+                    self.counters.duplicate_sessions += 1;
+                } else {
+                    self.counters.sessions += 1;
+                    self.counters.impressions += origin.rows as u64;
+                    for s in targets {
+                        self.open.entry(s).or_default().sessions.insert(key);
+                        out.admitted.push((s, key));
+                        pending.entry(s).or_default().extend(rows.clone());
+                    }
                 }
             }
             let partition = format!("{}[{}]", origin.stream, origin.partition);

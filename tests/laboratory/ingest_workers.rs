@@ -1,0 +1,129 @@
+//! Several ingest workers (`[runtime] workers`) on a file with out-of-order, late, duplicate and
+//! malformed sessions: the merged view equals a one-worker run's state row for row — every table of
+//! every window, the counters, the dead letters and the offsets — and so do the training rows.
+
+use std::path::Path;
+
+use datafusion::arrow::array::RecordBatch;
+use rand::{Rng, SeedableRng};
+use ultr::config::PipelineConfig;
+use ultr::pipeline::{run_to_state, NoObserver};
+use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr::sinks::dead_letter::read_dead_letters;
+use ultr::sinks::jsonl::JsonlSink;
+use ultr::state::{read_manifest, read_window_table};
+
+/// Simulated sessions, then shuffled within 40-line blocks (out of order), every 53rd line sent
+/// again (duplicates), every 211th moved 600 lines later (late), every 307th cut short (malformed).
+fn messy_stream(dir: &Path, seed: u64) -> std::path::PathBuf {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 150, docs_per_query: 12, features: 3 },
+        relevance: RelevanceKind::Linear,
+        policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+        sessions: 8_000,
+        seed,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let base = dir.join("base.jsonl");
+    sim.run(&mut JsonlSink::create(&base).unwrap()).unwrap();
+    let mut lines: Vec<String> = std::fs::read_to_string(&base).unwrap().lines().map(str::to_string).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    for block in lines.chunks_mut(40) {
+        for i in (1..block.len()).rev() {
+            block.swap(i, rng.random_range(0..=i));
+        }
+    }
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + 200);
+    let mut moved: Vec<(usize, String)> = Vec::new();
+    for (i, line) in lines.into_iter().enumerate() {
+        if i % 211 == 7 {
+            moved.push((i + 600, line));
+            continue;
+        }
+        if i % 307 == 11 {
+            out.push(line[..line.len() / 2].to_string());
+            continue;
+        }
+        out.push(line.clone());
+        if i % 53 == 3 {
+            out.push(line);
+        }
+        while moved.first().is_some_and(|(at, _)| *at <= i) {
+            out.push(moved.remove(0).1);
+        }
+    }
+    out.extend(moved.into_iter().map(|(_, l)| l));
+    let path = dir.join("messy.jsonl");
+    std::fs::write(&path, out.join("\n") + "\n").unwrap();
+    path
+}
+
+fn config(file: &Path, workers: usize) -> PipelineConfig {
+    let text = format!(
+        "batch_records = 300\n[runtime]\nworkers = {workers}\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"2m\"\nallowed_lateness = \"20s\"\n[state]\ncheckpoint_every_records = 1500\nretention = \"3650d\"\nlookback = \"3650d\"\n",
+        file.display().to_string()
+    );
+    PipelineConfig::parse(&text, "workers.toml").unwrap()
+}
+
+fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let mut rows = Vec::new();
+    for b in batches {
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
+        rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
+    }
+    rows.sort();
+    rows
+}
+
+/// Every table of every window, the counters, offsets and dead letters of a state.
+fn everything(state: &Path) -> (Vec<(i64, i64, &'static str, Vec<String>)>, String) {
+    let m = read_manifest(state).unwrap();
+    let mut tables = Vec::new();
+    for w in &m.windows {
+        for table in ultr::window::WINDOW_TABLES {
+            tables.push((w.start_ms, w.end_ms, table, sorted_rows(&read_window_table(state, w, table).unwrap())));
+        }
+    }
+    let mut letters: Vec<_> = read_dead_letters(&state.join("dead-letters.jsonl")).unwrap().into_iter().map(|l| (l.source, l.offset, l.reason)).collect();
+    letters.sort();
+    (tables, format!("{:?}\n{:?}\n{:?}\n{letters:?}", m.operator.counters, m.resume, m.dead_letters))
+}
+
+#[test]
+fn several_workers_equal_one_worker_row_for_row() {
+    for seed in [5, 6] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = messy_stream(dir.path(), seed);
+        let one = dir.path().join("one");
+        let report = run_to_state(&config(&data, 1), &one, &mut NoObserver).unwrap();
+        let (want_tables, want_rest) = everything(&one);
+        let c = &report.counters;
+        assert!(c.late_sessions > 0 && c.duplicate_sessions > 0, "the stream has late and duplicate sessions: {c:?}");
+        assert!(!read_dead_letters(&one.join("dead-letters.jsonl")).unwrap().is_empty(), "and malformed lines");
+        assert!(want_tables.len() >= 8 * 5, "{} window tables", want_tables.len());
+        for workers in [2, 3] {
+            let state = dir.path().join(format!("w{workers}"));
+            let report = run_to_state(&config(&data, workers), &state, &mut NoObserver).unwrap();
+            assert!(state.join("shards").join((workers - 1).to_string()).join("manifest.json").exists(), "{workers} shards ran");
+            let (tables, rest) = everything(&state);
+            assert_eq!(rest, want_rest, "seed {seed}, {workers} workers: counters, offsets or dead letters differ");
+            assert_eq!(tables.len(), want_tables.len());
+            for (got, want) in tables.iter().zip(&want_tables) {
+                assert!(got == want, "seed {seed}, {workers} workers: window {}-{} table {} differs", want.0, want.1, want.2);
+            }
+            assert_eq!(report.counters.sessions, c.sessions);
+            // Each shard holds part of the sessions, and together all of them.
+            let shard_sessions: Vec<u64> =
+                (0..workers).map(|i| read_manifest(&state.join("shards").join(i.to_string())).unwrap().operator.counters.sessions).collect();
+            assert!(shard_sessions.iter().all(|&s| s > 0), "{shard_sessions:?}");
+            assert_eq!(shard_sessions.iter().sum::<u64>(), c.sessions);
+        }
+        // A restart with another worker count keeps the state's layout and reads nothing twice.
+        let again = run_to_state(&config(&data, 1), &dir.path().join("w3"), &mut NoObserver).unwrap();
+        assert_eq!(again.records, 0, "nothing left to read");
+        assert_eq!(everything(&dir.path().join("w3")).1, want_rest);
+    }
+}
