@@ -77,14 +77,20 @@ pub fn final_counts(state: &std::path::Path) -> (Vec<String>, String) {
     let manifest = ultr::state::read_manifest(state).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(ultr::state::cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
+    let rows = sorted_rows(&c.propensity);
+    let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.sessions, w.impressions)).collect();
+    (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
+}
+
+/// Every row of `batches` as printed, sorted: tables compared row for row whatever their order.
+pub fn sorted_rows(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<String> {
     let mut rows = Vec::new();
-    for b in &c.propensity {
+    for b in batches {
         let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
         rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
     }
     rows.sort();
-    let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.sessions, w.impressions)).collect();
-    (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
+    rows
 }
 
 /// `GET http://addr/path` → (status code, body). Plain HTTP/1.1, for metrics and Prometheus's API.

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::brokers::Guard;
-use datafusion::arrow::array::RecordBatch;
+use common::sorted_rows;
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
 use ultr::simulate::relevance::RelevanceKind;
@@ -203,16 +203,6 @@ fn stored_progress(remote: &Remote) -> (i64, usize) {
         }
     }
     (total, prefixes.len())
-}
-
-fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let mut rows = Vec::new();
-    for b in batches {
-        let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
-        rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
-    }
-    rows.sort();
-    rows
 }
 
 /// What must be equal: π rows, swap edges, counters (without `windows_closed`, which counts

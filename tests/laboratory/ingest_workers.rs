@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use datafusion::arrow::array::RecordBatch;
+use crate::common::sorted_rows;
 use rand::{Rng, SeedableRng};
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
@@ -66,16 +66,6 @@ fn config(file: &Path, workers: usize) -> PipelineConfig {
         file.display().to_string()
     );
     PipelineConfig::parse(&text, "workers.toml").unwrap()
-}
-
-fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let mut rows = Vec::new();
-    for b in batches {
-        let text = datafusion::arrow::util::pretty::pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
-        rows.extend(text.lines().filter(|l| l.starts_with("| ")).map(str::to_string));
-    }
-    rows.sort();
-    rows
 }
 
 /// Every table of every window, the counters, offsets and dead letters of a state.

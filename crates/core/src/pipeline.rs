@@ -196,18 +196,23 @@ impl Coordinator {
     }
 
     fn serve(&mut self, config: &CoreConfig, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+        let mut next = self.ingest.next()?;
         loop {
-            // Decoding the next batch overlaps the workers' windows of the last one.
-            let next = self.ingest.next()?;
-            self.collect()?;
             let ended = matches!(next, Next::End);
-            if ended {
-                for w in &mut self.workers {
-                    w.send(Order::Flush)?;
+            match next {
+                Next::Batch(batch) => self.dispatch(batch)?,
+                Next::Idle => {}
+                Next::End => {
+                    for w in &mut self.workers {
+                        w.send(Order::Flush)?;
+                    }
+                    self.in_flight = true;
                 }
-                self.in_flight = true;
-                self.collect()?;
             }
+            // Decoding the next batch overlaps the workers' windows of this one; a batch read ahead
+            // of a stop is not counted, and is read again by the next run.
+            let following = if ended { Next::End } else { self.ingest.next()? };
+            self.collect()?;
             let due = self.closed_pending
                 || self.since_checkpoint >= config.state.checkpoint_every_records
                 || ended
@@ -227,24 +232,28 @@ impl Coordinator {
             if ended || stop {
                 break;
             }
-            if let Next::Batch(batch) = next {
-                self.report.records += batch.records as u64;
-                self.since_checkpoint += batch.records as u64;
-                self.sent.merge(&batch.resume);
-                let owners = shards::owners(&batch, self.workers.len());
-                let broadcast = Arc::new(Broadcast {
-                    assigned: self.ingest.source().assigned_partitions(),
-                    decoder: self.ingest.decoder_state(),
-                    batch,
-                    owners,
-                });
-                for w in &mut self.workers {
-                    w.send(Order::Batch(broadcast.clone()))?;
-                }
-                self.in_flight = true;
-            }
+            next = following;
         }
         Ok(self.report.clone())
+    }
+
+    /// Hands one decoded batch to every worker.
+    fn dispatch(&mut self, batch: crate::ingest::DecodedBatch) -> anyhow::Result<()> {
+        self.report.records += batch.records as u64;
+        self.since_checkpoint += batch.records as u64;
+        self.sent.merge(&batch.resume);
+        let owners = shards::owners(&batch, self.workers.len());
+        let broadcast = Arc::new(Broadcast {
+            assigned: self.ingest.source().assigned_partitions(),
+            decoder: self.ingest.decoder_state(),
+            batch,
+            owners,
+        });
+        for w in &mut self.workers {
+            w.send(Order::Batch(broadcast.clone()))?;
+        }
+        self.in_flight = true;
+        Ok(())
     }
 
     /// Waits for every worker's answer to the last order.
@@ -290,7 +299,7 @@ impl Coordinator {
         r.window_close_seconds = reports.iter().map(|x| x.window_close_seconds.clone()).max_by_key(|v| v.len()).unwrap_or_default();
         r.dead_letters = first.dead_letters.clone();
         r.dead_letter_failures = first.dead_letter_failures;
-        r.counters = shards::sum_counters(reports.iter().map(|x| &x.counters));
+        r.counters = WindowCounters::sum(reports.iter().map(|x| &x.counters));
         r.watermark_ms = reports.iter().map(|x| x.watermark_ms).min().unwrap_or(i64::MIN);
         r.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
         r.lag = self.ingest.source().lag(&self.sent);

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use crate::ingest::{DecodedBatch, DecoderState};
 use crate::session::schema::col;
 use crate::sources::ResumeOffsets;
-use crate::window::operator::WindowCounters;
 
 const SHARDS: &str = "shards";
 const LAYOUT: &str = "layout.json";
@@ -118,20 +117,6 @@ pub fn earliest_decoder<'a>(mut states: impl Iterator<Item = &'a DecoderState>) 
         let clocks: BTreeMap<String, i64> =
             out.stream_clocks.iter().filter_map(|(k, v)| s.stream_clocks.get(k).map(|o| (k.clone(), (*v).min(*o)))).collect();
         out.stream_clocks = clocks;
-    }
-    out
-}
-
-/// The run's counters from its shards' (each closes the same windows, so those are not summed).
-pub fn sum_counters<'a>(counters: impl Iterator<Item = &'a WindowCounters>) -> WindowCounters {
-    let mut out = WindowCounters::default();
-    for c in counters {
-        out.sessions += c.sessions;
-        out.impressions += c.impressions;
-        out.late_sessions += c.late_sessions;
-        out.late_impressions += c.late_impressions;
-        out.duplicate_sessions += c.duplicate_sessions;
-        out.windows_closed = out.windows_closed.max(c.windows_closed);
     }
     out
 }

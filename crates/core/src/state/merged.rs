@@ -42,17 +42,9 @@ pub struct CompactReport {
 /// Sums the partitions' counters and offsets: the merged view's operator snapshot. Its watermark
 /// is the slowest partition's (a window is complete only when every partition has passed it).
 fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
-    let mut counters = WindowCounters::default();
+    let counters = WindowCounters::sum(parts.iter().map(|(_, m)| &m.operator.counters));
     let mut partitions = BTreeMap::new();
     for (_, m) in parts {
-        let c = &m.operator.counters;
-        counters.sessions += c.sessions;
-        counters.impressions += c.impressions;
-        counters.late_sessions += c.late_sessions;
-        counters.late_impressions += c.late_impressions;
-        counters.duplicate_sessions += c.duplicate_sessions;
-        // Each part closes a window the others close too: the sum would count it once per part.
-        counters.windows_closed = counters.windows_closed.max(c.windows_closed);
         partitions.extend(m.operator.partitions.clone());
     }
     let watermark = parts.iter().map(|(_, m)| m.operator.watermark).min().unwrap_or(i64::MIN);

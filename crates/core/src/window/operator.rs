@@ -51,6 +51,24 @@ pub struct WindowCounters {
     pub windows_closed: u64,
 }
 
+impl WindowCounters {
+    /// The counters of parts of one stream (shards, partitions) as one: sessions, impressions, late
+    /// and duplicates add up; windows closed do not, since each part closes a window the others
+    /// close too.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a WindowCounters>) -> WindowCounters {
+        let mut out = WindowCounters::default();
+        for c in parts {
+            out.sessions += c.sessions;
+            out.impressions += c.impressions;
+            out.late_sessions += c.late_sessions;
+            out.late_impressions += c.late_impressions;
+            out.duplicate_sessions += c.duplicate_sessions;
+            out.windows_closed = out.windows_closed.max(c.windows_closed);
+        }
+        out
+    }
+}
+
 /// A window that closed: its start and end (its statistics are in `aggregates`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClosedWindow {
