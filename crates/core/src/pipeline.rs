@@ -446,7 +446,7 @@ struct Shard {
     pending: Pending,
     resume: ResumeOffsets,
     /// Offsets this shard's state already covered when restored; records below them are skipped.
-    covered: BTreeMap<(String, i32), i64>,
+    covered: ResumeOffsets,
     decoder: crate::ingest::DecoderState,
 }
 
@@ -484,7 +484,7 @@ impl Shard {
                 }
             }
         }
-        let covered = manifest.resume.0.iter().flat_map(|(s, parts)| parts.iter().map(move |(p, o)| ((s.clone(), *p), *o))).collect();
+        let covered = manifest.resume.clone();
         Ok(Shard {
             index,
             shards,
@@ -523,15 +523,16 @@ impl Shard {
 
     /// True while `(stream, partition, offset)` is below what the restored state covered.
     fn is_covered(&mut self, stream: &str, partition: i32, offset: i64) -> bool {
-        if self.covered.is_empty() {
-            return false;
-        }
-        let key = (stream.to_string(), partition);
-        match self.covered.get(&key) {
+        // Looked up by the borrowed name: this runs per session while anything is covered.
+        let Some(parts) = self.covered.0.get_mut(stream) else { return false };
+        match parts.get(&partition) {
             Some(&upto) if offset < upto => true,
             Some(_) => {
                 // Offsets only grow within a partition: nothing after this is covered.
-                self.covered.remove(&key);
+                parts.remove(&partition);
+                if parts.is_empty() {
+                    self.covered.0.remove(stream);
+                }
                 false
             }
             None => false,
