@@ -15,6 +15,8 @@ FROM shown a
 JOIN shown b
   ON a.query_id = b.query_id
  AND a.doc_id = b.doc_id
- AND (a.position < b.position OR (a.position = b.position AND a.context < b.context))
+ -- Ordered pairs, one per edge. The contexts are compared only where the positions are equal: a CASE
+ -- evaluates its THEN on the rows its WHEN selects, an OR would compare the strings on every pair.
+ AND CASE WHEN a.position = b.position THEN a.context < b.context ELSE a.position < b.position END
 GROUP BY a.position, a.context, b.position, b.context
 ORDER BY position_a, context_a, position_b, context_b

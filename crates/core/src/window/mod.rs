@@ -5,6 +5,7 @@
 pub mod aggregates;
 pub mod config;
 pub mod operator;
+pub mod prepared;
 
 use std::sync::{Arc, OnceLock};
 
@@ -389,11 +390,10 @@ pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result
 
 /// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
 pub async fn reduce(keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
-    let ctx = window_context();
-    register(&ctx, "impressions", window_schema(), keyed)?;
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
-        out.push((p.table, run_bounded_sql(&ctx, p.reduce, bounds).await?));
+        let input = prepared::Input { name: "impressions", schema: window_schema(), runs: vec![keyed.clone()], order: &[] };
+        out.push((p.table, prepared::run(p.reduce, bounds, vec![input]).await?));
     }
     Ok(out)
 }
@@ -411,9 +411,8 @@ pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::R
             out.push((p.table, Vec::new()));
             continue;
         };
-        let ctx = window_context();
-        register_runs(&ctx, p.merge_input, first.schema(), runs, p.order)?;
-        out.push((p.table, run_bounded_sql(&ctx, p.merge, bounds).await?));
+        let input = prepared::Input { name: p.merge_input, schema: first.schema(), runs, order: p.order };
+        out.push((p.table, prepared::run(p.merge, bounds, vec![input]).await?));
     }
     Ok(out)
 }
@@ -423,6 +422,13 @@ pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::R
 /// is sorted by `order` (what the reduce and merge SQL write), the table says so and the merge
 /// streams; a partial that is not (e.g. written by an older `ultr`) makes it an ordinary table.
 pub fn register_runs(ctx: &SessionContext, name: &str, schema: SchemaRef, runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> anyhow::Result<()> {
+    let (_, table) = mem_table(name, schema, runs, order)?;
+    ctx.register_table(name, Arc::new(table))?;
+    Ok(())
+}
+
+/// The table `register_runs` registers, and its schema.
+fn mem_table(name: &str, schema: SchemaRef, runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> anyhow::Result<(SchemaRef, MemTable)> {
     let schema = relaxed(&runs.first().and_then(|r| r.first()).map(|b| b.schema()).unwrap_or(schema));
     let sorted = !order.is_empty() && runs.iter().all(|run| is_sorted_by(run, order));
     let runs = runs
@@ -431,12 +437,11 @@ pub fn register_runs(ctx: &SessionContext, name: &str, schema: SchemaRef, runs: 
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow::anyhow!("table {name}: batches of different schemas: {e}"))?;
     let runs = if runs.is_empty() { vec![Vec::new()] } else { runs };
-    let mut table = MemTable::try_new(schema, runs)?;
+    let mut table = MemTable::try_new(schema.clone(), runs)?;
     if sorted {
         table = table.with_sort_order(vec![order.iter().map(|c| datafusion::prelude::col(*c).sort(true, false)).collect()]);
     }
-    ctx.register_table(name, Arc::new(table))?;
-    Ok(())
+    Ok((schema, table))
 }
 
 /// Whether the rows of `run` (its batches in order) ascend by the columns `order`, NULLs last.
@@ -487,12 +492,10 @@ pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
     let (position_ctr, swap_edges) = if counts.is_empty() {
         (Vec::new(), Vec::new())
     } else {
-        let ctx = window_context();
-        register(&ctx, "propensity_counts", counts_schema.clone(), counts.clone())?;
-        let ctr = run_sql(&ctx, &POSITION_CTR).await?;
-        let ctx = window_context();
-        register(&ctx, "impressions", counts_schema, counts)?;
-        (ctr, run_sql(&ctx, &SWAP_EDGES).await?)
+        let bounds = StatisticBounds::default();
+        let input = |name| prepared::Input { name, schema: counts_schema.clone(), runs: vec![counts.clone()], order: &[] };
+        let ctr = prepared::run(&POSITION_CTR, &bounds, vec![input("propensity_counts")]).await?;
+        (ctr, prepared::run(&SWAP_EDGES, &bounds, vec![input("impressions")]).await?)
     };
     let mut out: Tables = Vec::with_capacity(WINDOW_TABLES.len());
     for name in WINDOW_TABLES {
