@@ -1,9 +1,11 @@
 //! Scale-out figures against the real broker and object store (both as scripts/test.sh starts
 //! them): records/s with 1, 2 and 3 `ultr ingest` instances of one group on a 6-partition topic,
 //! each instance's CPU time per record, and the merged view's compaction and query time as the
-//! number of partition window files grows.
+//! number of partition window files grows. With SCALE_WORKERS (e.g. "1,2"), instead: one instance
+//! with a local state and that many ingest workers (`[runtime] workers`) on a 6-partition topic.
 //!
-//! `cargo bench --bench ultr -- scale_out` (env: ULTR_KAFKA_BROKERS, ULTR_S3_ENDPOINT, SCALE_SESSIONS).
+//! `cargo bench --bench ultr -- scale_out` (env: ULTR_KAFKA_BROKERS, ULTR_S3_ENDPOINT, SCALE_SESSIONS,
+//! SCALE_INSTANCES, SCALE_WORKERS).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -264,12 +266,92 @@ fn merged_view(window: &str, sessions: u64, dir: &std::path::Path) {
     );
 }
 
+/// One instance with a local state and `workers` ingest workers on a 6-partition topic. It joins
+/// the empty topic and settles (every partition assigned, nothing new logged for 3 s), is paused
+/// (SIGSTOP) while the records are published, then resumed; the clock runs from the resume to the
+/// first checkpoint whose offsets account for every record. Checkpoints are at most 1 s apart, so
+/// the time is late by up to 1 s plus the 100 ms poll.
+fn run_workers(workers: usize, sessions: u64, dir: &std::path::Path) {
+    let brokers = env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092");
+    let topic = unique("bench-workers");
+    ensure_topic(&brokers, &topic, PARTITIONS).unwrap();
+    let cfg = dir.join(format!("workers-{workers}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "batch_records = 4096\n[runtime]\nworkers = {workers}\n[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {:?}\ntopics = [{topic:?}]\n\
+             [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n[window]\nsize = \"1h\"\nallowed_lateness = \"1d\"\n\
+             [state]\ncheckpoint_every_records = 50000\ncheckpoint_interval = \"1s\"\n",
+            unique("bench-group")
+        ),
+    )
+    .unwrap();
+    let state = dir.join(format!("w{workers}"));
+    let log = dir.join(format!("w{workers}.log"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ultr"))
+        .args(["ingest", "--config"])
+        .arg(&cfg)
+        .arg("--state")
+        .arg(&state)
+        .env("ULTR_LOG", "ultr=info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let assigned = || std::fs::read_to_string(&log).unwrap_or_default().lines().filter(|l| strip_ansi(l).contains("assigned; reading")).count();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let (mut last, mut stable_since) = (usize::MAX, Instant::now());
+    loop {
+        let n = assigned();
+        if n != last {
+            (last, stable_since) = (n, Instant::now());
+        }
+        if n >= PARTITIONS as usize && stable_since.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the instance did not settle; log {}", log.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&[pid], "-STOP");
+    let records = publish(&topic, sessions);
+    let cpu_before = cpu_seconds(pid);
+    let started = Instant::now();
+    signal(&[pid], "-CONT");
+    // Every shard checkpoints at the same record, so shard 0's offsets are the instance's.
+    let manifest_dir = if workers > 1 { state.join("shards").join("0") } else { state.clone() };
+    let read = || ultr::state::read_manifest(&manifest_dir).map(|m| m.resume.0.values().flat_map(|p| p.values()).sum::<i64>()).unwrap_or(0);
+    let (mut cpu, deadline) = (cpu_before, Instant::now() + Duration::from_secs(600));
+    while read() < records && Instant::now() < deadline {
+        cpu = cpu_seconds(pid).max(cpu);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    cpu = cpu_seconds(pid).max(cpu);
+    assert!(read() >= records, "{workers} worker(s): only {} of {records} records checkpointed; log {}", read(), log.display());
+    println!(
+        "1 instance, {workers} worker(s): {records} records checkpointed {secs:.1} s after resuming = {:.0} records/s; {:.1} s CPU = {:.1} µs CPU per record",
+        records as f64 / secs,
+        cpu - cpu_before,
+        (cpu - cpu_before) / records as f64 * 1e6
+    );
+    signal(&[pid], "-TERM");
+    let _ = child.wait();
+}
+
 pub fn main(_args: &[String]) {
     let sessions: u64 = env("SCALE_SESSIONS", "200000").parse().unwrap();
     // Kept after the run: the instances' logs are there.
     let dir = std::env::temp_dir().join(unique("ultr-bench-scale"));
     std::fs::create_dir_all(&dir).unwrap();
     println!("work folder {}", dir.display());
+    let workers: Vec<usize> = env("SCALE_WORKERS", "").split(',').filter_map(|n| n.trim().parse().ok()).collect();
+    if !workers.is_empty() {
+        for n in workers {
+            run_workers(n, sessions, &dir);
+        }
+        return;
+    }
     // SCALE_INSTANCES="1,2,3" (default); "" skips to the merged-view figures.
     for n in env("SCALE_INSTANCES", "1,2,3").split(',').filter_map(|n| n.trim().parse::<usize>().ok()) {
         run_instances(n, sessions, &dir);
