@@ -73,7 +73,8 @@ fn publish(topic: &str, sessions: u64) -> i64 {
     .unwrap();
     ensure_topic(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, PARTITIONS).unwrap();
     // One record per batch: tansu 0.6 serves fetches from batch boundaries only (tests/deployment/scale_out.rs).
-    let one_per_batch = [("batch.num.messages".to_string(), "1".to_string())].into_iter().collect();
+    // SCALE_BATCH_RECORDS raises it where nothing resumes mid-topic (SCALE_WORKERS: one run from offset 0).
+    let one_per_batch = [("batch.num.messages".to_string(), env("SCALE_BATCH_RECORDS", "1"))].into_iter().collect();
     let mut sink = KafkaSink::new(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), topic, &one_per_batch).unwrap();
     let mut buf = Vec::new();
     for i in 0..sessions {
@@ -280,9 +281,13 @@ fn run_workers(workers: usize, sessions: u64, dir: &std::path::Path) {
         &cfg,
         format!(
             "batch_records = 4096\n[runtime]\nworkers = {workers}\n[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {:?}\ntopics = [{topic:?}]\n\
-             [source.kafka.properties]\n\"fetch.wait.max.ms\" = \"100\"\n[window]\nsize = \"1h\"\nallowed_lateness = \"1d\"\n\
+             [source.kafka.properties]\n{}[window]\nsize = \"1h\"\nallowed_lateness = \"1d\"\n\
              [state]\ncheckpoint_every_records = 50000\ncheckpoint_interval = \"1s\"\n",
-            unique("bench-group")
+            unique("bench-group"),
+            // librdkafka properties, "key=value,key=value"; fetch.wait.max.ms is 100 unless given.
+            ["fetch.wait.max.ms=100", &env("SCALE_KAFKA_PROPERTIES", "")].join(",").split(',').filter(|kv| kv.contains('=')).map(|kv| kv.split_once('=').unwrap()).collect::<std::collections::BTreeMap<_, _>>().into_iter().map(|(k, v)| {
+                format!("{k:?} = {v:?}\n")
+            }).collect::<String>()
         ),
     )
     .unwrap();
