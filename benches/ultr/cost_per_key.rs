@@ -3,6 +3,7 @@
 //! the stream length. Each run is a fresh `ultr ingest` process measured by GNU time.
 //!
 //! `cargo bench --bench ultr -- cost_per_key` (optionally followed by `SESSIONS`; default 200,000 and 10× that).
+//! COST_WORKERS (e.g. "1,2"; default "1") repeats every run with that many ingest workers.
 
 use std::path::Path;
 use std::process::Command;
@@ -31,15 +32,15 @@ fn dir_bytes(p: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn run(sessions: u64, window: &str, data: &Path, work: &Path) -> String {
-    let config = work.join(format!("{sessions}-{window}.toml"));
-    let state = work.join(format!("state-{sessions}-{window}"));
+fn run(sessions: u64, window: &str, workers: usize, data: &Path, work: &Path) -> String {
+    let config = work.join(format!("{sessions}-{window}-{workers}.toml"));
+    let state = work.join(format!("state-{sessions}-{window}-{workers}"));
     let _ = std::fs::remove_dir_all(&state);
     let files: Vec<String> = (1..=5).map(|i| format!("{:?}", data.join(format!("S{i}.txt")).display().to_string())).collect();
     std::fs::write(
         &config,
         format!(
-            "source = \"simulator\"\n[window]\nsize = \"{window}\"\nallowed_lateness = \"1m\"\n[state]\nretention = \"3650d\"\nlookback = \"3650d\"\n\
+            "source = \"simulator\"\n[runtime]\nworkers = {workers}\n[window]\nsize = \"{window}\"\nallowed_lateness = \"1m\"\n[state]\nretention = \"3650d\"\nlookback = \"3650d\"\n\
              [simulator]\ndata = [{}]\nsessions = {sessions}\nseed = 3\n[simulator.policy]\ntau = 0.3\n",
             files.join(", ")
         ),
@@ -68,7 +69,7 @@ fn run(sessions: u64, window: &str, data: &Path, work: &Path) -> String {
     let bytes = dir_bytes(&state);
     let c = &manifest.operator.counters;
     let line = format!(
-        "| {sessions} | {window} | {} | {} | {seconds:.1} | {:.0} | {rss_mb:.0} | {:.1} | {keys} | {training_rows} | {:.0} | {:.1} |",
+        "| {sessions} | {window} | {workers} | {} | {} | {seconds:.1} | {:.0} | {rss_mb:.0} | {:.1} | {keys} | {training_rows} | {:.0} | {:.1} |",
         manifest.windows.len(),
         c.impressions,
         c.impressions as f64 / seconds,
@@ -84,9 +85,12 @@ pub fn main(args: &[String]) {
     let sessions: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let data = ultr::simulate::dataset::default_mq2008_dir().expect("MQ2008 (set ULTR_DATA_DIR)");
     let work = tempfile::tempdir().unwrap();
-    println!("| sessions | window | windows | impressions | s | impressions/s | peak RSS MB | state MB | (window,q,d,k,ctx) keys | training rows | state B/key | state B/session |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let workers: Vec<usize> = std::env::var("COST_WORKERS").unwrap_or_else(|_| "1".into()).split(',').filter_map(|n| n.trim().parse().ok()).collect();
+    println!("| sessions | window | workers | windows | impressions | s | impressions/s | peak RSS MB | state MB | (window,q,d,k,ctx) keys | training rows | state B/key | state B/session |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (n, window) in [(sessions, "10m"), (sessions, "100m"), (sessions, "10h"), (sessions * 10, "10m"), (sessions * 10, "10h")] {
-        println!("{}", run(n, window, &data, work.path()));
+        for &w in &workers {
+            println!("{}", run(n, window, w, &data, work.path()));
+        }
     }
 }
