@@ -202,14 +202,24 @@ pub async fn run_sql(ctx: &SessionContext, stat: &Statistic) -> anyhow::Result<V
 
 /// `run_sql` with `bounds` filled into the statistic's SQL.
 pub async fn run_bounded_sql(ctx: &SessionContext, stat: &Statistic, bounds: &StatisticBounds) -> anyhow::Result<Vec<RecordBatch>> {
-    let df = ctx.sql(&bounds.sql(stat)).await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    let df = ctx.sql(&bounds.sql(stat)).await.map_err(|e| sql_error(stat, e))?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let mut out = df.collect().await.map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    let out = df.collect().await.map_err(|e| sql_error(stat, e))?;
+    Ok(batches_or_empty(out, schema))
+}
+
+/// An error of statistic `stat`, naming its file.
+fn sql_error(stat: &Statistic, e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("sql/{}.sql: {e}", stat.name)
+}
+
+/// A result's non-empty batches, or one empty batch of `schema` when there are none.
+fn batches_or_empty(mut out: Vec<RecordBatch>, schema: SchemaRef) -> Vec<RecordBatch> {
     out.retain(|b| b.num_rows() > 0);
     if out.is_empty() {
         out.push(RecordBatch::new_empty(schema));
     }
-    Ok(out)
+    out
 }
 
 /// Every top-level field nullable: partials of one table (a reduce's and a merge's output) then

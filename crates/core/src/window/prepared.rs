@@ -22,7 +22,7 @@ use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
-use super::{mem_table, window_context, Statistic, StatisticBounds};
+use super::{batches_or_empty, mem_table, sql_error, window_context, Statistic, StatisticBounds};
 
 /// One input table of a statement run: its name in the SQL, its batches as runs (one partition
 /// each) and the order every run is sorted by, if any (`register_runs`).
@@ -86,11 +86,11 @@ fn pool() -> &'static Mutex<HashMap<String, Vec<Prepared>>> {
 async fn prepare(
     stat: &Statistic,
     bounds: &StatisticBounds,
-    tables: &[(String, SchemaRef)],
+    tables: &[(String, SchemaRef, Arc<MemTable>)],
 ) -> anyhow::Result<Prepared> {
     let ctx = window_context();
     let mut slots = Vec::with_capacity(tables.len());
-    for (name, schema) in tables {
+    for (name, schema, _) in tables {
         let slot = Arc::new(Slot {
             schema: schema.clone(),
             data: Mutex::new(None),
@@ -98,14 +98,9 @@ async fn prepare(
         ctx.register_table(name.as_str(), slot.clone())?;
         slots.push((name.clone(), slot));
     }
-    let df = ctx
-        .sql(&bounds.sql(stat))
-        .await
-        .map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    let df = ctx.sql(&bounds.sql(stat)).await.map_err(|e| sql_error(stat, e))?;
     let state = ctx.state();
-    let plan = state
-        .optimize(df.logical_plan())
-        .map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name))?;
+    let plan = state.optimize(df.logical_plan()).map_err(|e| sql_error(stat, e))?;
     Ok(Prepared { plan, slots, state })
 }
 
@@ -128,32 +123,19 @@ pub async fn run(
     let taken = pool().lock().get_mut(&key).and_then(Vec::pop);
     let prepared = match taken {
         Some(p) => p,
-        None => {
-            let shapes: Vec<(String, SchemaRef)> = tables
-                .iter()
-                .map(|(n, s, _)| (n.clone(), s.clone()))
-                .collect();
-            prepare(stat, bounds, &shapes).await?
-        }
+        None => prepare(stat, bounds, &tables).await?,
     };
     for ((_, slot), (_, _, table)) in prepared.slots.iter().zip(&tables) {
         *slot.data.lock() = Some(table.clone());
     }
     drop(tables);
-    let result = execute(&prepared)
-        .await
-        .map_err(|e| anyhow::anyhow!("sql/{}.sql: {e}", stat.name));
+    let result = execute(&prepared).await.map_err(|e| sql_error(stat, e));
     for (_, slot) in &prepared.slots {
         *slot.data.lock() = None;
     }
     let schema: SchemaRef = Arc::new(prepared.plan.schema().as_arrow().clone());
     pool().lock().entry(key).or_default().push(prepared);
-    let mut out = result?;
-    out.retain(|b| b.num_rows() > 0);
-    if out.is_empty() {
-        out.push(RecordBatch::new_empty(schema));
-    }
-    Ok(out)
+    Ok(batches_or_empty(result?, schema))
 }
 
 async fn execute(prepared: &Prepared) -> datafusion::error::Result<Vec<RecordBatch>> {
