@@ -156,7 +156,8 @@ else
   log "cargo nextest run --release: tests/deployment (the test broker and the benches build beside them)"
   # The sqlite/SCRAM test broker, then the benches (`benches/`), build while the deployment tests
   # wait on their services: at the lowest CPU priority, after nextest's own (no-op) build has let go
-  # of cargo's lock; the benches in the release profile, so they link the library built above. A
+  # of cargo's lock; the benches link the libraries built above (release) and, like the tests, are
+  # compiled at the harness opt-level set above (a compile check here; `cargo bench` keeps 3). A
   # build that fails fails the run (docs/testing.md).
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   (
