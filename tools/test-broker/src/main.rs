@@ -60,6 +60,17 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    match serve(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ultr-test-broker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds the broker and serves until it stops; any error, or a non-`None` error code, as text.
+async fn serve(args: Args) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     let broker = Broker::<Controller<StorageContainer>, StorageContainer>::builder()
         .node_id(tansu_broker::NODE_ID)
@@ -71,22 +82,10 @@ async fn main() -> ExitCode {
         .authentication(args.authentication)
         .silent(true)
         .build()
-        .await;
-    match broker {
-        Ok(broker) => match broker.main(started).await {
-            Ok(tansu_sans_io::ErrorCode::None) => ExitCode::SUCCESS,
-            Ok(code) => {
-                eprintln!("ultr-test-broker: {code}");
-                ExitCode::FAILURE
-            }
-            Err(e) => {
-                eprintln!("ultr-test-broker: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Err(e) => {
-            eprintln!("ultr-test-broker: {e}");
-            ExitCode::FAILURE
-        }
+        .await
+        .map_err(|e| e.to_string())?;
+    match broker.main(started).await.map_err(|e| e.to_string())? {
+        tansu_sans_io::ErrorCode::None => Ok(()),
+        code => Err(code.to_string()),
     }
 }
