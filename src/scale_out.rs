@@ -360,6 +360,7 @@ fn add(total: &mut RunReport, r: &RunReport) {
     c.late_sessions += r.counters.late_sessions;
     c.late_impressions += r.counters.late_impressions;
     c.duplicate_sessions += r.counters.duplicate_sessions;
+    c.repeated_items += r.counters.repeated_items;
     c.windows_closed += r.counters.windows_closed;
     for (k, v) in &r.dead_letters {
         *total.dead_letters.entry(k.clone()).or_default() += v;

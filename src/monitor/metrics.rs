@@ -51,6 +51,7 @@ pub struct Metrics {
     pub bad_records: IntCounterVec,
     pub late_sessions: IntCounter,
     pub duplicate_sessions: IntCounter,
+    pub dropped_items: IntCounterVec,
     pub consumer_lag: IntGaugeVec,
     pub windows_closed: IntCounter,
     pub window_close_seconds: Histogram,
@@ -80,6 +81,7 @@ pub struct Metrics {
     pub ips_effective_sample_fraction: Gauge,
     // model
     pub theta: GaugeVec,
+    pub theta_estimable: GaugeVec,
     pub training_seconds: Gauge,
     pub training_in_progress: IntGauge,
     pub training_loss: GaugeVec,
@@ -135,6 +137,7 @@ impl Metrics {
             bad_records: reg(&r, IntCounterVec::new(Opts::new("bad_records_total", "Records refused and dead-lettered, by reason."), &["reason"]).expect("valid")),
             late_sessions: counter("late_sessions_total", "Sessions behind the watermark (side output)."),
             duplicate_sessions: counter("duplicate_sessions_total", "Sessions whose id was already counted."),
+            dropped_items: reg(&r, IntCounterVec::new(Opts::new("dropped_items_total", "Items dropped from accepted sessions, by reason (duplicate_doc_id: a repeat of an earlier item's doc_id)."), &["reason"]).expect("valid")),
             consumer_lag: reg(&r, IntGaugeVec::new(Opts::new("kafka_consumer_lag_messages", "High watermark minus next offset, per partition."), &["topic", "partition"]).expect("valid")),
             windows_closed: counter("windows_closed_total", "Event-time windows closed and persisted."),
             window_close_seconds: reg(
@@ -206,6 +209,11 @@ impl Metrics {
                 &["position"],
             ),
             theta: gauge_vec("theta", "Current model's θ_k − θ_1 per position.", &["position"]),
+            theta_estimable: gauge_vec(
+                "theta_estimable",
+                "1 where the current model's θ_k was estimated from its data, 0 where it was not estimable (its swap pairs carry no click, or only clicks) and keeps the early-stopped value.",
+                &["position"],
+            ),
             training_seconds: gauge("training_duration_seconds", "Wall time of the last training."),
             training_in_progress: reg(&r, IntGauge::with_opts(Opts::new("training_in_progress", "1 while a scheduled training runs.")).expect("valid")),
             training_loss: gauge_vec("training_loss", "Last training's loss of its best epoch.", &["split"]),
@@ -287,13 +295,13 @@ impl Metrics {
     pub fn family_names(&self) -> Vec<String> {
         use prometheus::core::Collector;
         let collectors: Vec<&dyn Collector> = vec![
-            &self.records, &self.sessions, &self.impressions, &self.bad_records, &self.late_sessions, &self.duplicate_sessions,
+            &self.records, &self.sessions, &self.impressions, &self.bad_records, &self.late_sessions, &self.duplicate_sessions, &self.dropped_items,
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
             &self.kafka_errors, &self.source_up.0, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
             &self.monitor_errors,
             &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck.0, &self.identified, &self.weakly_identified, &self.theta_interval_width, &self.propensity_min,
             &self.logged_propensity_dispersion, &self.logged_propensity_disagrees,
-            &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.training_seconds,
+            &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.theta_estimable, &self.training_seconds,
             &self.training_in_progress,
             &self.training_loss, &self.last_training_success, &self.training_converged.0, &self.current_model_created.0, &self.last_promotion, &self.trainings, &self.residual_mean,
             &self.residual_propensity_correlation, &self.residual_psi, &self.residual_page_hinkley, &self.residual_windows,
@@ -308,6 +316,15 @@ impl Metrics {
     pub fn set_theta(&self, theta: &[f64]) {
         for (k, t) in theta.iter().enumerate().take(MAX_POSITION_LABELS) {
             self.theta.with_label_values(&[&(k + 1).to_string()]).set(*t);
+        }
+    }
+
+    /// Sets `theta_estimable` for positions 1..=min(`positions`, MAX_POSITION_LABELS): 0 at the
+    /// 1-based positions in `not_estimable`, 1 elsewhere.
+    pub fn set_theta_estimable(&self, positions: usize, not_estimable: &[usize]) {
+        self.theta_estimable.reset();
+        for k in 1..=positions.min(MAX_POSITION_LABELS) {
+            self.theta_estimable.with_label_values(&[&k.to_string()]).set(if not_estimable.contains(&k) { 0.0 } else { 1.0 });
         }
     }
 

@@ -153,6 +153,7 @@ impl Monitor {
         m.impressions.inc_by(d(c.impressions, s.impressions));
         m.late_sessions.inc_by(d(c.late_sessions, s.late_sessions));
         m.duplicate_sessions.inc_by(d(c.duplicate_sessions, s.duplicate_sessions));
+        m.dropped_items.with_label_values(&["duplicate_doc_id"]).inc_by(d(c.repeated_items, s.repeated_items));
         m.windows_closed.inc_by(d(c.windows_closed, s.windows_closed));
         for (reason, n) in &report.dead_letters {
             let before = self.seen.dead_letters.get(reason).copied().unwrap_or(0);
@@ -193,6 +194,8 @@ impl Monitor {
             self.metrics.current_model_created.set(at);
         }
         let info = store.info(&id)?;
+        let not_estimable: Vec<usize> = serde_json::from_value(info.fit["position_refit"]["not_estimable"].clone()).unwrap_or_default();
+        self.metrics.set_theta_estimable(trained.position_bias().len(), &not_estimable);
         let intervals = info.theta_intervals.as_ref();
         self.metrics.set_theta_intervals(intervals.map(|i| (i.lower.as_slice(), i.upper.as_slice())));
         self.metrics.board.update(|b| {

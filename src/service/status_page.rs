@@ -410,10 +410,12 @@ fn model(h: &mut String, series: &Series, board: &BoardState) {
         Some(method) => format!("Points: the model's θ (as trained and shipped). Bars: the bootstrap interval of the converged estimate ({method})."),
         None => "Points: the model's θ. No intervals: enable [train.uncertainty] for bootstrap intervals.".into(),
     };
+    let estimable = series.by_position("ultr_theta_estimable", &[]);
     let _ = write!(h, "<p class=\"muted\">{}</p><table id=\"theta-table\"><tr><th>k</th><th>θ<sub>k</sub> − θ<sub>1</sub></th><th>interval</th></tr>", escape(&note));
     for (k, t) in &theta {
         let interval = match (lower.get(k), upper.get(k)) {
             (Some(lo), Some(hi)) => format!("[{lo:.4}, {hi:.4}]"),
+            _ if estimable.get(k) == Some(&0.0) => "not estimable: no clicks in its swap pairs (early-stopped θ kept)".into(),
             _ => "—".into(),
         };
         let _ = write!(h, "<tr><td>{k}</td><td class=\"theta\" data-position=\"{k}\" data-value=\"{t}\">{t:.4}</td><td>{interval}</td></tr>");
@@ -495,6 +497,7 @@ fn swap_graph(h: &mut String, series: &Series, graph: Option<&GraphCard>) {
     }
     h.push_str("</svg>");
     let _ = write!(h, "<p class=\"muted\">{} edge(s); width and ink grow with log(swap pairs), the heaviest {heaviest} pairs. Green: connected to position 1.</p>", edges.len());
+    swap_heatmap(h, series, &nodes, &edges, heaviest);
     if let Some(g) = graph {
         if g.components.len() > 1 {
             let comps: Vec<String> = g.components.iter().map(|c| format!("{{{}}}", c.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))).collect();
@@ -508,6 +511,58 @@ fn swap_graph(h: &mut String, series: &Series, graph: Option<&GraphCard>) {
         }
     }
     h.push_str("</section>");
+}
+
+/// The swap graph as a position × position heat map of log(1 + swap pairs), with each θ's interval
+/// width from the swap pairs beside its row: at 20 or 50 positions, where the circle is a grey disc,
+/// a weak link is a pale cell and a wide interval a long bar.
+fn swap_heatmap(h: &mut String, series: &Series, nodes: &[u32], edges: &[(u32, u32, f64)], heaviest: f64) {
+    let widths = series.by_position("ultr_theta_interval_width", &[]);
+    let pairs: BTreeMap<(u32, u32), f64> = edges.iter().flat_map(|&(a, b, n)| [((a, b), n), ((b, a), n)]).collect();
+    let k = nodes.len() as f64;
+    let (margin, bar) = (22.0, 90.0);
+    let cell = (300.0 / k).clamp(5.0, 24.0);
+    let (grid, width) = (cell * k, margin + cell * k + 8.0 + bar);
+    let widest = widths.values().copied().filter(|w| w.is_finite()).fold(0.0f64, f64::max).max(1e-9);
+    let _ = write!(
+        h,
+        "<svg id=\"swap-heatmap\" viewBox=\"0 0 {width:.0} {:.0}\" role=\"img\" aria-label=\"swap pairs per position pair, log scale, and each θ's interval width\" xmlns=\"http://www.w3.org/2000/svg\">",
+        margin + grid + 4.0
+    );
+    let label_every = (k / 10.0).ceil().max(1.0) as usize;
+    for (i, a) in nodes.iter().enumerate() {
+        let y = margin + i as f64 * cell;
+        if i % label_every == 0 {
+            let _ = write!(h, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"end\">{a}</text>", margin - 3.0, y + cell * 0.75);
+            let _ = write!(h, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\">{a}</text>", margin + (i as f64 + 0.5) * cell, margin - 4.0);
+        }
+        for (j, b) in nodes.iter().enumerate() {
+            let n = pairs.get(&(*a, *b)).copied().unwrap_or(0.0);
+            let shade = if a == b { 0.0 } else { (1.0 + n).ln() / (1.0 + heaviest).ln() };
+            let fill = if a == b { "#d0d7de".to_string() } else { format!("rgba(9,105,218,{:.2})", 0.04 + 0.96 * shade) };
+            let _ = write!(
+                h,
+                "<rect class=\"swap-cell\" x=\"{:.1}\" y=\"{y:.1}\" width=\"{cell:.1}\" height=\"{cell:.1}\" fill=\"{fill}\"><title>{a}–{b}: {n} swap pairs</title></rect>",
+                margin + j as f64 * cell
+            );
+        }
+        if let Some(w) = widths.get(a) {
+            let length = if w.is_finite() { bar * (w / widest).min(1.0) } else { bar };
+            let color = if w.is_finite() { "#57606a" } else { "#cf222e" };
+            let _ = write!(
+                h,
+                "<rect class=\"interval-width\" x=\"{:.1}\" y=\"{:.1}\" width=\"{length:.1}\" height=\"{:.1}\" fill=\"{color}\"><title>θ{a}: 95% interval width {w:.2}</title></rect>",
+                margin + grid + 8.0,
+                y + cell * 0.2,
+                cell * 0.6
+            );
+        }
+    }
+    h.push_str("</svg>");
+    let _ = write!(
+        h,
+        "<p class=\"muted\">Cell (a, b): log(1 + swap pairs) between positions a and b, darkest at {heaviest} pairs; a pale cell is a weak link. Bars: θ_k − θ_1's 95% interval width from the swap pairs (widest {widest:.2}; red: no informative path to position 1).</p>"
+    );
 }
 
 fn trainings(h: &mut String, board: &BoardState) {
@@ -725,5 +780,27 @@ mod tests {
         assert!(page.contains("id=\"theta-plot\""));
         assert!(!page.contains("id=\"swap-graph\""), "no graph is drawn before a window closed");
         assert!(page.contains("id=\"verdict-identified\" data-value=\"1\""));
+    }
+
+    /// At 20 positions the heat map draws one cell per position pair (400), a pair's swap count in
+    /// its cell's title, the pair never swapped at the palest shade, and one interval-width bar per
+    /// position with a width.
+    #[test]
+    fn the_swap_heat_map_shows_every_position_pair_and_each_interval_width() {
+        let mut text = String::new();
+        for a in 1..=20u32 {
+            for b in a + 1..=20 {
+                if (a, b) != (19, 20) {
+                    text.push_str(&format!("ultr_swap_pairs{{position_a=\"{a}\",position_b=\"{b}\"}} {}\n", 1000 / (b - a)));
+                }
+            }
+            text.push_str(&format!("ultr_theta_interval_width{{position=\"{a}\"}} {}\n", 0.1 * a as f64));
+        }
+        let page = render(&text, &BoardState::default(), 2.0e9);
+        assert_eq!(page.matches("class=\"swap-cell\"").count(), 400);
+        assert!(page.contains("<title>1–2: 1000 swap pairs</title>"), "{page}");
+        assert!(page.contains("fill=\"rgba(9,105,218,0.04)\"><title>19–20: 0 swap pairs</title>"));
+        assert_eq!(page.matches("class=\"interval-width\"").count(), 20);
+        assert!(page.contains("<title>θ20: 95% interval width 2.00</title>"));
     }
 }

@@ -58,8 +58,6 @@ pub fn corpus() -> Vec<(Vec<u8>, Reason)> {
         (session("", &item("", "1", "")).into_bytes(), EmptyId),
         (session(&format!(r#","context":{{"pad":"{}"}}"#, "x".repeat(5000)), &ok_items).into_bytes(), RecordTooLarge),
     ];
-    // One page showing one document twice (90 of CLARA 2's 31,564 pages do): its own swap pair otherwise.
-    c.push((session("", &format!("{},{}", item("a", "1", ""), item("a", "2", ""))).into_bytes(), DuplicateDocument));
     // Ids longer than decode.max_id_bytes (1 KiB by default) inside a record that fits the record limit.
     c.push((session_with("query_id", &format!("{:?}", "q".repeat(2000)), &ok_items), IdTooLong));
     c.push((session("", &format!("{},{}", item(&"d".repeat(1025), "1", ""), item("b", "2", ""))).into_bytes(), IdTooLong));

@@ -1,7 +1,8 @@
 //! Training past `[train] memory_budget`: a horizon spilled to chunks on disk holds exactly the rows
 //! the in-memory path holds (each once), the gate's loss summed over chunks equals the in-memory
 //! loss, a fit that streams the chunks every epoch recovers the simulator's θ like the in-memory fit
-//! (within seed noise), and `train_from_state` runs end to end on a budget far below the data.
+//! (within seed noise), and `train_from_state` runs end to end on a budget far below the data, its
+//! gate's trivial baselines equal to a recount from the in-memory rows.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -143,4 +144,41 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
     assert!((outcome.theta[1] + 2f64.ln()).abs() < 0.15, "θ_2 − θ_1 = {}", outcome.theta[1]);
     let leftovers: Vec<_> = std::fs::read_dir(spill_dir(&state)).unwrap().collect();
     assert!(leftovers.is_empty(), "the spill folder is emptied after training: {leftovers:?}");
+
+    // The gate's baselines (issue 55), summed over the spilled chunks: the position-only model's
+    // held-out click log-likelihood equals a recount from the in-memory rows, the candidate's equals
+    // its in-memory score, and a model of the simulator's linear relevance beats position alone.
+    let h = outcome.decision.held_out_clicks.clone().expect("the gate scored the baselines");
+    let TrainingData::InMemory(all) = load(&state, &cfg, usize::MAX) else { panic!("in memory") };
+    let holdout = cfg.train.holdout();
+    let (mut by_position, mut eval_rows) = (BTreeMap::<u32, (f64, f64)>::new(), Vec::new());
+    let (mut clicks, mut impressions) = (0.0, 0.0);
+    for span in &all.sessions {
+        for r in &all.rows[span.start..span.start + span.len] {
+            if ultr::train::data::split_of(span, holdout) == Split::Evaluation {
+                eval_rows.push((r.position, r.clicks as f64, r.impressions as f64));
+            } else {
+                let e = by_position.entry(r.position).or_default();
+                e.0 += r.clicks as f64;
+                e.1 += r.impressions as f64;
+                clicks += r.clicks as f64;
+                impressions += r.impressions as f64;
+            }
+        }
+    }
+    let mean = (clicks + 1.0) / (impressions + 2.0);
+    let (mut ll, mut n) = (0.0, 0.0);
+    for (k, c, m) in eval_rows {
+        let p = by_position.get(&k).map_or(mean, |(ck, nk)| (ck + 1.0) / (nk + 2.0));
+        ll += c * p.ln() + (m - c) * (1.0 - p).ln();
+        n += m;
+    }
+    assert_eq!(h.impressions, n);
+    assert!((h.position_only - ll / n).abs() < 1e-9, "position-only {} vs recount {}", h.position_only, ll / n);
+    let device = cfg.train.backend.device().unwrap();
+    let trained = ultr::train::checkpoint::ModelStore::open(&outcome.models_dir).unwrap().load(&outcome.id, &device).unwrap();
+    let in_memory = ultr::train::baselines::held_out_clicks(&all, &trained, None, &cfg.train).unwrap().unwrap();
+    assert!((in_memory.position_only - h.position_only).abs() < 1e-9 && (in_memory.pair_ctr - h.pair_ctr).abs() < 1e-9, "{in_memory:?} vs {h:?}");
+    assert!((in_memory.candidate - h.candidate).abs() < 1e-5, "{in_memory:?} vs {h:?}");
+    assert!(h.candidate > h.position_only, "a model of the linear relevance beats position alone: {h:?}");
 }

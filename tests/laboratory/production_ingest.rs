@@ -83,6 +83,32 @@ fn a_far_future_event_time_is_refused_and_destroys_nothing() {
     assert_eq!(got_rows, want_rows, "cumulative π equals the stream without the bad record");
 }
 
+/// Regression (issue 55): a file replay's future-time guard was the newest event time accepted
+/// from the file, so a past log with gaps of days was refused after its first session (31,473 of
+/// 31,474 CLARA 2 sessions). Four past sessions 10 to 100 days apart are all accepted at the default
+/// `max_clock_skew`, and a year-9999 session behind them is still refused. (Issue 55 too: a page
+/// listing one `doc_id` twice keeps its page, less the repeat, which is counted.)
+#[test]
+fn a_past_log_with_gaps_of_days_replays_whole_at_the_default_skew() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |id: &str, time: &str| format!(r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#);
+    let lines = vec![
+        at("s1", "2025-01-01T00:00:00Z"),
+        at("s2", "2025-01-11T00:00:00Z"),
+        at("s3", "2025-02-20T00:00:00Z"),
+        at("s4", "2025-06-01T00:00:00Z"),
+        FAR_FUTURE.to_string(),
+        // A page listing d0 twice: kept, less the repeat, and the repeat counted.
+        r#"{"schema_version":1,"session_id":"s5","query_id":"q0","event_time":"2025-06-01T00:00:01Z","policy_id":"p","items":[{"doc_id":"d0","position":1,"clicked":false,"features":[0.1,0.2,0.3]},{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]},{"doc_id":"d0","position":3,"clicked":true,"features":[0.1,0.2,0.3]}]}"#.to_string(),
+    ];
+    let file = write_lines(&dir.path().join("past.jsonl"), &lines);
+    let report = ingest(&config(&file, "", ""), &dir.path().join("state"));
+    assert_eq!(report.counters.sessions, 5, "{:?}", report.dead_letters);
+    assert_eq!((report.counters.impressions, report.counters.repeated_items), (10, 1));
+    assert_eq!(report.dead_letters.get("future_event_time"), Some(&1), "{:?}", report.dead_letters);
+    assert_eq!(report.dead_letters.values().sum::<u64>(), 1, "{:?}", report.dead_letters);
+}
+
 #[test]
 fn an_outlier_within_the_skew_moves_the_watermark_by_at_most_the_jump_and_retention_keeps_the_windows() {
     let dir = tempfile::tempdir().unwrap();

@@ -384,7 +384,7 @@ fn an_assigned_silent_partition_holds_the_watermark() {
         for (i, t) in times.iter().enumerate() {
             let s = Session { id: format!("p{partition}-{i}"), query: "q".into(), time: *t, context: None, items: vec![("d".into(), 1, false, [0.0, 0.0])] };
             d.decode(s.json().as_bytes()).unwrap();
-            origins.push(SessionOrigin { stream: Arc::from("kafka:t"), partition, offset: i as i64, rows: 1 });
+            origins.push(SessionOrigin { stream: Arc::from("kafka:t"), partition, offset: i as i64, rows: 1, repeated_items: 0 });
         }
         DecodedBatch { impressions: d.finish(), records: times.len(), sessions: times.len(), dead_letters: vec![], resume: Default::default(), origins }
     };

@@ -34,6 +34,8 @@ pub struct SessionOrigin {
     /// The record's offset in its (stream, partition).
     pub offset: i64,
     pub rows: usize,
+    /// Items the session listed but the decoder dropped as repeats of an earlier `doc_id`.
+    pub repeated_items: u32,
 }
 
 /// What the decoding side of a state has fixed so far, checkpointed in the manifest so a restart
@@ -170,7 +172,10 @@ impl<S: RecordSource> Ingest<S> {
         self.decoder.set_event_time_floor(floor);
         for record in &records {
             let ceiling = self.max_clock_skew_ms.map(|skew| {
-                let reference = if replay { self.stream_clocks.get(&*record.position.stream).copied().unwrap_or(wall_ms) } else { wall_ms };
+                // A replay is judged against its own newest event time as well as the wall clock: a log
+                // from the past is never in the future, however long its gaps, and a replay running
+                // ahead of the wall clock (a simulation) moves its own reference.
+                let reference = if replay { self.stream_clocks.get(&*record.position.stream).map_or(wall_ms, |&clock| clock.max(wall_ms)) } else { wall_ms };
                 reference.saturating_add(skew)
             });
             self.decoder.set_event_time_ceiling(ceiling);
@@ -187,7 +192,7 @@ impl<S: RecordSource> Ingest<S> {
                             }
                         }
                     }
-                    origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, offset: record.position.offset, rows });
+                    origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, offset: record.position.offset, rows, repeated_items: self.decoder.last_repeats() });
                 }
                 Err(rejected) => dead_letters.push(DeadLetter {
                     reason: rejected.reason,

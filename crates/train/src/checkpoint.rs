@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{TowerKind, TrainConfig};
 use super::export;
 use super::artefact::{ModelMeta, Trained};
-use super::fit::{FitReport, StopReason};
+use super::fit::StopReason;
 use super::models::AnyModel;
 
 pub const CURRENT: &str = "CURRENT";
@@ -34,6 +34,9 @@ pub struct Decision {
     #[serde(alias = "current_validation_loss")]
     pub current_evaluation_loss: Option<f64>,
     pub current: Option<String>,
+    /// Held-out click log-likelihoods of the candidate and the trivial baselines (`baselines`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out_clicks: Option<super::baselines::HeldOutClicks>,
 }
 
 /// What a checkpoint records besides its parameters.
@@ -55,18 +58,34 @@ pub struct CheckpointInfo {
     pub theta_intervals: Option<super::uncertainty::ThetaIntervals>,
 }
 
-/// The gate: finite training, and an evaluation-slice loss not worse than the current model's on the same
-/// rows beyond `tolerance` (relative).
-pub fn decide(report: &FitReport, candidate_loss: f64, current: Option<(&str, anyhow::Result<f64>)>, tolerance: f64, force: bool) -> Decision {
+/// The gate: finite training; held-out clicks predicted at least as well as by position alone (never
+/// overridden, not even by `force`); and an evaluation-slice loss not worse than the current model's
+/// on the same rows beyond `tolerance` (relative).
+pub fn decide(
+    stop: StopReason,
+    candidate_loss: f64,
+    held_out: Option<&super::baselines::HeldOutClicks>,
+    current: Option<(&str, anyhow::Result<f64>)>,
+    tolerance: f64,
+    force: bool,
+) -> Decision {
     let mut d = Decision {
         promoted: false,
         reason: String::new(),
         candidate_evaluation_loss: candidate_loss,
         current_evaluation_loss: None,
         current: current.as_ref().map(|(id, _)| id.to_string()),
+        held_out_clicks: held_out.cloned(),
     };
-    if report.stop == StopReason::Diverged || !candidate_loss.is_finite() {
+    if stop == StopReason::Diverged || !candidate_loss.is_finite() || held_out.is_some_and(|h| !h.candidate.is_finite()) {
         d.reason = "training diverged (a loss or parameter became NaN/inf)".into();
+        return d;
+    }
+    if let Some(h) = held_out.filter(|h| h.applies && h.candidate < h.position_only) {
+        d.reason = format!(
+            "held-out click log-likelihood {:.5} per impression is worse than the position-only model's {:.5}: the model predicts clicks worse than position alone",
+            h.candidate, h.position_only
+        );
         return d;
     }
     match current {
@@ -300,6 +319,26 @@ mod tests {
         drop(lock);
     }
 
+    fn held_out(candidate: f64, applies: bool) -> crate::baselines::HeldOutClicks {
+        crate::baselines::HeldOutClicks { candidate, current: None, position_only: -0.20, pair_ctr: -0.25, impressions: 1e4, applies }
+    }
+
+    /// A candidate that predicts held-out clicks worse than position alone is rejected, the first
+    /// model too and with `--force`; a model whose logits are uncalibrated (DLA) is not gated on it.
+    #[test]
+    fn a_candidate_below_the_position_only_model_is_rejected_even_when_forced() {
+        let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(-0.30, true)), None, 0.0, true);
+        assert!(!d.promoted && d.reason.contains("position-only"), "{d:?}");
+        let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(-0.30, true)), Some(("m1", Ok(0.5))), 0.0, true);
+        assert!(!d.promoted, "{d:?}");
+        let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(-0.19, true)), None, 0.0, false);
+        assert!(d.promoted && d.reason == "first model", "{d:?}");
+        let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(-0.30, false)), None, 0.0, false);
+        assert!(d.promoted, "{d:?}");
+        let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(f64::NEG_INFINITY, true)), None, 0.0, true);
+        assert!(!d.promoted && d.reason.contains("diverged"), "{d:?}");
+    }
+
     /// Writes a checkpoint description only (enough for `list` and `prune`).
     fn fake_checkpoint(store: &ModelStore, id: &str) {
         let dir = store.dir().join(id);
@@ -312,7 +351,7 @@ mod tests {
             parent: None,
             theta: vec![0.0],
             fit: serde_json::Value::Null,
-            decision: Decision { promoted: false, reason: String::new(), candidate_evaluation_loss: 1.0, current_evaluation_loss: None, current: None },
+            decision: Decision { promoted: false, reason: String::new(), candidate_evaluation_loss: 1.0, current_evaluation_loss: None, current: None, held_out_clicks: None },
             theta_intervals: None,
         };
         write_json(&dir.join(INFO), &info).unwrap();

@@ -3,6 +3,7 @@
 //! [`train_from_state`].
 
 pub mod artefact;
+pub mod baselines;
 pub mod batches;
 pub mod checkpoint;
 pub mod chunks;
@@ -263,6 +264,7 @@ fn gate(
     let models: Vec<&Trained> = std::iter::once(trained).chain(current_model).collect();
     let mut losses = evaluation_losses(&models, data, req.config)?.into_iter();
     let candidate_loss = losses.next().expect("the candidate's loss")?;
+    let held_out = baselines::held_out_clicks(data.chunks(), trained, current_model, req.config)?;
     let current_loss = current.map(|(id, t)| {
         let loss = match t {
             Ok(_) => losses.next().expect("the current model's loss"),
@@ -270,7 +272,7 @@ fn gate(
         };
         (id.as_str(), loss)
     });
-    Ok((decide(report, candidate_loss, current_loss, req.config.promotion_tolerance, req.force), candidate_loss))
+    Ok((decide(report.stop, candidate_loss, held_out.as_ref(), current_loss, req.config.promotion_tolerance, req.force), candidate_loss))
 }
 
 /// `--compare-cold`: retrains cold on the whole horizon `full` and compares it with the warm
@@ -320,6 +322,10 @@ impl TrainOutcome {
         if let Some(r) = &f.position_refit {
             let moved = r.before.iter().zip(&r.after).map(|(b, a)| (a - b).abs()).fold(0.0, f64::max);
             s.push_str(&format!("  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n", r.positions));
+            if !r.not_estimable.is_empty() {
+                let list = r.not_estimable.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ");
+                s.push_str(&format!("  NOT ESTIMABLE: θ at position(s) {list}: their swap pairs carry no click (or only clicks), so they keep the early-stopped θ\n"));
+            }
         }
         if let Some(p) = &f.logged_order_prior {
             let tried = p.candidates.iter().map(|(l, ll)| format!("{l} → {ll:.5}")).collect::<Vec<_>>().join(", ");
@@ -338,6 +344,9 @@ impl TrainOutcome {
                 let within = if t.lower[k] <= shipped && shipped <= t.upper[k] { "" } else { "   shipped θ outside the interval" };
                 s.push_str(&format!("    {:3}   {:+13.3}   {:+7.3}   {:+9.3}   [{:+.3}, {:+.3}]{within}\n", k + 1, t.early_stopped[k], shipped, t.converged[k], t.lower[k], t.upper[k]));
             }
+        }
+        if let Some(h) = &self.decision.held_out_clicks {
+            s.push_str(&format!("  {}\n", h.line()));
         }
         s.push_str(&format!("  {}: {}\n", if self.decision.promoted { "PROMOTED" } else { "REJECTED" }, self.decision.reason));
         if let Some(c) = &self.cold_comparison {

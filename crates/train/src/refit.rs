@@ -35,6 +35,11 @@ pub struct PositionRefit {
     pub after: Vec<f64>,
     /// Positions whose θ was refit (a position with no clicks, or only clicks, keeps its θ).
     pub positions: usize,
+    /// Positions (1-based) with rows whose θ the data cannot estimate, kept as early stopping left
+    /// them: their informative rows (the swap pairs, for the embedding tower) carry no click, or
+    /// nothing but clicks, so the likelihood has no maximum there.
+    #[serde(default)]
+    pub not_estimable: Vec<usize>,
     /// The most Newton steps any position took.
     pub iterations: usize,
 }
@@ -72,12 +77,20 @@ pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg:
     } else {
         newton_shifts(&terms, positions)
     };
+    let not_estimable = not_estimable(&terms, positions, &delta);
     if refit == 0 {
         return Ok(None);
     }
     trained.model.shift_position_logits(&delta);
     let after = trained.position_bias();
-    Ok(Some(PositionRefit { before, after, positions: refit, iterations }))
+    Ok(Some(PositionRefit { before, after, positions: refit, iterations, not_estimable }))
+}
+
+/// The 1-based positions that have rows but were not refit (a zero shift where rows exist).
+fn not_estimable(terms: &[RowTerms], positions: usize, delta: &[f32]) -> Vec<usize> {
+    let mut seen = vec![false; positions];
+    terms.iter().for_each(|t| seen[t.position] = true);
+    (0..positions).filter(|&k| seen[k] && delta[k] == 0.0).map(|k| k + 1).collect()
 }
 
 /// Appends the terms of `ex`'s training rows at positions 1..=`positions`.
@@ -124,6 +137,11 @@ pub(crate) fn newton_one(terms: &[RowTerms], rows: &[usize], offset: impl Fn(usi
 /// Rounds of the alternating (θ, γ) iteration, and the largest change of θ that ends it.
 const MAX_ROUNDS: usize = 2000;
 const ROUND_TOLERANCE: f64 = 1e-5;
+/// The precision of a weak Gaussian prior N(0, 10²) on every shift of the profiled refit: negligible
+/// where the likelihood has a maximum (a pair's or position's curvature is Σ w·n·p(1−p), hundreds
+/// on any estimable one), and a finite answer where quasi-separation leaves it none. Without it a
+/// position whose swap pairs carried no clicks ran to θ = −834 on a real log.
+const SHIFT_RIDGE: f64 = 1e-2;
 
 /// The embedding tower's refit (module doc): per position δ_k with a free shift ε per pair, over the
 /// pairs shown at two positions or more with clicked and unclicked weight; then δ relative to
@@ -139,8 +157,19 @@ fn profiled_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, us
         e.2 += t.weighted_clicks;
         e.3 += t.weighted_impressions;
     }
-    let informative: Vec<Vec<usize>> =
+    let mut informative: Vec<Vec<usize>> =
         pairs.into_values().filter(|(_, seen, c, n)| seen.count_ones() >= 2 && *c > 0.0 && *c < *n).map(|(rows, ..)| rows).collect();
+    // A position whose informative rows carry no click (or only clicks) has no θ these data can
+    // estimate: it keeps the early-stopped θ instead of running to −∞ (reported as not estimable),
+    // and its rows, which say nothing about a pair's γ without that θ, leave the problem.
+    let mut sums = vec![(0f64, 0f64); positions];
+    for &i in informative.iter().flatten() {
+        sums[terms[i].position].0 += terms[i].weighted_clicks;
+        sums[terms[i].position].1 += terms[i].weighted_impressions;
+    }
+    let estimable: Vec<bool> = sums.iter().map(|&(c, n)| c > 0.0 && c < n).collect();
+    informative.iter_mut().for_each(|rows| rows.retain(|&i| estimable[terms[i].position]));
+    informative.retain(|rows| !rows.is_empty());
     let mut by_position: Vec<Vec<usize>> = vec![Vec::new(); positions];
     let mut pair_of = vec![usize::MAX; terms.len()];
     for (p, rows) in informative.iter().enumerate() {
@@ -155,14 +184,14 @@ fn profiled_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, us
     while rounds < MAX_ROUNDS {
         rounds += 1;
         for (p, rows) in informative.iter().enumerate() {
-            epsilon[p] = newton_one(terms, rows, |i| delta[terms[i].position], epsilon[p], 0.0).0;
+            epsilon[p] = newton_one(terms, rows, |i| delta[terms[i].position], epsilon[p], SHIFT_RIDGE).0;
         }
         let mut moved = 0f64;
         for (k, rows) in by_position.iter().enumerate() {
             if rows.is_empty() {
                 continue;
             }
-            let next = newton_one(terms, rows, |i| epsilon[pair_of[i]], delta[k], 0.0).0;
+            let next = newton_one(terms, rows, |i| epsilon[pair_of[i]], delta[k], SHIFT_RIDGE).0;
             moved = moved.max((next - delta[k]).abs());
             delta[k] = next;
         }
@@ -247,10 +276,10 @@ mod tests {
     /// are placed by the logging policy (higher γ, higher position: confounded), some at two or
     /// three positions, others at one; clicks are the model's expected counts, so the likelihood's
     /// optimum is the truth (up to rounding the counts) and the tolerance needs no seed.
-    #[test]
-    fn the_profiled_refit_recovers_theta_from_shrunk_relevance_under_a_confounding_policy() {
-        let truth = [0.0, -0.7, -1.1, -1.4, -1.6];
-        let early = [0.0, -0.3, -0.5, -0.6, -0.7];
+    /// 400 pairs placed by a confounding policy (higher γ, higher position), some at two or three
+    /// positions, others at one, 300 impressions a row, clicks the expected count under `truth`, and
+    /// logits as early stopping left them (`early` θ, γ shrunk to 0.3 of itself).
+    fn confounded_terms(truth: &[f64; 5], early: &[f64; 5]) -> Vec<RowTerms> {
         let mut terms = Vec::new();
         for pair in 0..400u32 {
             let gamma = 2.0 - 4.0 * pair as f64 / 400.0;
@@ -262,6 +291,14 @@ mod tests {
                 terms.push(RowTerms { position: k, pair, logit: early[k] + 0.3 * gamma, weighted_impressions: n, weighted_clicks: c });
             }
         }
+        terms
+    }
+
+    #[test]
+    fn the_profiled_refit_recovers_theta_from_shrunk_relevance_under_a_confounding_policy() {
+        let truth = [0.0, -0.7, -1.1, -1.4, -1.6];
+        let early = [0.0, -0.3, -0.5, -0.6, -0.7];
+        let terms = confounded_terms(&truth, &early);
         let relative = |delta: &[f32]| -> Vec<f64> { (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect() };
         let (delta, refit, _) = profiled_shifts(&terms, 5);
         assert_eq!(refit, 5);
@@ -275,5 +312,28 @@ mod tests {
         // The common shift matches predicted to observed clicks over every row.
         let (observed, expected) = terms.iter().fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + delta[t.position] as f64)));
         assert!((observed - expected).abs() < 1e-3 * observed, "{observed} vs {expected}");
+    }
+
+    /// Regression (issue 55): a position whose swap pairs carry no clicks has no maximum-likelihood
+    /// θ, and the profiled refit ran it to −∞ (θ_5 − θ_1 = −834 on a real log, 2,000 rounds of
+    /// Newton steps of −1). Now that position keeps the early-stopped θ (a zero shift), is reported
+    /// as not estimable, and the other positions are recovered as in the test above.
+    #[test]
+    fn a_position_whose_swap_pairs_carry_no_clicks_keeps_a_finite_theta_and_is_reported() {
+        // Nobody clicks at position 5: σ(−∞ + γ) = 0.
+        let truth = [0.0, -0.7, -1.1, -1.4, f64::NEG_INFINITY];
+        let early = [0.0, -0.3, -0.5, -0.6, -0.7];
+        let terms = confounded_terms(&truth, &early);
+        assert!(terms.iter().filter(|t| t.position == 4).all(|t| t.weighted_clicks == 0.0));
+        let (delta, refit, rounds) = profiled_shifts(&terms, 5);
+        assert!(delta.iter().all(|d| d.is_finite()), "{delta:?}");
+        assert_eq!(refit, 4);
+        assert!(rounds < MAX_ROUNDS, "the alternating iteration settled ({rounds} rounds)");
+        assert_eq!(delta[4], 0.0, "position 5 keeps the early-stopped θ: {delta:?}");
+        assert_eq!(not_estimable(&terms, 5, &delta), vec![5]);
+        let relative: Vec<f64> = (0..4).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect();
+        for k in 1..4 {
+            assert!((relative[k] - truth[k]).abs() < 0.02, "k = {}: profiled {relative:?} vs truth {truth:?}", k + 1);
+        }
     }
 }

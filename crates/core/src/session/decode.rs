@@ -1,4 +1,5 @@
-//! Decode and validate session JSON into rows of the impressions batch; a record is taken whole or refused whole.
+//! Decode and validate session JSON into rows of the impressions batch; a record is taken whole or
+//! refused whole, except a repeated `doc_id`, whose repeat alone is dropped (`[decode] duplicate_doc_id`).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -40,8 +41,9 @@ pub struct DecodeLimits {
     pub bias_feature_dim: Option<usize>,
     /// A session whose `event_time` lies further than this beyond the reference clock is refused
     /// (`future_event_time`). The reference is the wall clock for Kafka and the simulator; for file
-    /// replays it is the newest event time accepted so far from that file (the wall clock before
-    /// the first), so an old log replays while a corrupt year-9999 timestamp is still refused.
+    /// replays it is the later of the wall clock and the newest event time accepted so far from that
+    /// file, so an old log replays whole, gaps of days included, while a corrupt year-9999 timestamp
+    /// is still refused (an outlier inside the log is bounded by `window.max_partition_clock_jump`).
     pub max_clock_skew: crate::units::ConfigDuration,
     /// On a live stream (Kafka), a session whose `event_time` lies further than this before the
     /// wall clock is refused (`stale_event_time`). A 1970 timestamp from a broken producer, read
@@ -54,6 +56,22 @@ pub struct DecodeLimits {
     /// trained on the stream records it and exports it; a model whose schema differs is refused
     /// before it scores, warm-starts or competes at the gate. It also fixes the feature dimensions.
     pub feature_schema: Option<FeatureSchema>,
+    /// A page that lists one `doc_id` twice: `"drop_repeats"` keeps the first occurrence and the
+    /// rest of the page and drops the later ones (counted as `ultr_dropped_items_total{reason =
+    /// "duplicate_doc_id"}`); `"refuse_session"` refuses the whole page as `duplicate_doc_id`. A
+    /// repeat kept would be its own swap pair and make Σ_k π(d,k|q) exceed 1.
+    pub duplicate_doc_id: DuplicateDocId,
+}
+
+/// What the decoder does with a repeated `doc_id` in one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplicateDocId {
+    /// Keep the first occurrence and the rest of the page; drop the repeats.
+    #[default]
+    DropRepeats,
+    /// Refuse the whole session as `duplicate_doc_id`.
+    RefuseSession,
 }
 
 /// `[decode.feature_schema]`: what `items[].features` and `items[].bias_features` mean, in order.
@@ -123,6 +141,7 @@ impl Default for DecodeLimits {
             feature_schema: None,
             max_clock_skew: crate::units::duration("1h"),
             max_event_age: crate::units::duration("365d"),
+            duplicate_doc_id: DuplicateDocId::DropRepeats,
         }
     }
 }
@@ -158,6 +177,10 @@ pub struct Decoder {
     bias_features: ListBuilder<Float32Builder>,
     propensity: Float64Builder,
     positions_scratch: Vec<u32>,
+    /// Per item of the record being decoded: whether it repeats an earlier item's `doc_id`.
+    repeat_scratch: Vec<bool>,
+    /// Items the last accepted record dropped as repeats.
+    last_repeats: u32,
     /// Sessions with a later event time are refused (`future_event_time`); set by the ingest loop.
     event_time_ceiling: Option<i64>,
     event_time_floor: Option<i64>,
@@ -190,6 +213,8 @@ impl Decoder {
             bias_features: item(),
             propensity: Float64Builder::new(),
             positions_scratch: Vec::new(),
+            repeat_scratch: Vec::new(),
+            last_repeats: 0,
             event_time_ceiling: None,
             event_time_floor: None,
             last_event_ms: None,
@@ -217,6 +242,11 @@ impl Decoder {
     /// Event time of the last accepted session.
     pub fn last_event_ms(&self) -> Option<i64> {
         self.last_event_ms
+    }
+
+    /// Items the last accepted session dropped because their `doc_id` repeated an earlier item's.
+    pub fn last_repeats(&self) -> u32 {
+        self.last_repeats
     }
 
     /// Locks the dimensions a previous run of this state already fixed (from its manifest), so a
@@ -263,8 +293,7 @@ impl Decoder {
             }
         };
         let checked = self.validate(&raw)?;
-        self.append(&raw, checked);
-        Ok(raw.items.len())
+        Ok(self.append(&raw, checked))
     }
 
     fn validate(&mut self, raw: &RawSession) -> Result<Checked, Rejected> {
@@ -337,26 +366,37 @@ impl Decoder {
             return Err(Rejected::new(Reason::DuplicatePosition, format!("position {} appears twice", w[0])));
         }
         // One page showing one document twice would be its own swap pair (the same (q, d) at two
-        // positions of one session) and make Σ_k π(d,k|q) exceed 1: refused, like a repeated position.
-        let mut docs: Vec<&str> = raw.items.iter().map(|i| i.doc_id.0.as_ref()).collect();
+        // positions of one session) and make Σ_k π(d,k|q) exceed 1: the repeats are dropped (the
+        // first occurrence in the record's order kept), or the page refused (`duplicate_doc_id`).
+        let mut docs: Vec<(&str, usize)> = raw.items.iter().enumerate().map(|(i, item)| (item.doc_id.0.as_ref(), i)).collect();
         docs.sort_unstable();
-        if let Some(w) = docs.windows(2).find(|w| w[0] == w[1]) {
-            let shown: String = w[0].chars().take(80).collect();
-            return Err(Rejected::new(Reason::DuplicateDocument, format!("doc_id {shown:?} appears twice in one session")));
+        self.repeat_scratch.clear();
+        self.repeat_scratch.resize(n, false);
+        let mut repeats = 0u32;
+        for w in docs.windows(2).filter(|w| w[0].0 == w[1].0) {
+            if self.limits.duplicate_doc_id == DuplicateDocId::RefuseSession {
+                let shown: String = w[0].0.chars().take(80).collect();
+                return Err(Rejected::new(Reason::DuplicateDocument, format!("doc_id {shown:?} appears twice in one session (decode.duplicate_doc_id = \"refuse_session\")")));
+            }
+            // Sorted by (doc_id, item index): the later of two equal ids is the repeat.
+            self.repeat_scratch[w[1].1] = true;
+            repeats += 1;
         }
         let feature_dim = check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?;
         let bias_dim = check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?;
-        Ok(Checked { event_millis, feature_dim, bias_dim })
+        Ok(Checked { event_millis, feature_dim, bias_dim, repeats })
     }
 
-    fn append(&mut self, raw: &RawSession, checked: Checked) {
+    /// Appends the accepted record's items, less repeats; returns the rows added.
+    fn append(&mut self, raw: &RawSession, checked: Checked) -> usize {
         // The record is accepted: lock dimensions the stream had not fixed yet.
         self.feature_dim = self.feature_dim.or(checked.feature_dim);
         self.bias_feature_dim = self.bias_feature_dim.or(checked.bias_dim);
         self.last_event_ms = Some(checked.event_millis);
+        self.last_repeats = checked.repeats;
         let context = raw.context.as_ref().and_then(canonical_context);
-        let n = raw.items.len() as u32;
-        for item in &raw.items {
+        let n = raw.items.len() as u32 - checked.repeats;
+        for (item, _) in raw.items.iter().zip(&self.repeat_scratch).filter(|(_, repeat)| !**repeat) {
             self.session_id.append_value(&raw.session_id.0);
             self.query_id.append_value(&raw.query_id.0);
             self.event_time.append_value(checked.event_millis);
@@ -370,7 +410,8 @@ impl Decoder {
             append_list(&mut self.bias_features, item.bias_features.as_ref());
             self.propensity.append_option(item.propensity);
         }
-        self.rows += raw.items.len();
+        self.rows += n as usize;
+        n as usize
     }
 
     /// Hands out the buffered rows as one batch (possibly empty) and starts a new one.
@@ -398,6 +439,8 @@ struct Checked {
     event_millis: i64,
     feature_dim: Option<usize>,
     bias_dim: Option<usize>,
+    /// Items dropped as repeats of an earlier `doc_id`.
+    repeats: u32,
 }
 
 /// All present vectors must share one length, agree with the stream's, and stay under the limit.

@@ -4,7 +4,7 @@ pub mod decode;
 pub mod reason;
 pub mod schema;
 
-pub use decode::{DecodeLimits, Decoder};
+pub use decode::{DecodeLimits, Decoder, DuplicateDocId};
 pub use reason::{Reason, Rejected};
 pub use schema::{impressions_schema, SCHEMA_VERSION};
 

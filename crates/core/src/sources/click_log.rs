@@ -19,9 +19,6 @@ pub enum ImportReason {
     MalformedLine,
     /// A click on a URL that no earlier page of its session showed.
     ClickWithoutPage,
-    /// A page that shows one URL twice: as a contract session it would be refused as
-    /// `duplicate_doc_id` (it would be its own swap pair), so it is refused here with that label.
-    DuplicateDocument,
 }
 
 impl ImportReason {
@@ -29,7 +26,6 @@ impl ImportReason {
         match self {
             ImportReason::MalformedLine => "malformed_log_line",
             ImportReason::ClickWithoutPage => "click_without_page",
-            ImportReason::DuplicateDocument => "duplicate_doc_id",
         }
     }
 }
@@ -60,8 +56,6 @@ struct Page {
     time: i64,
     urls: Vec<String>,
     clicked: Vec<bool>,
-    /// Click lines attributed to this page (a URL clicked twice counts twice here, once in `clicked`).
-    click_lines: usize,
 }
 
 /// Feeds lines in log order; completed sessions come out page by page.
@@ -154,7 +148,6 @@ impl ClickLogImporter {
                     time,
                     urls,
                     clicked: vec![false; n],
-                    click_lines: 0,
                 });
             }
             "C" => {
@@ -171,10 +164,7 @@ impl ClickLogImporter {
                 // The latest page of the session that showed the URL.
                 let target = self.pages.iter_mut().rev().find_map(|p| p.urls.iter().position(|u| u == url).map(|i| (p, i)));
                 match target {
-                    Some((page, i)) => {
-                        page.clicked[i] = true;
-                        page.click_lines += 1;
-                    }
+                    Some((page, i)) => page.clicked[i] = true,
                     None => out.push(Imported::Refused {
                         line,
                         offset,
@@ -210,15 +200,8 @@ impl ClickLogImporter {
 
     fn page_record(&self, session: &str, page: Page) -> Imported {
         let refused = |reason: ImportReason, detail: String| Imported::Refused { line: page.line, offset: page.offset, reason, detail, text: page.text.clone() };
-        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-        for (i, url) in page.urls.iter().enumerate() {
-            if let Some(first) = seen.insert(url.as_str(), i) {
-                return refused(
-                    ImportReason::DuplicateDocument,
-                    format!("line {}: URL {url} at positions {} and {}; the page and its {} click line(s) are not imported", page.line, first + 1, i + 1, page.click_lines),
-                );
-            }
-        }
+        // A page that shows one URL twice is written as shown (a click on the URL marks its first
+        // occurrence); the decoder drops the repeat or refuses the page (`[decode] duplicate_doc_id`).
         let event_ms = (page.time as f64 * self.time.unit_ms).round();
         let event_time = (event_ms.is_finite() && event_ms.abs() < 9.0e15)
             .then(|| self.time.base_ms.checked_add(event_ms as i64))
@@ -325,9 +308,14 @@ mod tests {
                 Imported::Session { .. } => "session",
             })
             .collect();
-        assert_eq!(reasons, vec!["malformed_log_line", "malformed_log_line", "malformed_log_line", "malformed_log_line", "click_without_page", "duplicate_doc_id", "malformed_log_line", "session"]);
+        assert_eq!(reasons, vec!["malformed_log_line", "malformed_log_line", "malformed_log_line", "malformed_log_line", "click_without_page", "session", "malformed_log_line", "session"]);
         let mut summary = ImportSummary::default();
         out.iter().for_each(|o| summary.add(o));
-        assert_eq!((summary.sessions, summary.impressions, summary.clicks), (1, 2, 0));
+        // The page showing `a` twice is kept whole, its click on the first `a`.
+        assert_eq!((summary.sessions, summary.impressions, summary.clicks), (2, 5, 1));
+        let Imported::Session { json, .. } = &out[5] else { panic!("{:?}", out[5]) };
+        let page: serde_json::Value = serde_json::from_str(json).unwrap();
+        let clicked: Vec<bool> = page["items"].as_array().unwrap().iter().map(|i| i["clicked"].as_bool().unwrap()).collect();
+        assert_eq!(clicked, vec![true, false, false]);
     }
 }

@@ -49,6 +49,10 @@ pub struct WindowCounters {
     pub late_impressions: u64,
     pub duplicate_sessions: u64,
     pub windows_closed: u64,
+    /// Items dropped from accepted sessions because their `doc_id` repeated an earlier item's
+    /// (`[decode] duplicate_doc_id = "drop_repeats"`).
+    #[serde(default)]
+    pub repeated_items: u64,
 }
 
 impl WindowCounters {
@@ -63,6 +67,7 @@ impl WindowCounters {
             out.late_sessions += c.late_sessions;
             out.late_impressions += c.late_impressions;
             out.duplicate_sessions += c.duplicate_sessions;
+            out.repeated_items += c.repeated_items;
             out.windows_closed = out.windows_closed.max(c.windows_closed);
         }
         out
@@ -247,6 +252,7 @@ impl WindowOperator {
                 } else {
                     self.counters.sessions += 1;
                     self.counters.impressions += origin.rows as u64;
+                    self.counters.repeated_items += origin.repeated_items as u64;
                     for s in targets {
                         self.open.entry(s).or_default().sessions.insert(key);
                         out.admitted.push((s, key));

@@ -45,6 +45,7 @@ impl Model for Dla {
     const NAME: &'static str = "dla";
     const SUMMARY: &'static str = "Ai et al. 2018: ranking and propensity models trained by each other's listwise losses.";
     const LISTWISE: bool = true;
+    const CALIBRATED_CLICKS: bool = false;
     type Shape = ();
     type Settings = DlaConfig;
 

@@ -28,6 +28,10 @@ pub trait Model: Module + Sized {
     const EMBEDDING_INTERACTION: bool = false;
     /// It estimates position effects (which the data must then identify, Hager §3–4).
     const POSITION_PARAMETERS: bool = true;
+    /// Its click logits are click probabilities, so the gate holds its held-out click
+    /// log-likelihood against the position-only model's (`baselines.rs`). False where the losses fix
+    /// no level of the logits (DLA's listwise softmax).
+    const CALIBRATED_CLICKS: bool = true;
 
     /// Its architecture section (`[train.<section>]`): what a warm start must share. `()` for none.
     type Shape: Clone + Default;

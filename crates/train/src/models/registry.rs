@@ -45,6 +45,11 @@ macro_rules! registry {
                 match self { $( ModelKind::$kind => <$file::$ty as Model>::LISTWISE, )* }
             }
 
+            /// Its click logits are click probabilities (the gate's baseline comparison applies).
+            pub fn calibrated_clicks(self) -> bool {
+                match self { $( ModelKind::$kind => <$file::$ty as Model>::CALIBRATED_CLICKS, )* }
+            }
+
             /// Its click logits need the item's session: losses are scored on lists.
             pub fn session_logits(self) -> bool {
                 match self { $( ModelKind::$kind => <$file::$ty as Model>::SESSION_LOGITS, )* }
