@@ -20,8 +20,7 @@ mkdir -p "$OUT"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# MQ2008's labels as TREC qrels: `qid 0 docid label`.
-zcat "$DATA" | awk '{ for (i = 1; i <= NF; i++) if ($i == "#docid") { split($2, q, ":"); print q[2], 0, $(i + 2), $1 } }' > "$work/labels.qrels"
+bash scripts/mq2008_qrels.sh "$DATA" > "$work/labels.qrels"
 
 for alpha in 1 0.2; do
   for seed in $SEEDS; do

@@ -27,7 +27,7 @@ mkdir -p "$OUT"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-zcat "$DATA" | awk '{ for (i = 1; i <= NF; i++) if ($i == "#docid") { split($2, q, ":"); print q[2], 0, $(i + 2), $1 } }' > "$work/labels.qrels"
+bash scripts/mq2008_qrels.sh "$DATA" > "$work/labels.qrels"
 
 regime_args() {
   case "$1" in
