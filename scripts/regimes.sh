@@ -54,7 +54,7 @@ tower = "embedding"
 max_positions = 10
 TOML
     "$ULTR" ingest --config "$run/pipeline.toml" --state "$run/state" > /dev/null
-    "$ULTR" train --config "$run/pipeline.toml" --state "$run/state" --json > "$OUT/train-$regime-s$seed.json" || true
+    "$ULTR" train --config "$run/pipeline.toml" --state "$run/state" --theta-intervals --json > "$OUT/train-$regime-s$seed.json" || true
     # No promoted model (the gate rejected the first one): nothing to rank with.
     "$ULTR" eval --config "$run/pipeline.toml" --state "$run/state" --qrels "$work/labels.qrels" --json > "$work/eval-$regime-s$seed.json" \
       || echo '{}' > "$work/eval-$regime-s$seed.json"
@@ -65,8 +65,8 @@ python3 - "$work" "$OUT" "$SEEDS" <<'PY'
 import json, math, sys
 work, out, seeds = sys.argv[1], sys.argv[2], sys.argv[3].split()
 lines = [
-    "| regime | seed | max abs(θ_k − θ_1) | not estimable | held-out click LL: model / position-only / per-pair CTR | gate | epochs (stop) | nDCG@10 logged / naive CTR / model | model − naive CTR [95%] |",
-    "|---|---|---|---|---|---|---|---|---|",
+    "| regime | seed | max abs(θ_k − θ_1) | not estimable | shipped θ inside the interval (widest) | held-out click LL: model / position-only / per-pair CTR | gate | λ (most likely) | epochs (stop) | nDCG@10 logged / naive CTR / model | model − naive CTR [95%] |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 for regime in ["dense", "sparse", "strong"]:
     for seed in seeds:
@@ -77,6 +77,13 @@ for regime in ["dense", "sparse", "strong"]:
         refit = t["fit"].get("position_refit") or {}
         h = t["decision"].get("held_out_clicks") or {}
         gate = "PROMOTED" if t["decision"]["promoted"] else "REJECTED"
+        ti = t.get("theta_intervals") or {}
+        shipped, lower, upper = ti.get("shipped", []), ti.get("lower", []), ti.get("upper", [])
+        inside = sum(l - 1e-9 <= x <= u + 1e-9 for x, l, u in zip(shipped, lower, upper))
+        widest = max((u - l for l, u in zip(lower, upper)), default=float("nan"))
+        interval = f"{inside} of {len(shipped)} ({widest:.2f})" if shipped else "—"
+        lop = t["fit"].get("logged_order_prior") or {}
+        strength = f"{lop.get('strength', float('nan')):g} ({lop.get('most_likely', float('nan')):g})"
         if j:
             i = j["metrics"].index("nDCG@10")
             r = {x["ranker"]: x for x in j["rankers"]}
@@ -85,8 +92,8 @@ for regime in ["dense", "sparse", "strong"]:
         else:
             ranking = "| no model promoted | — |"
         lines.append(
-            f"| {regime} | {seed} | {max(abs(x) for x in theta):.2f}{'' if finite else ' (NOT FINITE)'} | {refit.get('not_estimable') or '—'} "
-            f"| {h.get('candidate', float('nan')):.4f} / {h.get('position_only', float('nan')):.4f} / {h.get('pair_ctr', float('nan')):.4f} | {gate} "
+            f"| {regime} | {seed} | {max(abs(x) for x in theta):.2f}{'' if finite else ' (NOT FINITE)'} | {refit.get('not_estimable') or '—'} | {interval} "
+            f"| {h.get('candidate', float('nan')):.4f} / {h.get('position_only', float('nan')):.4f} / {h.get('pair_ctr', float('nan')):.4f} | {gate} | {strength} "
             f"| {len(t['fit']['epochs'])} ({t['fit']['stop']}) " + ranking
         )
 with open(f"{out}/table.md", "w") as f:

@@ -127,8 +127,12 @@ pub struct TrainConfig {
     /// epoch costs as many rows as the horizon has unique keys; it takes fewer steps per epoch and
     /// so more epochs (raise `max_epochs`).
     pub aggregated_epoch: AggregatedEpoch,
+    /// A guard, not the stopping rule: training stops by `patience`. Set far above what any log
+    /// tried needed (CLARA 2 stopped at 117, the simulator's densest regime at 120, its sparse
+    /// regime, 2 optimizer steps an epoch, at 1,386–1,541; docs/models.md); the fit report says
+    /// `max_epochs` when it is hit.
     pub max_epochs: usize,
-    /// Stop after this many epochs without a better validation loss.
+    /// Stop after this many epochs without a better validation loss (the default stopping rule).
     pub patience: usize,
     /// Keep the epoch with the best validation loss and stop after `patience` epochs without one
     /// (the default). `false` trains all `max_epochs` and keeps the last: the converged estimate,
@@ -208,7 +212,7 @@ impl Default for TrainConfig {
             batch_impressions: 5_120,
             batch_rows: 512,
             aggregated_epoch: AggregatedEpoch::Impressions,
-            max_epochs: 50,
+            max_epochs: 5_000,
             patience: 3,
             early_stopping: true,
             refit_position_bias: true,

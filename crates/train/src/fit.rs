@@ -416,7 +416,9 @@ pub fn fit_chunks(
     let logged_order_prior =
         if stop != StopReason::Diverged && !warm { super::logged_order_prior::fit_logged_order_prior(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);
-    if !converged && stop == StopReason::MaxEpochs {
+    // Without early stopping the epochs are the caller's (the converged fit's blocks, bootstrap
+    // replicates): no warning for running them all.
+    if !converged && stop == StopReason::MaxEpochs && cfg.early_stopping {
         tracing::warn!(
             epochs = epochs.len(),
             "training stopped at max_epochs = {} with the validation loss still falling: not converged (raise [train] max_epochs)",

@@ -121,6 +121,11 @@ pub fn converge(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, positio
     let ex = &full_batch(ex);
     let block = converged_config(cfg);
     let (mut model, _) = fit(ex, &block, None, false)?;
+    if profiled(cfg) {
+        // θ is the profiled refit's, which does not depend on how far gradient training took γ.
+        let settled = super::refit::refit_position_bias(&mut model, ex, cfg)?.is_none_or(|r| r.iterations < super::refit::MAX_ROUNDS);
+        return Ok((model, BLOCK_EPOCHS, settled));
+    }
     let mut epochs = BLOCK_EPOCHS;
     let mut settled = false;
     while epochs < u.converged_epochs && !settled {
@@ -132,6 +137,16 @@ pub fn converge(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, positio
     }
     let (model, _) = anneal(ex, &block, model, positions)?;
     Ok((model, epochs + 2 * ANNEAL_EPOCHS, settled))
+}
+
+/// Whether θ's converged estimate is the profiled refit under its priors (`refit.rs`), as the
+/// shipped θ of the embedding tower is, rather than a gradient fit run to convergence. Without the
+/// priors a position whose swap pairs carry no click has no maximum and the gradient fit runs θ as
+/// far as its epochs let it (−9 to −17 on a real log, intervals 6.7 wide), and the shipped θ falls
+/// outside the interval of a different estimator. Feature towers keep the gradient fit (their
+/// refit holds r(x) fixed, a different problem).
+fn profiled(cfg: &TrainConfig) -> bool {
+    cfg.tower == super::config::TowerKind::Embedding && !cfg.model.listwise()
 }
 
 
@@ -212,8 +227,14 @@ pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
         };
         let resampled = full_batch(&resampled);
         let cfg_b = TrainConfig { seed: cfg.seed.wrapping_add(1 + b as u64), ..replicate_cfg.clone() };
-        let (t, _) = fit(&resampled, &cfg_b, Some(&converged), false)?;
-        let (t, _) = anneal(&resampled, &cfg_b, t, positions)?;
+        let t = if profiled(cfg) {
+            let mut t = converged.clone();
+            super::refit::refit_position_bias(&mut t, &resampled, cfg)?;
+            t
+        } else {
+            let (t, _) = fit(&resampled, &cfg_b, Some(&converged), false)?;
+            anneal(&resampled, &cfg_b, t, positions)?.0
+        };
         draws.push(t.position_bias());
     }
     let k = positions.min(converged.position_bias().len());
@@ -243,9 +264,12 @@ pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
         level: u.level,
         replicates: u.replicates,
         method: format!(
-            "converged estimate ({} epochs{}, no early stopping, no weight decay, annealed) ± t({}, {:.4})·se, se over {} Poisson(1) bootstrap replicates of the {}, each warm-started, trained {} epochs and annealed",
-            converged_after_epochs,
-            if settled { "" } else { ", NOT settled: raise converged_epochs" },
+            "converged estimate ({}) ± t({}, {:.4})·se, se over {} Poisson(1) bootstrap replicates of the {}, each {}",
+            if profiled(cfg) {
+                format!("θ profiled under the refit's priors, γ per pair a random effect{}", if settled { "" } else { ", NOT settled" })
+            } else {
+                format!("{converged_after_epochs} epochs{}, no early stopping, no weight decay, annealed", if settled { "" } else { ", NOT settled: raise converged_epochs" })
+            },
             u.replicates - 1,
             1.0 - alpha,
             u.replicates,
@@ -253,7 +277,7 @@ pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
                 ResampleUnit::Query => "queries",
                 ResampleUnit::Impression => "impressions",
             },
-            u.epochs
+            if profiled(cfg) { "refit the same way".to_string() } else { format!("warm-started, trained {} epochs and annealed", u.epochs) }
         ),
     })
 }
