@@ -164,7 +164,7 @@ mod tests {
     /// and divided by the factor, and the file is otherwise unchanged — read independently, through
     /// the YAML, rule by rule.
     #[test]
-    fn the_shipped_rules_scale_every_duration_and_nothing_else() {
+    fn the_shipped_rules_scale_every_duration_and_nothing_else_and_promtool_accepts_them() {
         let factor = 120.0;
         let (scaled, found) = scale_rules(SHIPPED, factor).unwrap();
         let before: serde_yaml::Value = serde_yaml::from_str(SHIPPED).unwrap();
@@ -223,14 +223,18 @@ mod tests {
         assert_eq!(found.iter().filter(|f| f.kind == "range").count(), ranges);
         assert_eq!(found.iter().filter(|f| f.kind == "seconds").count(), constants);
         assert!(ranges >= 2 && constants >= 3, "the shipped rules have ranges (5m, 30m) and constants (26 * 3600 twice, 30 * 60): {found:?}");
-        // Prometheus's own checker accepts the result when it is on PATH (the test command installs it).
-        if let Ok(dir) = tempfile::tempdir() {
-            let path = dir.path().join("scaled.yml");
-            std::fs::write(&path, &scaled).unwrap();
-            if let Ok(out) = std::process::Command::new("promtool").arg("check").arg("rules").arg(&path).output() {
-                assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            }
-        }
+        // Prometheus's own checker accepts the result (the test command installs promtool; without
+        // it the test fails rather than passing unchecked).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaled.yml");
+        std::fs::write(&path, &scaled).unwrap();
+        let out = std::process::Command::new("promtool")
+            .arg("check")
+            .arg("rules")
+            .arg(&path)
+            .output()
+            .expect("promtool on PATH (Debian package `prometheus`; the README's test command installs it)");
+        assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
 
     #[test]

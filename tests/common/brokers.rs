@@ -2,6 +2,7 @@
 //! SASL), `stunnel` as a TLS listener in front of it, and test certificates made with `openssl`.
 //! The README's test command installs all three.
 
+use super::OutputWithin;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,7 +84,7 @@ pub fn tansu(dir: &Path, name: &str, port: u16, advertised_port: u16, storage: &
 /// Test PKI: (CA certificate, server certificate, server key) for 127.0.0.1 / localhost.
 pub fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let run = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl on PATH");
+        let out = Command::new("openssl").args(args).current_dir(dir).output_within(super::CHILD_DEADLINE).expect("openssl on PATH");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
     run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ultr-test-ca"]);
@@ -120,7 +121,7 @@ pub fn stunnel(dir: &Path, accept_port: u16, connect_port: u16, cert: &Path, key
 pub fn create_scram_user(port: u16, user: &str, password: &str) {
     let out = tansu_cli()
         .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{port}"), user, password, "--mechanism", "scram512"])
-        .output()
+        .output_within(super::CHILD_DEADLINE)
         .expect("the test broker or tansu on PATH");
     assert!(out.status.success(), "tansu user create: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }

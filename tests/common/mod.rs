@@ -5,6 +5,8 @@ pub mod brokers;
 pub mod malformed;
 
 use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Float32Type, Float64Type, TimestampMillisecondType, UInt32Type};
@@ -153,4 +155,56 @@ pub fn store_checkpoint(dir: &std::path::Path, trained: &ultr::train::fit::Train
         theta_intervals: None,
     };
     store.write(trained, info).unwrap()
+}
+
+/// How long a child process a test starts (`ultr`, promtool, openssl, a Python check) may run
+/// before the test kills it and fails: far above any command's measured time (the longest, an
+/// `ultr train` with θ intervals, took under two minutes on the 2-core machine), far below nextest's
+/// per-test deadline (.config/nextest.toml).
+pub const CHILD_DEADLINE: Duration = Duration::from_secs(480);
+
+/// `Command::output` with a deadline: past `limit` the child is killed and the test fails, naming
+/// the command and quoting its stderr so far, instead of hanging the suite.
+pub trait OutputWithin {
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<Output>;
+}
+
+impl OutputWithin for Command {
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<Output> {
+        use std::io::Read;
+        let mut child = self.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let out = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = out.read_to_end(&mut v);
+            v
+        });
+        let err = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = err.read_to_end(&mut v);
+            v
+        });
+        let status = wait_within(&mut child, limit).unwrap_or_else(|| {
+            let stderr = err.join().unwrap_or_default();
+            panic!("{self:?} ran past its {limit:?} deadline and was killed; its stderr:\n{}", String::from_utf8_lossy(&stderr))
+        });
+        Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
+    }
+}
+
+/// Waits for `child` at most `limit`: its exit status, or None after killing it (SIGKILL) and
+/// reaping it when the deadline passed.
+pub fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

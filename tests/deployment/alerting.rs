@@ -12,6 +12,7 @@
 //!
 //! Each scenario prints `ALERTING <scenario>: <alert> <state> after <s> s` lines: the fault matrix.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::collections::BTreeMap;
@@ -67,7 +68,7 @@ impl Prometheus {
             .arg(repo().join("pipelines/alerts.yml"))
             .args(["--factor", &factor.to_string(), "--out"])
             .arg(&rules)
-            .output()
+            .output_within(crate::common::CHILD_DEADLINE)
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let quoted: Vec<String> = targets.iter().map(|t| format!("{t:?}")).collect();
@@ -642,7 +643,7 @@ fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
         .arg("--state")
         .arg(dir.path().join("demo-state"))
         .current_dir(dir.path())
-        .output()
+        .output_within(crate::common::CHILD_DEADLINE)
         .unwrap();
     assert!(out.status.success(), "ultr train: {}", String::from_utf8_lossy(&out.stderr));
     wait_for(&prom, "the model's creation time", Duration::from_secs(60), |p| p.value("ultr_current_model_created_timestamp_seconds").is_some());

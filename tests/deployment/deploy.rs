@@ -2,6 +2,7 @@
 //! every mounted file exists, the configs it mounts parse, and every metric the alert rules and the
 //! Grafana dashboard query is one `ultr run` exports. Alert rules pass `promtool test rules`.
 
+use crate::common::OutputWithin;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -147,8 +148,8 @@ fn alerts_and_dashboard_query_only_exported_metrics() {
 #[test]
 fn alert_rules_pass_promtool() {
     let dir = repo().join("pipelines");
-    let check = Command::new("promtool").arg("check").arg("rules").arg("alerts.yml").current_dir(&dir).output().expect("promtool (Debian package `prometheus`) on PATH");
+    let check = Command::new("promtool").arg("check").arg("rules").arg("alerts.yml").current_dir(&dir).output_within(crate::common::CHILD_DEADLINE).expect("promtool (Debian package `prometheus`) on PATH");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
-    let test = Command::new("promtool").arg("test").arg("rules").arg("alerts.test.yml").current_dir(&dir).output().unwrap();
+    let test = Command::new("promtool").arg("test").arg("rules").arg("alerts.test.yml").current_dir(&dir).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(test.status.success(), "{}{}", String::from_utf8_lossy(&test.stdout), String::from_utf8_lossy(&test.stderr));
 }

@@ -2,6 +2,7 @@
 //! or set ULTR_KAFKA_BROKERS): ≥ 100,000 simulated sessions go simulator → broker → Kafka source,
 //! every session arrives exactly once, and the impressions equal the file path's.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::collections::HashSet;
@@ -292,7 +293,7 @@ fn imported_click_log_reaches_the_topic_as_the_file_has_it() {
             .args(["--base-time", &base, "--json", "--dead-letter"])
             .arg(dir.path().join("dead.jsonl"))
             .args(args)
-            .output()
+            .output_within(crate::common::CHILD_DEADLINE)
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()

@@ -1,9 +1,14 @@
-//! Kill test: `ultr ingest` over a ≥ 1M-impression stream is SIGKILLed at 5 random points and restarted
-//! each time; the final state's cumulative counts and dead letters equal an uninterrupted run's (0 lost,
-//! 0 double-counted, no refused record listed twice). The uninterrupted run has one ingest worker,
-//! the killed runs three (`[runtime] workers`), so a kill between two shards' checkpoints is covered.
+//! Kill test: `ultr ingest` over a ≥ 1M-impression stream with a malformed record every 997 is
+//! SIGKILLed at 5 random points and restarted each time; the final state's cumulative counts and dead
+//! letters equal an uninterrupted run's (0 lost, 0 double-counted, every refused record listed once:
+//! as many as the stream holds). The uninterrupted run has one ingest worker, the killed runs three
+//! (`[runtime] workers`), each shard checkpointing its own manifest. The shards' manifests are read
+//! after every kill: at least three kills must land after a checkpoint (a restart resumes from stored
+//! offsets, not the start); how many found the shards' checkpoints at different offsets (a kill
+//! between two shards' checkpoints) is printed, not asserted, since random kill times cannot force it.
 
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,12 +26,15 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
+/// A checkpoint every 2,000 records: the killed runs stop after 5–20 % of the reference run's time
+/// (2,600–10,400 of its 52,052 records, less start-up), so most pass one and a restart resumes from
+/// it; at 15,000 none did and every restart began again at the stream's start.
 fn write_config(dir: &Path, source: &str, workers: usize) -> PathBuf {
     let path = dir.join(format!("pipeline-{workers}.toml"));
     std::fs::write(
         &path,
         format!(
-            "batch_records = 2000\n[runtime]\nworkers = {workers}\n{source}\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 15000\n[decode]\nfeature_dim = 4\n"
+            "batch_records = 2000\n[runtime]\nworkers = {workers}\n{source}\n[window]\nsize = \"10m\"\nallowed_lateness = \"30s\"\n[state]\ncheckpoint_every_records = 2000\n[decode]\nfeature_dim = 4\n"
         ),
     )
     .unwrap();
@@ -34,7 +42,7 @@ fn write_config(dir: &Path, source: &str, workers: usize) -> PathBuf {
 }
 
 fn run_to_end(config: &Path, state: &Path) {
-    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "ingest failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -50,10 +58,20 @@ fn simulator() -> Simulator {
     .unwrap()
 }
 
+/// The records each shard's last checkpoint had read (the sum of its manifest's resume offsets), for
+/// the shards that have checkpointed.
+fn shard_progress(state: &Path) -> Vec<i64> {
+    (0..3)
+        .filter_map(|i| read_manifest(&state.join("shards").join(i.to_string())).ok())
+        .map(|m| m.resume.0.values().flat_map(|parts| parts.values()).sum())
+        .collect()
+}
+
 /// Runs `config_for(0)` (one worker) to completion once as the reference, then `config_for(run)`
 /// (three workers) 5 times killed at random points plus a final run into another state; both states
-/// must hold identical cumulative counts.
-fn check_kill_restart(dir: &Path, config_for: &dyn Fn(usize) -> PathBuf) {
+/// must hold identical cumulative counts, and both must list the stream's `malformed` refused
+/// records, each once.
+fn check_kill_restart(dir: &Path, malformed: usize, config_for: &dyn Fn(usize) -> PathBuf) {
     let reference = dir.join("reference");
     let started = Instant::now();
     run_to_end(&config_for(0), &reference);
@@ -64,24 +82,27 @@ fn check_kill_restart(dir: &Path, config_for: &dyn Fn(usize) -> PathBuf) {
 
     let killed = dir.join("killed");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
-    let mut kills = 0;
+    let (mut kills, mut after_checkpoint, mut between_shards) = (0, 0, 0);
+    let mut progress_before = Vec::new();
     for run in 1..=5 {
         let mut child = ultr().args(["ingest", "--config"]).arg(config_for(run)).arg("--state").arg(&killed).spawn().unwrap();
         let wait = full.mul_f64(rng.random_range(0.05..0.2));
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
-            if child.try_wait().unwrap().is_some() {
-                break;
+        if common::wait_within(&mut child, wait).is_none() {
+            kills += 1; // SIGKILLed by the deadline
+            let progress = shard_progress(&killed);
+            if progress.iter().sum::<i64>() > progress_before.iter().sum::<i64>() {
+                after_checkpoint += 1;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            if progress.windows(2).any(|p| p[0] != p[1]) {
+                between_shards += 1;
+            }
+            eprintln!("kill {run}: the shards' checkpoints had read {progress:?} records");
+            progress_before = progress;
         }
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-            kills += 1;
-        }
-        child.wait().unwrap();
     }
+    eprintln!("{kills} kills: {after_checkpoint} after a new checkpoint, {between_shards} with the shards' checkpoints at different offsets");
     assert!(kills >= 5, "only {kills} runs were still going when killed");
+    assert!(after_checkpoint >= 3, "only {after_checkpoint} of {kills} kills landed after a new checkpoint");
     run_to_end(&config_for(6), &killed);
     let (got_rows, got_counters) = final_counts(&killed);
     assert_eq!(got_counters, want_counters);
@@ -89,12 +110,37 @@ fn check_kill_restart(dir: &Path, config_for: &dyn Fn(usize) -> PathBuf) {
     assert!(got_rows == want_rows, "cumulative counts differ after kill -9 and restarts");
     // Every refused record is listed once, as in the uninterrupted run.
     let letters = |state: &Path| -> Vec<(String, i32, i64)> {
-        let path = state.join("dead-letters.jsonl");
-        let mut v: Vec<_> = if path.exists() { read_dead_letters(&path).unwrap() } else { Vec::new() }.into_iter().map(|l| (l.source, l.partition, l.offset)).collect();
+        let mut v: Vec<_> = read_dead_letters(&state.join("dead-letters.jsonl")).unwrap().into_iter().map(|l| (l.source, l.partition, l.offset)).collect();
         v.sort();
         v
     };
+    assert_eq!(letters(&reference).len(), malformed, "the uninterrupted run lists every malformed record once");
     assert_eq!(letters(&killed), letters(&reference), "dead letters differ after kill -9 and restarts");
+}
+
+/// A malformed record: JSON cut short.
+const MALFORMED: &str = "{\"session_id\": truncated";
+
+/// Sends the simulator's sessions on, with a malformed record before every 997th.
+struct Spoiling<'a> {
+    inner: &'a mut ultr::sinks::kafka::KafkaSink,
+    sent: usize,
+    malformed: usize,
+}
+
+impl ultr::sinks::SessionSink for Spoiling<'_> {
+    fn send(&mut self, key: &str, payload: &[u8]) -> anyhow::Result<()> {
+        if self.sent % 997 == 500 {
+            self.inner.send(key, MALFORMED.as_bytes())?;
+            self.malformed += 1;
+        }
+        self.sent += 1;
+        self.inner.send(key, payload)
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.inner.flush()
+    }
 }
 
 #[test]
@@ -105,12 +151,13 @@ fn file_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
     sim.run(&mut JsonlSink::create(&data).unwrap()).unwrap();
     // Every 997th line malformed, so dead letters are written all through the run.
     let text = std::fs::read_to_string(&data).unwrap();
-    let spoiled: Vec<&str> = text.lines().enumerate().map(|(i, l)| if i % 997 == 500 { "{\"session_id\": truncated" } else { l }).collect();
+    let spoiled: Vec<&str> = text.lines().enumerate().map(|(i, l)| if i % 997 == 500 { MALFORMED } else { l }).collect();
+    let malformed = spoiled.iter().filter(|l| **l == MALFORMED).count();
     std::fs::write(&data, spoiled.join("\n") + "\n").unwrap();
     let source = format!("[source.file]\npaths = [{:?}]", data.display().to_string());
     let (one, three) = (write_config(dir.path(), &source, 1), write_config(dir.path(), &source, 3));
 
-    check_kill_restart(dir.path(), &|run| if run == 0 { one.clone() } else { three.clone() });
+    check_kill_restart(dir.path(), malformed, &|run| if run == 0 { one.clone() } else { three.clone() });
 }
 
 #[test]
@@ -124,10 +171,12 @@ fn kafka_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
     // killed run resumes from whatever offset its last checkpoint recorded.
     let one_per_batch = [("batch.num.messages".to_string(), "1".to_string())].into();
     let mut sink = ultr::sinks::kafka::KafkaSink::new(&brokers, &topic, &one_per_batch).unwrap();
-    simulator().run(&mut sink).unwrap();
+    let mut spoiling = Spoiling { inner: &mut sink, sent: 0, malformed: 0 };
+    simulator().run(&mut spoiling).unwrap();
+    let malformed = spoiling.malformed;
     let base = dir.path().to_path_buf();
     // A fresh consumer group per run: the manifest, not the group, says where to resume.
-    check_kill_restart(dir.path(), &|run| {
+    check_kill_restart(dir.path(), malformed, &|run| {
         let source = format!(
             "[source.kafka]\nbrokers = {brokers:?}\ngroup_id = \"ultr-kill-{nanos}-{run}\"\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n"
         );

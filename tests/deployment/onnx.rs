@@ -2,6 +2,7 @@
 //! scripts/test.sh; `$ULTR_PYTHON` names its interpreter) and reproduce `ultr score` on every
 //! MQ2008 document, and the additive click model's θ_k + b(z) + r(x) as `relevance.json` defines it.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::collections::HashMap;
@@ -60,7 +61,7 @@ fn onnxruntime(model: &Path, work: &Path, inputs: &[(&str, &Path)]) -> HashMap<S
     for (name, path) in inputs {
         cmd.arg(format!("{name}={}", path.display()));
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("{} (set ULTR_PYTHON to a python with onnxruntime; scripts/test.sh installs one): {e}", python()));
+    let out = cmd.output_within(crate::common::CHILD_DEADLINE).unwrap_or_else(|e| panic!("{} (set ULTR_PYTHON to a python with onnxruntime; scripts/test.sh installs one): {e}", python()));
     assert!(out.status.success(), "onnxruntime on {}: {}{}", model.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{}", String::from_utf8_lossy(&out.stdout).trim());
     std::fs::read_dir(&out_dir)
@@ -87,7 +88,7 @@ fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     // `ultr score` (the burn model) on every MQ2008 file.
     let mut burn = HashMap::new();
     for file in common::mq2008_files() {
-        let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["score", "--model"]).arg(&checkpoint).arg("--input").arg(&file).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["score", "--model"]).arg(&checkpoint).arg("--input").arg(&file).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         for line in String::from_utf8(out.stdout).unwrap().lines().skip(1) {
             let f: Vec<&str> = line.split('\t').collect();

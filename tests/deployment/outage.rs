@@ -163,7 +163,7 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
         std::thread::sleep(Duration::from_secs(1));
     }
     let _ = Command::new("kill").arg("-TERM").arg(service.0.id().to_string()).status();
-    let status = service.0.wait().unwrap();
+    let status = crate::common::wait_within(&mut service.0, Duration::from_secs(60)).expect("`ultr run` stops within 60 s of SIGTERM");
     assert!(status.success(), "graceful stop: {}", std::fs::read_to_string(dir.path().join("ultr.log")).unwrap());
 
     // The uninterrupted reference: the same records, the same stop point, no outage.

@@ -8,6 +8,7 @@
 //! `SCALE_OUT_HISTORY=1` keeps the instances' logs (their folder is printed), adds librdkafka's
 //! group-protocol lines (`debug = "cgrp"`) to them and prints every instance's partition history.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::collections::BTreeMap;
@@ -315,7 +316,7 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
         .arg(&config)
         .arg("--state")
         .arg(&merged_root)
-        .output()
+        .output_within(crate::common::CHILD_DEADLINE)
         .unwrap();
     assert!(out.status.success(), "ultr compact: {}", String::from_utf8_lossy(&out.stderr));
     eprintln!("[{:5.1}s] {}", t0.elapsed().as_secs_f64(), String::from_utf8_lossy(&out.stdout).trim());

@@ -3,6 +3,7 @@
 //! restart loses and double-counts nothing; a policy switch to τ = 0 makes IdentifiabilityLost fire
 //! (through promtool), and not before.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::io::{BufRead, BufReader};
@@ -194,7 +195,7 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
     let test = test.replace("RUNBOOK", &format!("{runbook:?}"));
     let test_file = dir.path().join("stale.test.yml");
     std::fs::write(&test_file, test).unwrap();
-    let out = Command::new("promtool").arg("test").arg("rules").arg(&test_file).output().expect("promtool on PATH");
+    let out = Command::new("promtool").arg("test").arg("rules").arg(&test_file).output_within(crate::common::CHILD_DEADLINE).expect("promtool on PATH");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
@@ -274,7 +275,7 @@ fn sigterm_during_a_window_then_restart_loses_and_double_counts_nothing() {
     )
     .unwrap();
     let reference = dir.path().join("reference");
-    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&reference).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&reference).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let state = dir.path().join("state");
@@ -377,7 +378,7 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     );
     let test_file = dir.path().join("switch.test.yml");
     std::fs::write(&test_file, test).unwrap();
-    let out = Command::new("promtool").arg("test").arg("rules").arg(&test_file).output().expect("promtool on PATH");
+    let out = Command::new("promtool").arg("test").arg("rules").arg(&test_file).output_within(crate::common::CHILD_DEADLINE).expect("promtool on PATH");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
@@ -563,7 +564,7 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     let screenshot = dir.path().join("status.png");
     let script = repo().join("scripts/status_page_check.py");
     let python = std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(&python).arg(&script).arg(format!("http://{listen}/")).arg(&screenshot).output().expect("python with selenium (scripts/test.sh installs it)");
+    let out = Command::new(&python).arg(&script).arg(format!("http://{listen}/")).arg(&screenshot).output_within(crate::common::CHILD_DEADLINE).expect("python with selenium (scripts/test.sh installs it)");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     eprintln!("the browser saw: {seen}");

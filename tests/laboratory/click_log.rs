@@ -4,6 +4,7 @@
 //! are dead-lettered with their reason, and the judged figures equal trec_eval's (pytrec_eval, from
 //! PyPI, installed by scripts/test.sh) to 1e-6. The log and the qrels are written here.
 
+use crate::common::OutputWithin;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -109,7 +110,7 @@ fn click(pages: &mut BTreeMap<usize, (u64, String, Vec<String>, BTreeSet<String>
 }
 
 fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
+    let out = cmd.output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{cmd:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -187,7 +188,7 @@ fn judged_evaluation_of_an_imported_log_equals_trec_eval() {
     .unwrap();
     let state = dir.path().join("state");
     run(ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state));
-    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(0), "the first model is promoted: {}", String::from_utf8_lossy(&out.stderr));
     for unjudged in ["zero", "drop"] {
         for ranker in ["model", "logged", "naive_ctr"] {

@@ -3,6 +3,7 @@
 //! randomization connects it; a rare context value is no node of its own; exit codes gate a scheduler;
 //! bad state and config inputs fail with the file and key named and write nothing.
 
+use crate::common::OutputWithin;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,12 +51,12 @@ tau = {tau}
 }
 
 fn ingest(config: &Path, state: &Path) {
-    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn analyse(config: &Path, state: &Path) -> (i32, serde_json::Value) {
-    let out = ultr().args(["identifiability", "--json", "--state"]).arg(state).arg("--config").arg(config).output().unwrap();
+    let out = ultr().args(["identifiability", "--json", "--state"]).arg(state).arg("--config").arg(config).output_within(crate::common::CHILD_DEADLINE).unwrap();
     let code = out.status.code().unwrap();
     assert!(code != 2, "{}", String::from_utf8_lossy(&out.stderr));
     (code, serde_json::from_slice(&out.stdout).unwrap())
@@ -209,7 +210,7 @@ fn bad_inputs_name_the_file_and_key_and_write_nothing() {
     for (body, key) in cases {
         let config = dir.path().join("bad.toml");
         std::fs::write(&config, format!("source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\n{body}")).unwrap();
-        let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2));
         assert!(err.contains("bad.toml") && err.contains(key), "{key}: {err}");
@@ -221,7 +222,7 @@ fn bad_inputs_name_the_file_and_key_and_write_nothing() {
     std::fs::create_dir_all(&foreign).unwrap();
     std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
     let config = sim_config(dir.path(), 0.0, "");
-    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&foreign).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&foreign).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an ultr state directory"));
 
@@ -230,20 +231,20 @@ fn bad_inputs_name_the_file_and_key_and_write_nothing() {
     let other = dir.path().join("other.toml");
     std::fs::write(&other, std::fs::read_to_string(&config).unwrap().replace("seed = 3", "seed = 4")).unwrap();
     let before = std::fs::read(state.join("manifest.json")).unwrap();
-    let out = ultr().args(["ingest", "--config"]).arg(&other).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(&other).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains("manifest.json") && err.contains("`source`"), "{err}");
     assert_eq!(std::fs::read(state.join("manifest.json")).unwrap(), before);
 
     // An unreadable state directory is exit status 2 for the scheduler.
-    let out = ultr().args(["identifiability", "--state"]).arg(dir.path().join("missing")).output().unwrap();
+    let out = ultr().args(["identifiability", "--state"]).arg(dir.path().join("missing")).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(2));
     // A corrupt manifest names the file.
     let broken = dir.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
     std::fs::write(broken.join("manifest.json"), "{\"format\": \"something-else\"}").unwrap();
-    let out = ultr().args(["identifiability", "--state"]).arg(&broken).output().unwrap();
+    let out = ultr().args(["identifiability", "--state"]).arg(&broken).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("manifest.json"));
 }

@@ -2,6 +2,7 @@
 //! counted π within noise (same stream); `ultr identifiability` says the log agrees with counting,
 //! and flags a stale logger (propensities of another exploration rate) on the very same sessions.
 
+use crate::common::OutputWithin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,13 +28,13 @@ fn pipeline(dir: &Path, name: &str, logged_tau: Option<f64>, ips: &str) -> PathB
 }
 
 fn run_json(cmd: &mut Command) -> serde_json::Value {
-    let out = cmd.output().unwrap();
+    let out = cmd.output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 fn ingest(config: &Path, state: &Path) {
-    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -95,7 +96,7 @@ fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged() {
     // Its deterministic placements are logged as 0.955 where the policy shows them with 0.73: counted
     // below logged on the cells that carry most impressions.
     assert!(check["mean_log_ratio"].as_f64().unwrap() < -0.1, "{check}");
-    let out = ultr().args(["identifiability", "--config"]).arg(&stale).arg("--state").arg(&stale_state).output().unwrap();
+    let out = ultr().args(["identifiability", "--config"]).arg(&stale).arg("--state").arg(&stale_state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("DISAGREES") && text.contains("logging-v1"), "{text}");
     let (_, min_stale) = train(&stale, &stale_state);

@@ -3,6 +3,7 @@
 //! `ultr models`; warm starts across models are refused naming both; a listwise model is refused on
 //! aggregated rows with the reason; gradient reversal scales the adversary's gradient by −η.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::path::{Path, PathBuf};
@@ -178,7 +179,7 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let additive = pipeline(dir.path(), "additive", "");
-    let out = ultr().args(["ingest", "--config"]).arg(&additive).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(&additive).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let models = [
         ("additive", "model = \"additive\"\n", "linear"),
@@ -192,14 +193,14 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let mut thetas = Vec::new();
     for (name, train, label) in models {
         let config = pipeline(dir.path(), name, train);
-        let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         thetas.push((name, outcome["theta"][1].as_f64().unwrap()));
-        let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output().unwrap().stdout).unwrap();
+        let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
         let current = listing.lines().find(|l| l.starts_with('*')).unwrap();
         assert!(current.contains(&format!("  {label}  ")), "{name}: {current}");
-        let out = ultr().args(["eval", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        let out = ultr().args(["eval", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let eval: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(eval["report"]["ndcg"]["10"].as_f64().unwrap() > 0.5, "{name}: {eval}");
@@ -217,9 +218,9 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     for seed in [4, 5] {
         let config = pipeline_seeded(dir.path(), &format!("additive-seed{seed}"), "", seed);
         let state = dir.path().join(format!("state-seed{seed}"));
-        let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let out = ultr().args(["train", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+        let out = ultr().args(["train", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert_eq!(out.status.code(), Some(0), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
         let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         additive_thetas.push(outcome["theta"][1].as_f64().unwrap());
@@ -243,19 +244,19 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let config = pipeline(dir.path(), "edot-embedding", "model = \"edot\"\n");
     let text = std::fs::read_to_string(&config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\"");
     std::fs::write(&config, text).unwrap();
-    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("train.tower"), "{}", String::from_utf8_lossy(&out.stderr));
     // The current model is einter: warm-starting another model from it names both.
     let config = pipeline(dir.path(), "warm", "model = \"gradient_reversal\"\n");
-    let out = ultr().args(["train", "--warm-start", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--warm-start", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`einter`") && err.contains("`gradient_reversal`"), "{err}");
     // DLA trains on whole sessions: the windows' session stores. Its click logits are uncalibrated,
     // so the gate (click BCE against the current model) needs --force here.
     let config = pipeline(dir.path(), "dla", "model = \"dla\"\n");
-    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(0), "dla: {}", String::from_utf8_lossy(&out.stderr));
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let sessions = outcome["fit"]["train_sessions"].as_u64().unwrap();
@@ -265,21 +266,21 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let phi10 = outcome["theta"][9].as_f64().unwrap();
     eprintln!("DLA from the session stores: {sessions} training lists, φ_k − φ_1 = {}", outcome["theta"]);
     assert!(phi10 < -0.5, "DLA: φ_10 − φ_1 = {phi10}");
-    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output().unwrap().stdout).unwrap();
+    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
     assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  dla/linear  "), "{listing}");
     // MixEM too trains on the stored sessions (its E-step weighs each whole session).
     let config = pipeline(dir.path(), "mixem", "model = \"mixem\"\n[train.mixem]\ntemperature = 1.0\n");
-    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(0), "mixem: {}", String::from_utf8_lossy(&out.stderr));
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "MixEM and DLA read the same stored sessions");
     let e10 = outcome["theta"][9].as_f64().unwrap();
     assert!(e10 < -0.3, "MixEM: e_10 − e_1 = {e10}");
-    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output().unwrap().stdout).unwrap();
+    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
     assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  mixem/linear  "), "{listing}");
     // An unknown key in a model's section is refused by name.
     let config = pipeline(dir.path(), "typo", "model = \"gradient_reversal\"\n[train.gradient_reversal]\netaa = 0.5\n");
-    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("etaa"));
 }

@@ -2,6 +2,7 @@
 //! intervals (checkpoint.json, JSON, an SVG), and over 20 simulated seeds the 95 % intervals cover
 //! the simulator's true θ_k = −ln k at about their nominal rate.
 
+use crate::common::OutputWithin;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -26,9 +27,9 @@ fn train_reports_theta_intervals_that_hold_the_truth() {
     )
     .unwrap();
     let state = dir.path().join("state");
-    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = ultr().args(["train", "--json", "--theta-intervals", "--config"]).arg(&config).arg("--state").arg(&state).output().unwrap();
+    let out = ultr().args(["train", "--json", "--theta-intervals", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &outcome["theta_intervals"];

@@ -1,6 +1,7 @@
 //! Training: the Hager 2025 orderings on a small fast grid, the CLI's checkpoint / promotion gate /
 //! warm start, the framework-neutral export against burn, and refusals of data that cannot train.
 
+use crate::common::OutputWithin;
 use crate::common;
 
 use std::path::{Path, PathBuf};
@@ -96,7 +97,7 @@ fn pipeline(dir: &Path, sessions: u64, extra: &str) -> PathBuf {
 }
 
 fn run_ok(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().unwrap();
+    let out = cmd.output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.code().is_some(), "killed: {}", String::from_utf8_lossy(&out.stderr));
     out
 }
@@ -242,7 +243,7 @@ fn export_and_score_match_the_burn_model() {
     let id = common::store_checkpoint(dir.path(), &trained, &report, &cfg);
     let export: RelevanceExport = serde_json::from_str(&std::fs::read_to_string(dir.path().join(&id).join("relevance.json")).unwrap()).unwrap();
 
-    let out = ultr().args(["score", "--model"]).arg(dir.path()).arg("--input").arg(&data[0]).output().unwrap();
+    let out = ultr().args(["score", "--model"]).arg(dir.path()).arg("--input").arg(&data[0]).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let mut n = 0;

@@ -90,6 +90,14 @@ struct Reference {
     duplicates: u64,
 }
 
+/// The starts of the windows holding time `t`: every multiple of `slide` with start ≤ t < start +
+/// `size`, found by trying each multiple from one window before t − size to one after t (written
+/// here, not taken from `WindowSpec::windows_for`, so a bug in its hopping arithmetic shows).
+fn windows_holding(t: i64, size: i64, slide: i64) -> Vec<i64> {
+    let (first, last) = ((t - size).div_euclid(slide) - 1, t.div_euclid(slide) + 1);
+    (first..=last).map(|k| k * slide).filter(|&start| start <= t && t < start + size).collect()
+}
+
 fn reference(stream: &[Session], spec: &WindowSpec) -> Reference {
     let mut wm = i64::MIN;
     let mut max_t = i64::MIN;
@@ -97,7 +105,7 @@ fn reference(stream: &[Session], spec: &WindowSpec) -> Reference {
     let mut ids: BTreeMap<i64, HashSet<String>> = BTreeMap::new();
     let (mut late, mut duplicates) = (Vec::new(), 0);
     for s in stream {
-        let targets: Vec<i64> = spec.windows_for(s.time).filter(|w| w + spec.size_ms > wm).collect();
+        let targets: Vec<i64> = windows_holding(s.time, spec.size_ms, spec.slide_ms).into_iter().filter(|w| w + spec.size_ms > wm).collect();
         if targets.is_empty() {
             late.push(s.id.clone());
         } else if ids.iter().any(|(w, set)| w + spec.size_ms > wm && set.contains(&s.id)) {

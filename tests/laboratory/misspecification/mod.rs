@@ -4,6 +4,7 @@
 
 mod scenario;
 
+use crate::common::OutputWithin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -81,7 +82,7 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
     let rules = repo().join("pipelines/alerts.yml");
     std::fs::write(&file, format!("rule_files:\n  - {:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{input}    alert_rule_test:\n{tests}", rules.display().to_string()))
         .unwrap();
-    let out = Command::new("promtool").arg("test").arg("rules").arg(&file).output().expect("promtool on PATH (the README's test command installs it)");
+    let out = Command::new("promtool").arg("test").arg("rules").arg(&file).output_within(crate::common::CHILD_DEADLINE).expect("promtool on PATH (the README's test command installs it)");
     assert!(out.status.success(), "{}{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), std::fs::read_to_string(&file).unwrap());
 }
 
@@ -158,7 +159,7 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
     let omitted = dir.path().join("omitted.toml");
     std::fs::write(&omitted, std::fs::read_to_string(&o.config).unwrap().replace("max_epochs = 30\n", "max_epochs = 30\nfeature_limit = 30\n")).unwrap();
     for config in [&o.config, &omitted] {
-        let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(config).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(config).output_within(crate::common::CHILD_DEADLINE).unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains("IDENTIFIED") && !stdout.contains("NOT IDENTIFIED"), "{stdout}");
@@ -175,7 +176,7 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
     promtool(dir.path(), &exported, &["ultr_identified{model=\"embedding\"}"], &[(14, "IdentifiabilityLost", false), (79, "IdentifiabilityLost", true)]);
     let embedding = dir.path().join("embedding.toml");
     std::fs::write(&embedding, std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\"")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(&embedding).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(&embedding).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("NOT IDENTIFIED"));
 }
