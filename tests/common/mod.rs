@@ -184,10 +184,10 @@ impl OutputWithin for Command {
             let _ = err.read_to_end(&mut v);
             v
         });
-        let status = wait_within(&mut child, limit).unwrap_or_else(|| {
+        let Some(status) = wait_within(&mut child, limit) else {
             let stderr = err.join().unwrap_or_default();
             panic!("{self:?} ran past its {limit:?} deadline and was killed; its stderr:\n{}", String::from_utf8_lossy(&stderr))
-        });
+        };
         Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
     }
 }

@@ -96,7 +96,7 @@ fn check_kill_restart(dir: &Path, malformed: usize, config_for: &dyn Fn(usize) -
             if progress.windows(2).any(|p| p[0] != p[1]) {
                 between_shards += 1;
             }
-            eprintln!("kill {run}: the shards' checkpoints had read {progress:?} records");
+            eprintln!("kill {run}: the shards' checkpoints stood at resume offsets summing to {progress:?}");
             progress_before = progress;
         }
     }
