@@ -207,23 +207,34 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     }
     // A randomised policy (τ = 0.3), a well-specified tower: the additive model recovers θ_2 − θ_1 =
     // −ln 2; the biased model has no position parameters; reversal and dropout hold the observation
-    // tower back by design, so their position effect is shrunk towards 0 (same sign, smaller). REM
+    // tower back by design, so their position effect is shrunk towards 0 (same sign, smaller: asserted
+    // below on three seeds). REM
     // (log P(E_2)/P(E_1)) and EDot/EInter (the mean item's logit at 2 minus at 1) measure another
     // quantity on these additive-logit clicks: asserted is that clicks fall from position 1 to 2.
     eprintln!("θ_2 − θ_1 per model: {thetas:?}");
     let additive = thetas[0].1;
     // The additive model's θ_2 − θ_1 on two more simulated streams (seeds 4 and 5), so the bound
-    // below holds over three seeds, not the one it was first checked on.
+    // below holds over three seeds, not the one it was first checked on; and reversal's and
+    // dropout's on the same streams, for their shrinkage claim.
     let mut additive_thetas = vec![additive];
+    let mut shrunk: Vec<(&str, u64, f64, f64)> = thetas.iter().filter(|(n, _)| matches!(*n, "gradient_reversal" | "observation_dropout")).map(|(n, t)| (*n, 3, *t, additive)).collect();
     for seed in [4, 5] {
         let config = pipeline_seeded(dir.path(), &format!("additive-seed{seed}"), "", seed);
         let state = dir.path().join(format!("state-seed{seed}"));
         let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let out = ultr().args(["train", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-        assert_eq!(out.status.code(), Some(0), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
-        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        additive_thetas.push(outcome["theta"][1].as_f64().unwrap());
+        let train = |config: &Path| -> f64 {
+            let out = ultr().args(["train", "--json", "--force", "--config"]).arg(config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+            assert_eq!(out.status.code(), Some(0), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
+            let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            outcome["theta"][1].as_f64().unwrap()
+        };
+        let additive_seed = train(&config);
+        additive_thetas.push(additive_seed);
+        for (name, section, _) in models.iter().filter(|(n, ..)| matches!(*n, "gradient_reversal" | "observation_dropout")) {
+            let config = pipeline_seeded(dir.path(), &format!("{name}-seed{seed}"), section, seed);
+            shrunk.push((name, seed, train(&config), additive_seed));
+        }
     }
     eprintln!("additive θ_2 − θ_1 on seeds 3, 4, 5: {additive_thetas:.4?} (truth {:.4})", -2f64.ln());
     for (seed, theta2) in [3, 4, 5].iter().zip(&additive_thetas) {
@@ -237,8 +248,16 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
             // its step is small (−0.10); `tests/laboratory/yan2022.rs` checks it recovers a PBM's examination.
             "rem" => assert!(*theta2 < -0.05, "{name}: log P(E_2)/P(E_1) = {theta2}"),
             "edot" | "einter" => assert!(*theta2 < -0.1, "{name}: position 2 − position 1 = {theta2}"),
-            _ => assert!(*theta2 < -0.1 && *theta2 > additive - 0.1, "{name}: θ_2 − θ_1 = {theta2} (additive {additive})"),
+            _ => assert!(*theta2 < -0.1, "{name}: θ_2 − θ_1 = {theta2}"),
         }
+    }
+    // Same sign as the additive model's on the same stream, and strictly smaller in magnitude, on
+    // seeds 3, 4 and 5 (measured on seed 3: additive −0.566, reversal −0.437, dropout −0.388; the
+    // shrinkage is a design property, so no tolerance is granted toward a larger |θ|).
+    eprintln!("(model, seed, θ_2 − θ_1, additive's): {shrunk:.4?}");
+    assert_eq!(shrunk.len(), 6);
+    for (name, seed, theta2, additive) in &shrunk {
+        assert!(*theta2 < -0.1 && *theta2 > *additive, "{name}, seed {seed}: θ_2 − θ_1 = {theta2} against the additive model's {additive}");
     }
     // EDot and EInter need a feature tower: the embedding tower is refused naming the key.
     let config = pipeline(dir.path(), "edot-embedding", "model = \"edot\"\n");
