@@ -386,17 +386,17 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn stream_with_clicks(dir: &Path, name: &str, click: ultr::simulate::click::ClickModel, sessions: u64, start_ms: i64) -> PathBuf {
-    simulated(dir, name, 0.3, click, sessions, start_ms, 41, 125)
+fn stream_with_clicks(dir: &Path, name: &str, click: ultr::simulate::click::ClickModel, sessions: u64, start_ms: i64, seed: u64) -> PathBuf {
+    simulated(dir, name, 0.3, click, sessions, start_ms, seed, 125)
 }
 
 /// Per-window misspecification z after an additive model is trained on the first hour.
 /// Returns (z, RMS residual–π correlation) per window scored after the switch.
-fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel) -> (Vec<f64>, Vec<f64>) {
+fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, seed: u64) -> (Vec<f64>, Vec<f64>) {
     std::fs::create_dir_all(dir).unwrap();
     let t0 = 1_767_225_600_000i64;
-    let a = stream_with_clicks(dir, "pbm.jsonl", Default::default(), 28_800, t0); // 60 min
-    let b = stream_with_clicks(dir, "second.jsonl", second, 108_000, t0 + 28_800 * 125); // 225 min: ≥ 20 windows under the model
+    let a = stream_with_clicks(dir, "pbm.jsonl", Default::default(), 28_800, t0, seed); // 60 min
+    let b = stream_with_clicks(dir, "second.jsonl", second, 108_000, t0 + 28_800 * 125, seed); // 225 min: ≥ 20 windows under the model
     // One file, one partition: two files would be two partitions, and the first one's end would hold
     // the watermark (every later window then closes at once, at the end).
     let both = dir.join("both.jsonl");
@@ -454,9 +454,13 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel) 
 /// On a PBM stream the additive model is well specified: z stays below the MisspecificationSuspected
 /// threshold over ≥ 20 held-out windows (the observed false-alarm rate is printed). When the click
 /// model turns into the non-factorisable 0:1:1:0 mixture (Yan 2022), the policy-free diagnostic
-/// (RMS within-position residual–π correlation) moves within two windows, while z — which partials
-/// the model's own logit out of π — does not: the mixture's misfit is a function of (k, ẑ) within a
-/// position, a calibration failure rather than policy dependence (see the README).
+/// (RMS within-position residual–π correlation) moves above 0.05 within two windows, while z — which
+/// partials the model's own logit out of π — stays below the threshold: the mixture's misfit is a
+/// function of (k, ẑ) within a position, a calibration failure rather than policy dependence (see
+/// the README). On three seeds. The diagnostic's bound, 0.05, is derived from the measured spread
+/// (seeds 41–43, 23 windows each): PBM windows 0.008–0.026 (mean 0.016, sd 0.004: the bound is 8 sd
+/// above the mean), mixture windows 0.108–0.140 (the bound is under half the smallest); z on the
+/// mixture reached 1.52 at most, against the rule's 4.
 #[test]
 fn misspecification_signal_moves_when_clicks_stop_being_additive() {
     let rules = std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap();
@@ -464,18 +468,21 @@ fn misspecification_signal_moves_when_clicks_stop_being_additive() {
     let threshold: f64 = rule.rsplit('>').next().unwrap().trim().parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mixture = ultr::simulate::click::ClickModel { kind: ultr::simulate::click::ClickModelKind::Mixture, ..Default::default() };
-    let (pbm_z, pbm_r) = residual_correlations(&dir.path().join("pbm"), Default::default());
-    let (mix_z, mix_r) = residual_correlations(&dir.path().join("mix"), mixture);
-    eprintln!("PBM → PBM: z {pbm_z:.2?}, r {pbm_r:.4?}");
-    eprintln!("PBM → mixture: z {mix_z:.2?}, r {mix_r:.4?}");
-    let alarms = pbm_z.iter().filter(|z| **z > threshold).count();
-    eprintln!("PBM → PBM: {alarms}/{} windows above z = {threshold} (false-alarm rate {:.3})", pbm_z.len(), alarms as f64 / pbm_z.len() as f64);
-    assert!(pbm_z.len() >= 20, "{} windows scored on the PBM stream", pbm_z.len());
-    assert_eq!(alarms, 0);
-    let diagnostic = 0.03;
-    assert!(pbm_r.iter().all(|r| *r < diagnostic));
-    let first_over = mix_r.iter().position(|r| *r > diagnostic).expect("the diagnostic moves");
-    assert!(first_over <= 1, "moved only in the {}th window after the switch", first_over + 1);
+    let diagnostic = 0.05;
+    for seed in [41, 42, 43] {
+        let (pbm_z, pbm_r) = residual_correlations(&dir.path().join(format!("pbm-{seed}")), Default::default(), seed);
+        let (mix_z, mix_r) = residual_correlations(&dir.path().join(format!("mix-{seed}")), mixture.clone(), seed);
+        eprintln!("seed {seed}, PBM → PBM: z {pbm_z:.2?}, r {pbm_r:.4?}");
+        eprintln!("seed {seed}, PBM → mixture: z {mix_z:.2?}, r {mix_r:.4?}");
+        let alarms = pbm_z.iter().filter(|z| **z > threshold).count();
+        eprintln!("seed {seed}, PBM → PBM: {alarms}/{} windows above z = {threshold} (false-alarm rate {:.3})", pbm_z.len(), alarms as f64 / pbm_z.len() as f64);
+        assert!(pbm_z.len() >= 20, "seed {seed}: {} windows scored on the PBM stream", pbm_z.len());
+        assert_eq!(alarms, 0, "seed {seed}: z above {threshold} on a well-specified stream");
+        assert!(pbm_r.iter().all(|r| *r < diagnostic), "seed {seed}: the diagnostic moved on a PBM stream: {pbm_r:.4?}");
+        let first_over = mix_r.iter().position(|r| *r > diagnostic).expect("the diagnostic moves");
+        assert!(first_over <= 1, "seed {seed}: moved only in the {}th window after the switch", first_over + 1);
+        assert!(mix_z.iter().all(|z| *z < threshold), "seed {seed}: z reached {threshold} on the mixture: {mix_z:.2?}");
+    }
 }
 
 /// Consumer lag per partition moves with the stream: positive while `ultr run` catches up with a
