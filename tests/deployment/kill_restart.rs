@@ -12,7 +12,7 @@ use crate::common::OutputWithin;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use ultr::simulate::relevance::RelevanceKind;
