@@ -13,8 +13,14 @@
 #            (α = 0.2), ε-greedy τ = 0.3: θ well identified.
 #   sparse   1,000 sessions (~10 pages per query, as the held-out log), a policy that knows the
 #            relevance (α = 1) and rarely swaps (τ = 0.02), clicks from the examination PBM with
-#            η = 2 (click-through falling as 1/k²: rare clicks at depth).
+#            η = 2 (click-through falling as 1/k²: rare clicks at depth), and 3% of pages listing one
+#            document twice (the held-out log had 2.8%; the pipeline drops the repeat, keeps the page).
 #   strong   3,000 sessions, α = 1, τ = 0.3: the regime results/logged_order_prior still loses.
+# One more, added after sparse lost, to tell misspecification from sparsity (a diagnostic, not a
+# replacement):
+#   sparse-additive  sparse's sessions, policy and repeats with clicks from the additive logit PBM
+#            the model assumes (sparse's examination clicks, ω up to 1 at position 1, no finite
+#            additive θ fits).
 #
 # usage: scripts/regimes.sh [OUT_DIR] [SEEDS]   (defaults: results/regimes, "1 2 3"); ULTR as in clara2.sh
 set -euo pipefail
@@ -32,12 +38,14 @@ bash scripts/mq2008_qrels.sh "$DATA" > "$work/labels.qrels"
 regime_args() {
   case "$1" in
     dense) echo "--sessions 20000 --alpha 0.2 --tau 0.3" ;;
-    sparse) echo "--sessions 1000 --alpha 1 --tau 0.02 --click-model examination-pbm --eta 2" ;;
+    sparse) echo "--sessions 1000 --alpha 1 --tau 0.02 --click-model examination-pbm --eta 2 --duplicate-rate 0.03" ;;
     strong) echo "--sessions 3000 --alpha 1 --tau 0.3" ;;
+    sparse-additive) echo "--sessions 1000 --alpha 1 --tau 0.02 --duplicate-rate 0.03" ;;
   esac
 }
 
-for regime in dense sparse strong; do
+REGIMES="dense sparse strong sparse-additive"
+for regime in $REGIMES; do
   for seed in $SEEDS; do
     run="$work/$regime-s$seed"
     mkdir -p "$run"
@@ -53,7 +61,7 @@ size = "1m"
 tower = "embedding"
 max_positions = 10
 TOML
-    "$ULTR" ingest --config "$run/pipeline.toml" --state "$run/state" > /dev/null
+    "$ULTR" ingest --config "$run/pipeline.toml" --state "$run/state" --json > "$work/ingest-$regime-s$seed.json"
     "$ULTR" train --config "$run/pipeline.toml" --state "$run/state" --theta-intervals --json > "$OUT/train-$regime-s$seed.json" || true
     # No promoted model (the gate rejected the first one): nothing to rank with.
     "$ULTR" eval --config "$run/pipeline.toml" --state "$run/state" --qrels "$work/labels.qrels" --json > "$work/eval-$regime-s$seed.json" \
@@ -61,16 +69,17 @@ TOML
   done
 done
 
-python3 - "$work" "$OUT" "$SEEDS" <<'PY'
+python3 - "$work" "$OUT" "$SEEDS" "$REGIMES" <<'PY'
 import json, math, sys
-work, out, seeds = sys.argv[1], sys.argv[2], sys.argv[3].split()
+work, out, seeds, regimes = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
 lines = [
-    "| regime | seed | max abs(θ_k − θ_1) | not estimable | shipped θ inside the interval (widest) | held-out click LL: model / position-only / per-pair CTR | gate | λ (most likely) | epochs (stop) | nDCG@10 logged / naive CTR / model | model − naive CTR [95%] |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    "| regime | seed | repeated items dropped | max abs(θ_k − θ_1) | not estimable | shipped θ inside the interval (widest) | held-out click LL: model / position-only / per-pair CTR | gate | λ (most likely) | epochs (stop) | nDCG@10 logged / naive CTR / model | model − naive CTR [95%] |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
-for regime in ["dense", "sparse", "strong"]:
+for regime in regimes:
     for seed in seeds:
         t = json.load(open(f"{out}/train-{regime}-s{seed}.json"))
+        repeats = json.load(open(f"{work}/ingest-{regime}-s{seed}.json"))["counters"]["repeated_items"]
         j = json.load(open(f"{work}/eval-{regime}-s{seed}.json")).get("judged")
         theta = t["theta"]
         finite = all(math.isfinite(x) for x in theta)
@@ -92,7 +101,7 @@ for regime in ["dense", "sparse", "strong"]:
         else:
             ranking = "| no model promoted | — |"
         lines.append(
-            f"| {regime} | {seed} | {max(abs(x) for x in theta):.2f}{'' if finite else ' (NOT FINITE)'} | {refit.get('not_estimable') or '—'} | {interval} "
+            f"| {regime} | {seed} | {repeats} | {max(abs(x) for x in theta):.2f}{'' if finite else ' (NOT FINITE)'} | {refit.get('not_estimable') or '—'} | {interval} "
             f"| {h.get('candidate', float('nan')):.4f} / {h.get('position_only', float('nan')):.4f} / {h.get('pair_ctr', float('nan')):.4f} | {gate} | {strength} "
             f"| {len(t['fit']['epochs'])} ({t['fit']['stop']}) " + ranking
         )

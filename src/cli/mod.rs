@@ -232,6 +232,9 @@ pub struct SimArgs {
     /// With --log-propensity: log the propensities of this τ instead of the policy's (a stale logger).
     #[arg(long)]
     logged_tau: Option<f64>,
+    /// Probability that a page lists one document twice (a repeat at a later position).
+    #[arg(long, default_value_t = 0.0)]
+    duplicate_rate: f64,
 }
 
 impl SimArgs {
@@ -260,6 +263,7 @@ impl SimArgs {
             emit_features: !self.no_features,
             log_propensity: self.log_propensity,
             logged_tau: self.logged_tau,
+            duplicate_rate: self.duplicate_rate,
             ..defaults
         })
     }
@@ -619,8 +623,15 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
     } else {
         let c = &report.counters;
         println!(
-            "read {} records; {} sessions, {} impressions in windows; {} late sessions; {} duplicates; {} windows closed this run; watermark {}",
-            report.records, c.sessions, c.impressions, c.late_sessions, c.duplicate_sessions, report.windows_closed_this_run, report.watermark_ms
+            "read {} records; {} sessions, {} impressions in windows; {} late sessions; {} duplicate sessions; {} repeated items dropped; {} windows closed this run; watermark {}",
+            report.records,
+            c.sessions,
+            c.impressions,
+            c.late_sessions,
+            c.duplicate_sessions,
+            c.repeated_items,
+            report.windows_closed_this_run,
+            report.watermark_ms
         );
     }
     Ok(())

@@ -153,6 +153,38 @@ fn same_seed_same_bytes_other_seed_other_bytes() {
     assert_ne!(render(&config), render(&SimConfig { seed: 2, ..config.clone() }));
 }
 
+/// `duplicate_rate = 0.1`: every page lists at most one document twice, the repeat after its first
+/// listing, and the share of pages with a repeat is within 4 binomial standard deviations of 0.1
+/// (n = 4,000: ±0.019); at the default rate 0 no page repeats a document.
+#[test]
+fn duplicate_rate_repeats_one_document_on_that_share_of_pages() {
+    let pages_with_repeats = |rate: f64| {
+        let sim = Simulator::new(SimConfig {
+            synthetic: SyntheticData { queries: 50, docs_per_query: 10, features: 2 },
+            top_n: 10,
+            emit_features: false,
+            duplicate_rate: rate,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let mut repeated = 0u64;
+        let mut buf = Vec::new();
+        for i in 0..4000 {
+            sim.session(i, &mut buf);
+            let page: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+            let ids: Vec<&str> = page["items"].as_array().unwrap().iter().map(|it| it["doc_id"].as_str().unwrap()).collect();
+            let distinct: std::collections::HashSet<&str> = ids.iter().copied().collect();
+            assert!(ids.len() - distinct.len() <= 1, "session {i} repeats more than one document: {ids:?}");
+            repeated += (ids.len() - distinct.len()) as u64;
+        }
+        repeated as f64 / 4000.0
+    };
+    assert_eq!(pages_with_repeats(0.0), 0.0);
+    let share = pages_with_repeats(0.1);
+    let sd = (0.1f64 * 0.9 / 4000.0).sqrt();
+    assert!((share - 0.1).abs() < 4.0 * sd, "{share:.4} of pages repeat a document, expected 0.1 ± {:.4}", 4.0 * sd);
+}
+
 #[test]
 fn synthetic_relevance_is_rescaled_to_0_4_by_percentiles() {
     for kind in [RelevanceKind::Linear, RelevanceKind::Mlp] {

@@ -108,6 +108,11 @@ pub struct SimConfig {
     /// As a pipeline source: emit at most this many sessions per wall-clock second (unset: as fast
     /// as possible). Does not change what is generated.
     pub sessions_per_second: Option<f64>,
+    /// Probability that a page lists one document twice: a uniformly chosen position k ≥ 2 shows
+    /// again the document of a uniformly chosen earlier position (as logs that merge result
+    /// sources do; issue 55's held-out log had 2.8% such pages). The repeat is examined and
+    /// clicked like any other item. 0 draws nothing, so streams without repeats are unchanged.
+    pub duplicate_rate: f64,
 }
 
 impl Default for SimConfig {
@@ -130,6 +135,7 @@ impl Default for SimConfig {
             log_propensity: false,
             logged_tau: None,
             sessions_per_second: None,
+            duplicate_rate: 0.0,
         }
     }
 }
@@ -150,6 +156,9 @@ impl SimConfig {
         }
         if !(p.pl_temperature > 0.0) {
             bail!("policy.pl_temperature = {} must be > 0", p.pl_temperature);
+        }
+        if !(0.0..=1.0).contains(&self.duplicate_rate) {
+            bail!("duplicate_rate = {} must lie in [0, 1]", self.duplicate_rate);
         }
         if self.top_n == 0 {
             bail!("top_n must be >= 1");
@@ -430,7 +439,11 @@ impl Simulator {
         rng.set_stream(index);
         let q = &self.queries[rng.random_range(0..self.queries.len())];
         let p = &self.config.policy;
-        let shown = policy::sample_ranking(p.sampling, p.tau, p.pl_temperature, &q.scores, &q.ranking, &mut rng);
+        let mut shown = policy::sample_ranking(p.sampling, p.tau, p.pl_temperature, &q.scores, &q.ranking, &mut rng);
+        if self.config.duplicate_rate > 0.0 && shown.len() >= 2 && rng.random_bool(self.config.duplicate_rate) {
+            let k = rng.random_range(1..shown.len());
+            shown[k] = shown[rng.random_range(0..k)];
+        }
         let docs: Vec<DocTruth> = shown.iter().map(|&i| q.truth[i]).collect();
         let clicks = self.config.click_model.clicks(&docs, &mut rng);
         let n = shown.len() as f64;
