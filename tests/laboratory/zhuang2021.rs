@@ -1,9 +1,10 @@
 //! `ultr experiment zhuang2021` at a small scale (MQ2008 fold 1, 50,000 training sessions per cell, 3
 //! seeds, PBM and DCM clicks, the two methods the assertions read, Pos and XPA): what reproduces
 //! robustly is asserted — XPA predicts cascade (DCM) clicks better than the additive model beyond the
-//! paired seed noise, and is not worse on PBM clicks, which the additive model fits exactly — and the
-//! attention matrix is a proper one (rows over the other positions sum to 1). docs/experiments.md
-//! "Reproducing Zhuang et al. 2021" has the rest.
+//! paired seed noise (a one-sided paired t-test) — and the attention matrix is a proper one (rows
+//! over the other positions sum to 1). On PBM clicks the two are only reported: 3 seeds cannot show
+//! non-inferiority (the test says why). docs/experiments.md "Reproducing Zhuang et al. 2021" has
+//! the rest.
 
 use crate::common;
 
@@ -39,10 +40,15 @@ fn zhuang2021_xpa_fits_cascade_clicks_better_than_the_additive_model() {
     let ll = |click: &str, method: &str| -> Vec<(u64, f64)> {
         summary.runs.iter().filter(|r| r.click_model == click && r.method == method).map(|r| (r.seed, r.click_log_likelihood)).collect()
     };
-    let (better, diff, se) = beyond_noise(&ll("DCM", "XPA"), &ll("DCM", "Pos"));
-    assert!(better, "DCM: XPA − Pos log-likelihood {diff:+.5} (2·se {:.5})", 2.0 * se);
-    let (worse, diff, se) = beyond_noise(&ll("PBM", "Pos"), &ll("PBM", "XPA"));
-    assert!(!worse, "PBM: Pos − XPA log-likelihood {diff:+.5} (2·se {:.5})", 2.0 * se);
+    // One-sided paired t-tests at 5% with 2 degrees of freedom (t = 2.92).
+    let (better, diff, bound) = beyond_noise(&ll("DCM", "XPA"), &ll("DCM", "Pos"));
+    assert!(better, "DCM: XPA − Pos log-likelihood {diff:+.5} (t·se {bound:.5})");
+    // Not asserted: "XPA is not worse than Pos on PBM clicks". Tested as "not worse beyond noise" it
+    // could not fail at 3 seeds; tested as non-inferiority within 0.0005 nats (the experiment's claim
+    // 1) it fails here for want of power: XPA − Pos = −0.00014, t·se = 0.00198 (paired sd ≈ 0.0012
+    // nats), so the bound needs about 50 seeds. The full run reports it (docs/experiments.md).
+    let (_, diff, bound) = beyond_noise(&ll("PBM", "XPA"), &ll("PBM", "Pos"));
+    eprintln!("PBM: XPA − Pos log-likelihood {diff:+.5} (t·se {bound:.5}), reported only");
     for r in summary.runs.iter().filter(|r| r.method == "XPA") {
         assert_eq!(r.attention.len(), 10);
         for (j, row) in r.attention.iter().enumerate() {

@@ -195,7 +195,7 @@ pub fn poisson_resample(ex: &Examples, rng: &mut ChaCha8Rng) -> Examples {
 }
 
 /// The p-quantile of Student's t with ν degrees of freedom (statrs; ν = ∞ is the normal).
-fn student_t_quantile(p: f64, nu: f64) -> f64 {
+pub fn student_t_quantile(p: f64, nu: f64) -> f64 {
     use statrs::distribution::{ContinuousCDF, StudentsT};
     StudentsT::new(0.0, 1.0, nu).expect("ν > 0: at least two replicates").inverse_cdf(p)
 }

@@ -367,7 +367,7 @@ pub fn checks(dataset: &str, runs: &[RunResult], chosen: &[(String, String, Stri
         let (a, diff, se) = beyond_noise(&c(m, "Additive"), &c(m, "REM"));
         let (b, _, _) = beyond_noise(&c(m, "REM"), &c(m, "Additive"));
         holds &= !a && !b;
-        text.push(format!("{m}: Additive − REM {diff:+.4} (2·se {:.4})", 2.0 * se));
+        text.push(format!("{m}: Additive − REM {diff:+.4} (t·se {se:.4})"));
     }
     push(1, "Additive ≈ REM on the factorisable mixtures", holds, text.join("; "));
     // 2. On 0:1:1:0 MixEM and EInter beat Additive beyond noise.
@@ -377,7 +377,7 @@ pub fn checks(dataset: &str, runs: &[RunResult], chosen: &[(String, String, Stri
         for f in ["MixEM", "EInter"] {
             let (h, diff, se) = beyond_noise(&c("0:1:1:0", f), &c("0:1:1:0", "Additive"));
             holds &= h;
-            text.push(format!("{f} − Additive {diff:+.4} (2·se {:.4})", 2.0 * se));
+            text.push(format!("{f} − Additive {diff:+.4} (t·se {se:.4})"));
         }
         push(2, "on 0:1:1:0 MixEM and EInter beat Additive beyond seed noise", holds, text.join("; "));
     }
@@ -397,7 +397,7 @@ pub fn checks(dataset: &str, runs: &[RunResult], chosen: &[(String, String, Stri
     for m in mixtures.iter().filter(|m| m.as_str() != "1:0:1:0") {
         let (h, diff, se) = beyond_noise(&c(m, "Additive"), &c(m, "Biased"));
         holds &= h;
-        text.push(format!("{m}: Additive − Biased {diff:+.4} (2·se {:.4})", 2.0 * se));
+        text.push(format!("{m}: Additive − Biased {diff:+.4} (t·se {se:.4})"));
     }
     push(4, "Biased is below Additive except on 1:0:1:0", holds, text.join("; "));
     out

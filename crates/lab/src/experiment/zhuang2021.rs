@@ -17,7 +17,12 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::yan2022::{simulate, Data, LoggingRanker};
-use super::zhang2023::{beyond_noise, mean_sd};
+use super::zhang2023::{beyond_noise, mean_sd, not_worse_by};
+
+/// How far below Pos XPA's click log-likelihood may lie and still count as "not worse": 0.0005 nats
+/// per impression, about 0.2% of either model's log-likelihood on these logs (−0.2 to −0.3 nats),
+/// fixed before the claim was tested this way.
+const LL_MARGIN: f64 = 5e-4;
 use crate::simulate::click::{ClickModel as ClickSimulator, ClickModelKind};
 use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::Split;
@@ -182,16 +187,17 @@ pub fn checks(dataset: &str, runs: &[RunResult], clicks: &[String]) -> Vec<Check
     let ll = |r: &RunResult| r.click_log_likelihood;
     let mut out = Vec::new();
     let mut push = |claim: u8, statement: &str, holds: bool, detail: String| out.push(Check { dataset: dataset.into(), claim, statement: statement.into(), holds, detail });
-    // 1. XPA's log-likelihood ≥ Pos for every click model (not below it beyond noise), > for CPM.
+    // 1. XPA's log-likelihood ≥ Pos for every click model, > for CPM. "≥" is a non-inferiority
+    //    claim: the one-sided 95% lower bound of XPA − Pos lies above −LL_MARGIN.
     let mut holds = true;
     let mut text = Vec::new();
     for c in clicks {
-        let (worse, _, _) = beyond_noise(&cell(runs, dataset, c, "Pos", ll), &cell(runs, dataset, c, "XPA", ll));
+        let (not_worse, _, _) = not_worse_by(&cell(runs, dataset, c, "XPA", ll), &cell(runs, dataset, c, "Pos", ll), LL_MARGIN);
         let (better, diff, se) = beyond_noise(&cell(runs, dataset, c, "XPA", ll), &cell(runs, dataset, c, "Pos", ll));
-        holds &= !worse && (c != "CPM" || better);
-        text.push(format!("{c}: XPA − Pos {diff:+.5} nats (2·se {:.5})", 2.0 * se));
+        holds &= not_worse && (c != "CPM" || better);
+        text.push(format!("{c}: XPA − Pos {diff:+.5} nats (t·se {se:.5})"));
     }
-    push(1, "XPA's click log-likelihood ≥ Pos for every click model, > Pos for CPM beyond noise", holds, text.join("; "));
+    push(1, "XPA's click log-likelihood not below Pos by more than 0.0005 nats for every click model (one-sided 95%), above Pos for CPM beyond noise", holds, text.join("; "));
     // 2. XPA's nDCG@5 and @10 > Pos for DCM and CPM.
     let mut holds = true;
     let mut text = Vec::new();
@@ -199,7 +205,7 @@ pub fn checks(dataset: &str, runs: &[RunResult], clicks: &[String]) -> Vec<Check
         for (name, metric) in [("nDCG@5", (|r: &RunResult| r.ndcg5) as fn(&RunResult) -> f64), ("nDCG@10", |r: &RunResult| r.ndcg10)] {
             let (better, diff, se) = beyond_noise(&cell(runs, dataset, c, "XPA", metric), &cell(runs, dataset, c, "Pos", metric));
             holds &= better;
-            text.push(format!("{c} {name}: XPA − Pos {diff:+.4} (2·se {:.4})", 2.0 * se));
+            text.push(format!("{c} {name}: XPA − Pos {diff:+.4} (t·se {se:.4})"));
         }
     }
     push(2, "XPA's nDCG@5 and @10 beat Pos for DCM and CPM beyond noise", holds, text.join("; "));
