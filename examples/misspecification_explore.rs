@@ -1,7 +1,7 @@
 //! Measurements behind the misspecification monitor's figures, not checks: the per-window z of the
 //! scenarios in `tests/laboratory/misspecification`, for any model, tower, click mixture and
 //! traffic. Run with
-//! `cargo run --release --features measurements --example misspecification_explore -- mixture|oracle`
+//! `cargo run --release --example misspecification_explore -- mixture|oracle`
 //! and the settings below from the environment. Prints to stderr.
 
 /// The scenario runner the tests use, shared as source.
