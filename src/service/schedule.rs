@@ -33,6 +33,16 @@ struct ClosedData {
     sessions: u64,
 }
 
+impl ClosedData {
+    /// What a state's manifest holds in closed windows (nothing when there is no manifest yet).
+    fn of(manifest: Option<&ultr_core::state::Manifest>) -> ClosedData {
+        ClosedData {
+            newest_end_ms: manifest.and_then(|m| m.windows.iter().map(|w| w.end_ms).max()),
+            sessions: manifest.map_or(0, |m| m.windows.iter().map(|w| w.sessions).sum()),
+        }
+    }
+}
+
 /// Why a firing trains nothing, if it does not: nothing to learn from is a skip, not a failure. No
 /// closed window yet; a first (cold) model while the windows hold fewer than `min_sessions` sessions;
 /// or, for a warm start, no window newer than the current model's data (`current_end`).
@@ -114,10 +124,7 @@ impl Scheduler {
                     .map(|info| info.data_range_ms.map(|(_, end)| end).unwrap_or(i64::MIN));
                 let warm = config.train.warm_start && current_end.is_some();
                 let manifest = ultr_core::state::read_manifest(&state_dir).ok();
-                let closed = ClosedData {
-                    newest_end_ms: manifest.as_ref().and_then(|m| m.windows.iter().map(|w| w.end_ms).max()),
-                    sessions: manifest.as_ref().map_or(0, |m| m.windows.iter().map(|w| w.sessions).sum()),
-                };
+                let closed = ClosedData::of(manifest.as_ref());
                 let skip = skip_reason(&closed, current_end, warm, config.train.min_sessions);
                 if let Some(why) = skip {
                     tracing::info!("scheduled training skipped: {why}");
@@ -238,5 +245,49 @@ mod tests {
         assert_eq!(skip_reason(&few, Some(500), true, 100_000), None);
         assert!(skip_reason(&few, Some(1_000), true, 0).unwrap().contains("no window newer"));
         assert_eq!(skip_reason(&few, Some(1_000), false, 0), None, "a cold retraining always runs");
+    }
+
+    /// The count `min_sessions` is judged on, from a real ingest: 1,000 simulated sessions 100 ms
+    /// apart from a minute boundary (minutes 0 and 1 of 1-minute windows) and one 10 minutes later;
+    /// a file source closes every window at its end. The manifest's closed windows hold the 1,001
+    /// sessions of the file written here, the newest ending at minute 12, so `min_sessions` 1,002
+    /// skips a first model and 1,001 trains it; with no manifest nothing is closed.
+    #[test]
+    fn min_sessions_is_judged_on_the_closed_windows_of_a_real_ingest() {
+        use ultr_lab::simulate::{SimConfig, Simulator, SyntheticData};
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Simulator::new(SimConfig {
+            synthetic: SyntheticData { queries: 20, docs_per_query: 5, features: 2 },
+            top_n: 5,
+            sessions: 1_000,
+            emit_features: false,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let (start, step) = (sim.config().start_ms, sim.config().interval_ms);
+        assert_eq!(start % 60_000, 0, "the stream starts on a minute boundary");
+        let mut lines = Vec::new();
+        let mut buf = Vec::new();
+        for i in 0..1_000 {
+            sim.session(i, &mut buf);
+            lines.push(String::from_utf8(buf.clone()).unwrap());
+        }
+        let mut last: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        last["session_id"] = "closer".into();
+        last["event_time"] = (start + 999 * step + 10 * 60_000).into();
+        lines.push(last.to_string());
+        let in_file = lines.len();
+        let data = dir.path().join("sessions.jsonl");
+        std::fs::write(&data, lines.join("\n") + "\n").unwrap();
+        let config = PipelineConfig::parse(&format!("[source.file]\npaths = [{data:?}]\n[window]\nsize = \"1m\"\n"), "test").unwrap();
+        let state = dir.path().join("state");
+        assert_eq!(ClosedData::of(None).sessions, 0);
+        crate::pipeline::run_to_state(&config, &state, &mut crate::pipeline::NoObserver).unwrap();
+        let manifest = ultr_core::state::read_manifest(&state).unwrap();
+        let closed = ClosedData::of(Some(&manifest));
+        assert_eq!(closed.sessions, in_file as u64, "closed windows: {:?}", manifest.windows.iter().map(|w| (w.start_ms, w.sessions)).collect::<Vec<_>>());
+        assert_eq!(closed.newest_end_ms, Some(start + 12 * 60_000));
+        assert!(skip_reason(&closed, None, false, 1_002).is_some_and(|why| why.contains("1001 sessions")));
+        assert_eq!(skip_reason(&closed, None, false, 1_001), None);
     }
 }
