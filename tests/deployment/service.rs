@@ -525,10 +525,29 @@ fn consumer_lag_per_partition_falls_to_zero_as_ultr_run_catches_up() {
     assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0);
 }
 
+/// Reads an exposition file with Prometheus' own Python client and prints θ by position (as Python's
+/// shortest round-trip text: serde_json's float parsing is not exact, `str::parse` is), the
+/// `ultr_identified` value and the number of `ultr_swap_pairs` series, as JSON.
+const PARSE_EXPOSITION: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {"theta": {}, "identified": None, "swap_edges": 0}
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    for sample in family.samples:
+        if sample.name == "ultr_theta":
+            out["theta"][sample.labels["position"]] = repr(sample.value)
+        elif sample.name == "ultr_identified":
+            out["identified"] = sample.value
+        elif sample.name == "ultr_swap_pairs":
+            out["swap_edges"] += 1
+print(json.dumps(out))
+"#;
+
 /// The status page in a real browser: `ultr run` on a small file stream (with one hostile record)
 /// trains and promotes a model with θ intervals; headless Chromium, driven over WebDriver
 /// (`scripts/status_page_check.py`), finds the θ plot and the swap-graph picture, the identified
-/// verdict and θ_k equal to `/metrics` and the checkpoint, the hostile `query_id` shown as text,
+/// verdict and θ_k equal to `/metrics` (read by prometheus_client, not the page's parser), the
+/// checkpoint and `ultr identifiability --json`, the hostile `query_id` shown as text,
 /// and no horizontal scrolling in a 400 px window. The service's log tells the story (windows, a
 /// verdict, the training). Set `ULTR_STATUS_SCREENSHOT=path.png` to keep the screenshot.
 #[test]
@@ -585,9 +604,30 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     for section in ["verdicts", "model", "graph", "trainings", "stream", "dead-letters"] {
         assert!(seen["sections"].as_array().unwrap().iter().any(|s| s == section), "section {section} missing: {seen}");
     }
+    // The expected values, read without the page's own parser: `/metrics` through Prometheus' Python
+    // client (prometheus_client.parser) and the state through `ultr identifiability --json`.
+    let exposition = dir.path().join("metrics.txt");
+    std::fs::write(&exposition, &after).unwrap();
+    let parsed = Command::new(&python)
+        .args(["-c", PARSE_EXPOSITION])
+        .arg(&exposition)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .expect("python with prometheus_client (scripts/test.sh installs it)");
+    assert!(parsed.status.success(), "{}", String::from_utf8_lossy(&parsed.stderr));
+    let exported: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    let verdict = Command::new(env!("CARGO_BIN_EXE_ultr"))
+        .args(["identifiability", "--json", "--config"])
+        .arg(&config)
+        .arg("--state")
+        .arg(&state)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
+    let verdict: serde_json::Value = serde_json::from_slice(&verdict.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&verdict.stderr)));
+    assert_eq!(verdict["identified"], true, "τ = 0.3 identifies the linear tower");
+    assert_eq!(exported["identified"], 1.0, "{exported}");
+    assert_eq!(seen["identified"].as_str().unwrap().parse::<f64>().unwrap(), 1.0);
     let identified = series.all("ultr_identified").next().unwrap().value;
-    assert_eq!(seen["identified"].as_str().unwrap().parse::<f64>().unwrap(), identified);
-    assert_eq!(identified, 1.0, "τ = 0.3 identifies the linear tower");
+    assert_eq!(identified, 1.0);
     assert!(seen["identified_text"].as_str().unwrap().contains("IDENTIFIED"));
     // θ on the page: the exported values exactly, and the current checkpoint's θ.
     let store = ultr::train::checkpoint::ModelStore::open(&state.join("models")).unwrap();
@@ -600,6 +640,8 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     assert_eq!(shown.keys().copied().collect::<Vec<u32>>(), (1..=8).collect::<Vec<u32>>(), "{seen}");
     for (k, t) in &shown {
         assert_eq!(theta.get(k), Some(t), "the page's θ_{k} is the exported one");
+        let read: Option<f64> = exported["theta"][k.to_string()].as_str().and_then(|v| v.parse().ok());
+        assert_eq!(read, Some(*t), "the page's θ_{k} is what prometheus_client reads: {exported}");
     }
     for (k, t) in &shown {
         let recorded = info.theta[*k as usize - 1];
@@ -611,6 +653,8 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     assert_eq!(seen["theta_intervals_drawn"].as_u64().unwrap() as usize, shown.len().min(intervals.lower.len()));
     let swap_edges = series.all("ultr_swap_pairs").count();
     assert!(swap_edges >= 1 && seen["swap_edges"].as_u64().unwrap() as usize == swap_edges, "{swap_edges} exported swap edges: {seen}");
+    assert_eq!(exported["swap_edges"].as_u64(), Some(swap_edges as u64), "{exported}");
+    assert_eq!(verdict["swap_graph"]["edges"].as_u64(), Some(swap_edges as u64), "the state's swap graph");
     // Hostile text is text: shown verbatim, never a live element.
     assert!(seen["query_ids"].as_array().unwrap().iter().any(|q| q == hostile), "{seen}");
     assert_eq!(seen["script_elements"], 0);
