@@ -12,13 +12,13 @@ fn ultr() -> Command {
 
 /// 20,000 sessions of an ε-greedy policy (τ = 0.3) over 60 synthetic queries of 10 documents, with
 /// the policy's propensity on every item; `logged_tau` makes the logger stale.
-fn pipeline(dir: &Path, name: &str, logged_tau: Option<f64>, ips: &str) -> PathBuf {
+fn pipeline(dir: &Path, name: &str, seed: u64, logged_tau: Option<f64>, ips: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let stale = logged_tau.map(|t| format!("logged_tau = {t}\n")).unwrap_or_default();
     std::fs::write(
         &path,
         format!(
-            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = 3\ninterval_ms = 1000\nlog_propensity = true\n{stale}\
+            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = {seed}\ninterval_ms = 1000\nlog_propensity = true\n{stale}\
              [simulator.policy]\ntau = 0.3\n[simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n\
              [train]\ntower = \"linear\"\n[train.ips]\n{ips}\n"
         ),
@@ -49,11 +49,13 @@ fn gap(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).take(10).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
 
-#[test]
-fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged() {
+/// On three seeds (3, 4, 5), each its own test. Measured: counted and logged θ at most 0.022,
+/// 0.026 and 0.049 apart, and 0.09–0.13 from the truth, on seeds 3, 4 and 5. The bounds: 0.08
+/// apart (the largest gap plus twice the three gaps' sd, 0.015) and 0.3 from the truth.
+fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let empirical = pipeline(dir.path(), "empirical", None, "source = \"empirical\"");
+    let empirical = pipeline(dir.path(), "empirical", seed, None, "source = \"empirical\"");
     ingest(&empirical, &state);
 
     // The log agrees with counting: dispersion ≈ 1, not flagged.
@@ -67,11 +69,11 @@ fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged() {
 
     // IPS with counted π, with the logged π (globally, and for this policy by name), and "auto".
     let (theta_counted, min_counted) = train(&empirical, &state);
-    let logged = pipeline(dir.path(), "logged", None, "source = \"logged\"");
+    let logged = pipeline(dir.path(), "logged", seed, None, "source = \"logged\"");
     let (theta_logged, min_logged) = train(&logged, &state);
-    let per_policy = pipeline(dir.path(), "per-policy", None, "source = \"empirical\"\npolicies = { \"logging-v1\" = \"logged\" }");
+    let per_policy = pipeline(dir.path(), "per-policy", seed, None, "source = \"empirical\"\npolicies = { \"logging-v1\" = \"logged\" }");
     let (theta_per_policy, min_per_policy) = train(&per_policy, &state);
-    let auto = pipeline(dir.path(), "auto", None, "source = \"auto\"");
+    let auto = pipeline(dir.path(), "auto", seed, None, "source = \"auto\"");
     let (theta_auto, _) = train(&auto, &state);
     eprintln!("θ counted {theta_counted:.3?}\nθ logged  {theta_logged:.3?}\nmin π counted {min_counted} logged {min_logged}");
     // The logged weights are the policy's: the smallest π is τ/n = 0.03 exactly (a counted π is a
@@ -80,15 +82,15 @@ fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged() {
     assert!((min_counted - 0.03).abs() > 1e-4, "{min_counted}");
     assert!(gap(&theta_logged, &theta_per_policy) < 1e-9 && gap(&theta_logged, &theta_auto) < 1e-9);
     // Same θ within noise: near each other, and both as near the truth θ_k − θ_1 = −ln k as 20,000
-    // sessions and early stopping allow (measured: 0.016 apart, 0.21–0.22 from the truth at k = 10).
+    // sessions and early stopping allow (the figures are in the doc above).
     let truth: Vec<f64> = (1..=10).map(|k| -(k as f64).ln()).collect();
     let (counted_err, logged_err, between) = (gap(&theta_counted, &truth), gap(&theta_logged, &truth), gap(&theta_counted, &theta_logged));
     eprintln!("max |θ − truth|: counted {counted_err:.3}, logged {logged_err:.3}; between them {between:.3}");
-    assert!(counted_err < 0.3 && logged_err < 0.3 && between < 0.05, "{counted_err} {logged_err} {between}");
+    assert!(counted_err < 0.3 && logged_err < 0.3 && between < 0.08, "{counted_err} {logged_err} {between}");
 
     // A stale logger on the same sessions (it logs τ = 0.05 while the policy explores with 0.3).
     let stale_state = dir.path().join("stale");
-    let stale = pipeline(dir.path(), "stale", Some(0.05), "source = \"logged\"");
+    let stale = pipeline(dir.path(), "stale", seed, Some(0.05), "source = \"logged\"");
     ingest(&stale, &stale_state);
     let id = run_json(ultr().args(["identifiability", "--json", "--config"]).arg(&stale).arg("--state").arg(&stale_state));
     let check = &id["logged_propensity"][0];
@@ -101,4 +103,19 @@ fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged() {
     assert!(text.contains("DISAGREES") && text.contains("logging-v1"), "{text}");
     let (_, min_stale) = train(&stale, &stale_state);
     assert!((min_stale - 0.005).abs() < 1e-9, "the weights used the stale log: {min_stale}");
+}
+
+mod logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged {
+    #[test]
+    fn seed_3() {
+        super::logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(3);
+    }
+    #[test]
+    fn seed_4() {
+        super::logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(4);
+    }
+    #[test]
+    fn seed_5() {
+        super::logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(5);
+    }
 }

@@ -1,6 +1,7 @@
 //! θ_k with uncertainty: `ultr train --theta-intervals` reports the converged estimate and bootstrap
 //! intervals (checkpoint.json, JSON, an SVG), and over 20 simulated seeds the 95 % intervals cover
-//! the simulator's true θ_k = −ln k at about their nominal rate.
+//! the simulator's true θ_k = −ln k in at least 88 % of cases (below the nominal rate: a finding,
+//! documented at the test).
 
 use crate::common::OutputWithin;
 use std::path::PathBuf;
@@ -15,15 +16,15 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
-#[test]
-fn train_reports_theta_intervals_that_hold_the_truth() {
+/// On three seeds (5, 6, 7), each its own test.
+fn train_reports_theta_intervals_that_hold_the_truth(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pipeline.toml");
     std::fs::write(
         &config,
-        "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = 5\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
+        format!("source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = {seed}\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
          [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\n\
-         [train.uncertainty]\nreplicates = 20\n",
+         [train.uncertainty]\nreplicates = 20\n"),
     )
     .unwrap();
     let state = dir.path().join("state");
@@ -61,14 +62,35 @@ fn train_reports_theta_intervals_that_hold_the_truth() {
     assert!(svg.starts_with("<svg") && svg.contains("truth (line)"));
 }
 
-/// The acceptance figure (`ultr experiment theta-coverage` at its defaults): 20 seeds of 20,000
-/// sessions, 50 query-bootstrap replicates; the 95 % intervals of θ_2..θ_10 cover the truth in at
-/// least 88 % of the 180 (seed, position) pairs (90.6 % measured; 10,000 sessions with 20 replicates
-/// gave 87 %). The converged estimate is unbiased where the early-stopped one is flattened; the
-/// shipped θ (early-stopped, then refit with the relevance tower frozen) lies inside the converged
-/// interval at 180 of 180 pairs (measured) and is unbiased to 0.028.
+mod train_reports_theta_intervals_that_hold_the_truth {
+    #[test]
+    fn seed_5() {
+        super::train_reports_theta_intervals_that_hold_the_truth(5);
+    }
+    #[test]
+    fn seed_6() {
+        super::train_reports_theta_intervals_that_hold_the_truth(6);
+    }
+    #[test]
+    fn seed_7() {
+        super::train_reports_theta_intervals_that_hold_the_truth(7);
+    }
+}
+
+/// `ultr experiment theta-coverage` at its defaults: 20 seeds of 20,000 sessions, 50 query-bootstrap
+/// replicates. The 95 % intervals of θ_2..θ_10 cover the truth in at least 88 % of the 180 (seed,
+/// position) pairs: a floor under the measured 90.6 %, not the nominal rate. **The intervals
+/// undercover** (issue 56): the 1 % quantile of Binomial(180, 0.95) is 164/180 = 91.1 %, above the
+/// 163/180 measured, and (θ̂ − θ)/se over the 180 pairs has variance 1.42, not 1 (the bootstrap's se
+/// is about 16 % short). Not the replicates' training: 200 epochs a replicate instead of 50 gave the
+/// same intervals to three decimals. The misses cluster by seed (θ_k − θ_1 share θ̂_1's error), so
+/// the 180 pairs are not 180 independent trials either. Recorded in docs/models.md; until the
+/// intervals are fixed this test guards against their getting worse, and claims no more.
+/// The converged estimate is unbiased where the early-stopped one is flattened; the shipped θ
+/// (early-stopped, then refit with the relevance tower frozen) lies inside the converged interval at
+/// 180 of 180 pairs (measured) and is unbiased to 0.028.
 #[test]
-fn bootstrap_intervals_cover_the_true_theta_over_twenty_seeds() {
+fn bootstrap_intervals_cover_at_least_88_percent_over_twenty_seeds() {
     let dir = tempfile::tempdir().unwrap();
     let opts = theta_coverage::Options {
         out: dir.path().join("coverage"),

@@ -87,11 +87,11 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
 }
 
 /// Well-specified linear tower on linear relevance at τ = 0.333: z stays below the threshold for
-/// 20 held-out windows (the observed false-alarm rate is printed), and the rules stay silent.
-#[test]
-fn a_well_specified_model_stays_silent_over_twenty_windows() {
+/// 20 held-out windows (the observed false-alarm rate is printed), and the rules stay silent. On
+/// three streams (seeds 11, 31, 41), each its own test.
+fn a_well_specified_model_stays_silent_over_twenty_windows(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Scenario { name: "well-specified τ=0.333", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 20, sessions_per_window: 3000, seed: 11, click_mixture: None, model: "additive", extra_train: String::new() };
+    let s = Scenario { name: "well-specified τ=0.333", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 20, sessions_per_window: 3000, seed, click_mixture: None, model: "additive", extra_train: String::new() };
     let o = run(&s, dir.path());
     let held_out: Vec<&ScoredWindow> = o.scored.iter().filter(|w| w.whole_window).collect();
     assert!(held_out.len() >= 20, "{} held-out windows scored", held_out.len());
@@ -117,25 +117,71 @@ fn fires_within_two_windows(s: Scenario) {
     let o = run(&s, dir.path());
     let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
     let crossed = o.scored[first..].iter().position(|w| w.misspecification.z > threshold());
-    assert!(crossed.is_some_and(|c| c <= 1), "{}: z {:?}", s.name, o.scored.iter().map(|w| w.misspecification.z).collect::<Vec<_>>());
-    // The rule fires by the end of the second held-out window's scrape interval.
-    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}"], &[((first + 2) * 10 - 1, "MisspecificationSuspected", true)]);
+    let crossed = crossed.filter(|c| *c <= 1).unwrap_or_else(|| panic!("{}: z {:?}", s.name, o.scored.iter().map(|w| w.misspecification.z).collect::<Vec<_>>()));
+    // The rule fires by the end of the window that crossed (z > 4 for 1 minute; z of the next
+    // window may fall back below, as seed 42's 4.49 then 2.52 did).
+    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}"], &[((first + crossed + 1) * 10 - 1, "MisspecificationSuspected", true)]);
 }
 
-#[test]
-fn a_linear_tower_on_mlp_relevance_fires_within_two_windows() {
-    fires_within_two_windows(Scenario { name: "linear tower on MLP relevance", relevance: RelevanceKind::Mlp, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 3, sessions_per_window: 15_000, seed: 12, click_mixture: None, model: "additive", extra_train: String::new() });
+/// On three streams each (seeds 12, 32, 42 and 13, 33, 43), each its own test.
+fn a_linear_tower_on_mlp_relevance_fires_within_two_windows(seed: u64) {
+    fires_within_two_windows(Scenario { name: "linear tower on MLP relevance", relevance: RelevanceKind::Mlp, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 3, sessions_per_window: 15_000, seed, click_mixture: None, model: "additive", extra_train: String::new() });
 }
 
-#[test]
-fn omitted_features_fire_within_two_windows() {
-    fires_within_two_windows(Scenario { name: "omitted features (30 of 46)", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: Some(30), windows_after: 3, sessions_per_window: 15_000, seed: 13, click_mixture: None, model: "additive", extra_train: String::new() });
+fn omitted_features_fire_within_two_windows(seed: u64) {
+    fires_within_two_windows(Scenario { name: "omitted features (30 of 46)", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: Some(30), windows_after: 3, sessions_per_window: 15_000, seed, click_mixture: None, model: "additive", extra_train: String::new() });
+}
+
+mod a_well_specified_model_stays_silent_over_twenty_windows {
+    #[test]
+    fn seed_11() {
+        super::a_well_specified_model_stays_silent_over_twenty_windows(11);
+    }
+    #[test]
+    fn seed_31() {
+        super::a_well_specified_model_stays_silent_over_twenty_windows(31);
+    }
+    #[test]
+    fn seed_41() {
+        super::a_well_specified_model_stays_silent_over_twenty_windows(41);
+    }
+}
+
+mod a_linear_tower_on_mlp_relevance_fires_within_two_windows {
+    #[test]
+    fn seed_12() {
+        super::a_linear_tower_on_mlp_relevance_fires_within_two_windows(12);
+    }
+    #[test]
+    fn seed_32() {
+        super::a_linear_tower_on_mlp_relevance_fires_within_two_windows(32);
+    }
+    #[test]
+    fn seed_42() {
+        super::a_linear_tower_on_mlp_relevance_fires_within_two_windows(42);
+    }
+}
+
+mod omitted_features_fire_within_two_windows {
+    #[test]
+    fn seed_13() {
+        super::omitted_features_fire_within_two_windows(13);
+    }
+    #[test]
+    fn seed_33() {
+        super::omitted_features_fire_within_two_windows(33);
+    }
+    #[test]
+    fn seed_43() {
+        super::omitted_features_fire_within_two_windows(43);
+    }
 }
 
 /// A deterministic policy (τ = 0): the linear tower is identified (feature overlap) and nothing
 /// alerts; misspecification is reported as not assessable (a metric, a line in `ultr identifiability`
 /// — also with 30 of 46 features, where the model is misspecified), and an embedding tower on the same
-/// data is not identified.
+/// data is not identified. One stream (seed 14): these are consequences of τ = 0 (no position
+/// variation within a document, so nothing to assess and no swaps), not statistical claims.
 #[test]
 fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecification() {
     let dir = tempfile::tempdir().unwrap();
