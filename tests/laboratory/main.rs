@@ -18,6 +18,7 @@ mod malformed_records;
 mod misspecification;
 mod model_interface;
 mod production_ingest;
+mod results_scripts;
 mod simulator;
 mod theta_intervals;
 mod training;

@@ -19,7 +19,14 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
-/// The four claims on a smaller grid (1 seed, fewer sessions); thresholds scaled to the sample size.
+/// The four claims on a smaller grid (one seed, 11: three would add about 330 CPU-s to CI; fewer
+/// sessions); thresholds scaled to the sample size. What the same grid gave on seeds 12 and 13
+/// (`ultr experiment hager2025 --train-sessions 60000 --seeds 12,13 --max-epochs 30`), so that the
+/// assertions below are the ones that hold beyond seed 11: well-specified RMSE 0.029/0.050 (linear)
+/// and 0.060/0.103 (MLP), hence a bound of 0.13, not 0.1; the embedding 1.663 at τ = 0 and
+/// 0.044/0.043 at τ = 1; omitted features 0.449/0.323 at τ = 0 against 0.084/0.127 at τ = 1; IPS
+/// closer to τ = 1 than plain in all four (model, seed) cells. Not asserted: the linear tower on MLP
+/// relevance at τ = 0 above τ = 1, which seed 12 reverses (0.084 against 0.088).
 #[test]
 fn hager2025_orderings_on_a_small_grid() {
     let dir = tempfile::tempdir().unwrap();
@@ -43,14 +50,15 @@ fn hager2025_orderings_on_a_small_grid() {
         eprintln!("{:<32} τ={:<5} ips={:<5} RMSE {:.4} epochs {}", r.setting.name, r.setting.tau, r.setting.ips, r.rmse, r.epochs);
     }
     // 1. features identify well-specified models without swaps
-    assert!(rmse("well-specified linear", 0.0, false) <= 0.1);
-    assert!(rmse("well-specified mlp", 0.0, false) <= 0.1);
+    assert!(rmse("well-specified linear", 0.0, false) <= 0.13);
+    assert!(rmse("well-specified mlp", 0.0, false) <= 0.13);
     // 2. embeddings need swaps
     assert!(rmse("embedding", 0.0, false) >= 0.3);
     assert!(rmse("embedding", 1.0, false) <= 0.1);
-    // 3. the policy amplifies misspecification
+    // 3. the policy amplifies misspecification: asserted for omitted features (the doc says why not
+    //    for the linear tower on MLP relevance)
+    assert!(rmse("omitted features (30 of 46)", 0.0, false) > rmse("omitted features (30 of 46)", 1.0, false));
     for name in ["linear tower on mlp relevance", "omitted features (30 of 46)"] {
-        assert!(rmse(name, 0.0, false) > rmse(name, 1.0, false), "{name}");
         // 4. IPS reweights to uniform exposure: with it, θ at τ = 0.333 is the τ = 1 estimate (policy-
         //    independent, Hager §8); without it the policy shifts θ. At τ = 0 it does nothing (said so).
         let theta = |tau: f64, ips: bool| {
