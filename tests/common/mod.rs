@@ -208,3 +208,20 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// One test per seed of a statistical claim, so nextest spreads them:
+/// `seeded_tests!(module => check; seed_11 = 11, seed_31 = 31)` makes `mod module` with a test
+/// `seed_11` calling `super::check(11)`, and so on.
+#[macro_export]
+macro_rules! seeded_tests {
+    ($module:ident => $check:ident; $($test:ident = $seed:expr),+ $(,)?) => {
+        mod $module {
+            $(
+                #[test]
+                fn $test() {
+                    super::$check($seed);
+                }
+            )+
+        }
+    };
+}

@@ -105,17 +105,4 @@ fn logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(seed: u
     assert!((min_stale - 0.005).abs() < 1e-9, "the weights used the stale log: {min_stale}");
 }
 
-mod logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged {
-    #[test]
-    fn seed_3() {
-        super::logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(3);
-    }
-    #[test]
-    fn seed_4() {
-        super::logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(4);
-    }
-    #[test]
-    fn seed_5() {
-        super::logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged(5);
-    }
-}
+crate::seeded_tests!(logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged => logged_propensities_give_the_counted_theta_and_a_stale_log_is_flagged; seed_3 = 3, seed_4 = 4, seed_5 = 5);

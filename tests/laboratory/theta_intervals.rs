@@ -62,20 +62,7 @@ fn train_reports_theta_intervals_that_hold_the_truth(seed: u64) {
     assert!(svg.starts_with("<svg") && svg.contains("truth (line)"));
 }
 
-mod train_reports_theta_intervals_that_hold_the_truth {
-    #[test]
-    fn seed_5() {
-        super::train_reports_theta_intervals_that_hold_the_truth(5);
-    }
-    #[test]
-    fn seed_6() {
-        super::train_reports_theta_intervals_that_hold_the_truth(6);
-    }
-    #[test]
-    fn seed_7() {
-        super::train_reports_theta_intervals_that_hold_the_truth(7);
-    }
-}
+crate::seeded_tests!(train_reports_theta_intervals_that_hold_the_truth => train_reports_theta_intervals_that_hold_the_truth; seed_5 = 5, seed_6 = 6, seed_7 = 7);
 
 /// `ultr experiment theta-coverage` at its defaults: 20 seeds of 20,000 sessions, 50 query-bootstrap
 /// replicates. The 95 % intervals of θ_2..θ_10 cover the truth in at least 88 % of the 180 (seed,

@@ -132,50 +132,11 @@ fn omitted_features_fire_within_two_windows(seed: u64) {
     fires_within_two_windows(Scenario { name: "omitted features (30 of 46)", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: Some(30), windows_after: 3, sessions_per_window: 15_000, seed, click_mixture: None, model: "additive", extra_train: String::new() });
 }
 
-mod a_well_specified_model_stays_silent_over_twenty_windows {
-    #[test]
-    fn seed_11() {
-        super::a_well_specified_model_stays_silent_over_twenty_windows(11);
-    }
-    #[test]
-    fn seed_31() {
-        super::a_well_specified_model_stays_silent_over_twenty_windows(31);
-    }
-    #[test]
-    fn seed_41() {
-        super::a_well_specified_model_stays_silent_over_twenty_windows(41);
-    }
-}
+crate::seeded_tests!(a_well_specified_model_stays_silent_over_twenty_windows => a_well_specified_model_stays_silent_over_twenty_windows; seed_11 = 11, seed_31 = 31, seed_41 = 41);
 
-mod a_linear_tower_on_mlp_relevance_fires_within_two_windows {
-    #[test]
-    fn seed_12() {
-        super::a_linear_tower_on_mlp_relevance_fires_within_two_windows(12);
-    }
-    #[test]
-    fn seed_32() {
-        super::a_linear_tower_on_mlp_relevance_fires_within_two_windows(32);
-    }
-    #[test]
-    fn seed_42() {
-        super::a_linear_tower_on_mlp_relevance_fires_within_two_windows(42);
-    }
-}
+crate::seeded_tests!(a_linear_tower_on_mlp_relevance_fires_within_two_windows => a_linear_tower_on_mlp_relevance_fires_within_two_windows; seed_12 = 12, seed_32 = 32, seed_42 = 42);
 
-mod omitted_features_fire_within_two_windows {
-    #[test]
-    fn seed_13() {
-        super::omitted_features_fire_within_two_windows(13);
-    }
-    #[test]
-    fn seed_33() {
-        super::omitted_features_fire_within_two_windows(33);
-    }
-    #[test]
-    fn seed_43() {
-        super::omitted_features_fire_within_two_windows(43);
-    }
-}
+crate::seeded_tests!(omitted_features_fire_within_two_windows => omitted_features_fire_within_two_windows; seed_13 = 13, seed_33 = 33, seed_43 = 43);
 
 /// A deterministic policy (τ = 0): the linear tower is identified (feature overlap) and nothing
 /// alerts; misspecification is reported as not assessable (a metric, a line in `ultr identifiability`
@@ -273,20 +234,7 @@ fn the_additive_model_signal_stands_above_the_null(seed: u64) {
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &expect);
 }
 
-mod a_non_factorising_mixture_fires_for_the_additive_model {
-    #[test]
-    fn seed_16() {
-        super::the_additive_model_signal_stands_above_the_null(16);
-    }
-    #[test]
-    fn seed_17() {
-        super::the_additive_model_signal_stands_above_the_null(17);
-    }
-    #[test]
-    fn seed_18() {
-        super::the_additive_model_signal_stands_above_the_null(18);
-    }
-}
+crate::seeded_tests!(a_non_factorising_mixture_fires_for_the_additive_model => the_additive_model_signal_stands_above_the_null; seed_16 = 16, seed_17 = 17, seed_18 = 18);
 
 /// MixEM stays below the threshold in four held-out windows on the same three streams, and its rule
 /// stays silent.
@@ -305,17 +253,4 @@ fn mixem_stays_silent(seed: u64) {
     ]);
 }
 
-mod a_non_factorising_mixture_is_silent_for_mixem {
-    #[test]
-    fn seed_16() {
-        super::mixem_stays_silent(16);
-    }
-    #[test]
-    fn seed_17() {
-        super::mixem_stays_silent(17);
-    }
-    #[test]
-    fn seed_18() {
-        super::mixem_stays_silent(18);
-    }
-}
+crate::seeded_tests!(a_non_factorising_mixture_is_silent_for_mixem => mixem_stays_silent; seed_16 = 16, seed_17 = 17, seed_18 = 18);
