@@ -1,5 +1,6 @@
 //! The embedding tower's relevance re-estimated around a prior from the logging policy's order:
-//! γ_{q,d} ~ N(ρ_b, 1/λ), where b is the pair's mean logged position (in half positions).
+//! γ_{q,d} ~ N(α_q + ρ_b, 1/λ), where b is the pair's mean logged position (in half positions) and
+//! α_q ~ N(0, 1) the query's effect.
 //!
 //! Why: a free γ per pair, started at 0 and shrunk toward 0 by early stopping, ignores what the
 //! production ranker knew. On a log where most shown documents are never clicked, their γ order them
@@ -12,13 +13,17 @@
 //! swaps; `refit.rs`) untouched: rare pairs take the logging policy's judgement, and clicks move
 //! frequent pairs away from it.
 //!
-//! With θ as the refit left it (ℓ = θ_k + b(z) + ρ_b + δ_{q,d}, γ = ρ_b + δ), ρ and δ maximise the
-//! weighted click log-likelihood Σ w·[c·ℓ − n·log(1 + e^ℓ)] − λ/2·Σ δ², a concave problem solved by
-//! alternating one-dimensional Newton steps (δ per pair, ρ per bucket), ρ constrained not to rise
-//! with the mean logged position (`non_increasing`). ρ is estimated, not assumed: under a logging
-//! policy that knows nothing, or one that shows worse documents first, it comes out flat and the
-//! prior only shrinks. The
-//! strength λ is chosen among `[train] logged_order_prior` by the click log-likelihood of the
+//! Why the query effect: queries differ in how good their shown documents are (one has five relevant
+//! results, another none), so one ρ per bucket across queries leaves that spread in δ, and the
+//! validation clicks then choose a weak λ under which one click at depth lifts a rare pair above
+//! the query's top ones. α_q takes the query's level; ranking within a query does not depend on it.
+//!
+//! With θ as the refit left it (ℓ = θ_k + b(z) + α_q + ρ_b + δ_{q,d}, γ = α_q + ρ_b + δ), α, ρ and
+//! δ maximise the weighted click log-likelihood Σ w·[c·ℓ − n·log(1 + e^ℓ)] − λ/2·Σ δ² − 1/2·Σ α²,
+//! a concave problem solved by alternating one-dimensional Newton steps (δ per pair, α per query,
+//! ρ per bucket), ρ constrained not to rise with the mean logged position (`non_increasing`). ρ is
+//! estimated, not assumed: under a logging policy that knows nothing, or one that shows worse
+//! documents first, it comes out flat and the prior only shrinks. The strength λ is chosen among `[train] logged_order_prior` by the click log-likelihood of the
 //! validation sessions (the ones early stopping watches), the strongest within one standard error
 //! of the best; the editors' labels are never read.
 
@@ -57,7 +62,10 @@ pub struct LoggedOrderPrior {
 const BUCKETS_PER_POSITION: f64 = 2.0;
 /// A weak ridge on ρ: keeps a bucket whose pairs were never clicked finite (and far below the rest).
 const BUCKET_RIDGE: f64 = 1e-2;
-const MAX_ROUNDS: usize = 500;
+/// The query effects' prior precision, α_q ~ N(0, 1): the unit scale on the logit that every
+/// parameter the data may not pin gets (`docs/models.md`, "Sparse logs").
+const QUERY_PRECISION: f64 = 1.0;
+const MAX_ROUNDS: usize = 2_000;
 /// The largest move of ρ in one round.
 const MAX_STEP: f64 = 1.0;
 const ROUND_TOLERANCE: f64 = 1e-5;
@@ -88,7 +96,7 @@ pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, c
     }
     let (mut candidates, mut rounds) = (Vec::new(), 0);
     let (mut solutions, mut per_row) = (Vec::new(), Vec::new());
-    let mut solution = Solution { delta: vec![0.0; problem.pairs.len()], rho: vec![0.0; problem.bucket_rows.len()] };
+    let mut solution = Solution::zero(&problem);
     for &strength in &cfg.logged_order_prior {
         // Warm-started from the previous strength's solution: the problem moves little between them.
         rounds = rounds.max(problem.solve(&rows.training, strength, &mut solution));
@@ -100,7 +108,7 @@ pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, c
     let (strength, chosen) = (cfg.logged_order_prior[chosen_index], solutions.swap_remove(chosen_index));
     for (p, &pair) in problem.pairs.iter().enumerate() {
         if let Some(g) = gamma.get_mut(pair as usize) {
-            *g = (chosen.rho[problem.bucket_of[p]] + chosen.delta[p]) as f32;
+            *g = (chosen.centre(&problem, p) + chosen.delta[p]) as f32;
         }
     }
     trained.model.set_pair_relevance(&gamma);
@@ -146,6 +154,9 @@ struct Rows {
     training: Vec<RowTerms>,
     validation: Vec<RowTerms>,
     shown: HashMap<u32, (f64, f64)>,
+    /// Each pair's query, as an index into `queries` (a pair missing here joins query 0).
+    query_of: HashMap<u32, u32>,
+    queries: HashMap<String, u32>,
 }
 
 impl Rows {
@@ -168,6 +179,11 @@ impl Rows {
                 if k == 0 || k > positions || pair == 0 {
                     continue;
                 }
+                if !self.query_of.contains_key(&pair) {
+                    let next = self.queries.len() as u32;
+                    let query = *self.queries.entry(ex.qd_keys[r.qd as usize].0.clone()).or_insert(next);
+                    self.query_of.insert(pair, query);
+                }
                 let shown = self.shown.entry(pair).or_insert((0.0, 0.0));
                 shown.0 += r.impressions as f64;
                 shown.1 += r.impressions as f64 * k as f64;
@@ -185,15 +201,30 @@ struct Problem {
     pairs: Vec<u32>,
     index: HashMap<u32, usize>,
     bucket_of: Vec<usize>,
-    /// Training rows of each pair, and of each bucket.
+    query_of: Vec<usize>,
+    /// Training rows of each pair, and of each bucket; the pairs of each query.
     pair_rows: Vec<Vec<usize>>,
     bucket_rows: Vec<Vec<usize>>,
+    query_pairs: Vec<Vec<usize>>,
 }
 
 #[derive(Clone)]
 struct Solution {
     delta: Vec<f64>,
     rho: Vec<f64>,
+    /// The query effects α_q.
+    alpha: Vec<f64>,
+}
+
+impl Solution {
+    fn zero(problem: &Problem) -> Solution {
+        Solution { delta: vec![0.0; problem.pairs.len()], rho: vec![0.0; problem.bucket_rows.len()], alpha: vec![0.0; problem.query_pairs.len()] }
+    }
+
+    /// γ of pair `p` less its δ: its query's effect plus its bucket's ρ.
+    fn centre(&self, problem: &Problem, p: usize) -> f64 {
+        self.alpha[problem.query_of[p]] + self.rho[problem.bucket_of[p]]
+    }
 }
 
 impl Problem {
@@ -209,6 +240,11 @@ impl Problem {
                 (((sum / n - 1.0) * BUCKETS_PER_POSITION).round().max(0.0) as usize).min(buckets - 1)
             })
             .collect();
+        let query_of: Vec<usize> = pairs.iter().map(|v| rows.query_of.get(v).copied().unwrap_or(0) as usize).collect();
+        let mut query_pairs = vec![Vec::new(); query_of.iter().max().map_or(1, |m| m + 1)];
+        for (p, &q) in query_of.iter().enumerate() {
+            query_pairs[q].push(p);
+        }
         let mut pair_rows = vec![Vec::new(); pairs.len()];
         let mut bucket_rows = vec![Vec::new(); buckets];
         for (i, t) in rows.training.iter().enumerate() {
@@ -216,7 +252,7 @@ impl Problem {
             pair_rows[p].push(i);
             bucket_rows[bucket_of[p]].push(i);
         }
-        Problem { pairs, index, bucket_of, pair_rows, bucket_rows }
+        Problem { pairs, index, bucket_of, query_of, pair_rows, bucket_rows, query_pairs }
     }
 
     /// The maximum of the penalised likelihood at `strength`, from and into `s`; returns the rounds
@@ -230,17 +266,28 @@ impl Problem {
         for round in 1..=MAX_ROUNDS {
             let mut moved = 0f64;
             for (p, rows) in self.pair_rows.iter().enumerate() {
-                let rho = s.rho[self.bucket_of[p]];
-                let next = newton_one(terms, rows, |_| rho, s.delta[p], strength).0;
+                let centre = s.centre(self, p);
+                let next = newton_one(terms, rows, |_| centre, s.delta[p], strength).0;
                 moved = moved.max((next - s.delta[p]).abs());
                 s.delta[p] = next;
                 information[p] = rows
                     .iter()
                     .map(|&i| {
-                        let q = sigmoid(terms[i].logit + rho + next);
+                        let q = sigmoid(terms[i].logit + centre + next);
                         terms[i].weighted_impressions * q * (1.0 - q)
                     })
                     .sum();
+            }
+            // One profiled Newton step in each query's effect, as for ρ below, with its own prior.
+            for (q, pairs) in self.query_pairs.iter().enumerate() {
+                let score = pairs.iter().map(|&p| strength * s.delta[p]).sum::<f64>() - QUERY_PRECISION * s.alpha[q];
+                let info = pairs.iter().map(|&p| strength * information[p] / (information[p] + strength)).sum::<f64>() + QUERY_PRECISION;
+                let step = (score / info).clamp(-MAX_STEP, MAX_STEP);
+                s.alpha[q] += step;
+                moved = moved.max(step.abs());
+                for &p in pairs {
+                    s.delta[p] -= step * information[p] / (information[p] + strength);
+                }
             }
             let (mut score, mut info) = (vec![0.0; buckets], vec![0.0; buckets]);
             for p in 0..self.pairs.len() {
@@ -262,6 +309,15 @@ impl Problem {
             for p in 0..self.pairs.len() {
                 s.delta[p] -= step[self.bucket_of[p]] * information[p] / (information[p] + strength);
             }
+            // Raising every α by x and lowering every ρ by x leaves each γ as it was: only the two
+            // priors tell them apart, and alternating steps crawl along that line. One exact step
+            // along it (the minimum of the two penalties; a common shift keeps ρ's order).
+            let informed_rho: f64 = informed.iter().map(|&b| s.rho[b]).sum();
+            let level = (BUCKET_RIDGE * informed_rho - QUERY_PRECISION * s.alpha.iter().sum::<f64>())
+                / (QUERY_PRECISION * s.alpha.len() as f64 + BUCKET_RIDGE * informed.len() as f64);
+            s.alpha.iter_mut().for_each(|a| *a += level);
+            informed.iter().for_each(|&b| s.rho[b] -= level);
+            moved = moved.max(level.abs());
             if moved < ROUND_TOLERANCE {
                 self.fill_empty_buckets(&info, s);
                 return round;
@@ -298,7 +354,7 @@ impl Problem {
             .iter()
             .map(|t| {
                 let p = self.index[&t.pair];
-                let l = t.logit + s.rho[self.bucket_of[p]] + s.delta[p];
+                let l = t.logit + s.centre(self, p) + s.delta[p];
                 t.weighted_clicks * l - t.weighted_impressions * softplus(l)
             })
             .collect()
@@ -341,8 +397,9 @@ mod tests {
     /// shows them in the truth's order (or its reverse), one document per query also one position
     /// lower. The document at position 1 is shown 60 times, the rest 3 times each, with Bernoulli
     /// clicks drawn from `seed`: most rare documents are never clicked, the regime where a bare γ
-    /// ranks by impressions. Returns the rows and each pair's true γ.
-    fn log(reverse: bool, seed: u64) -> (Rows, HashMap<u32, f64>) {
+    /// ranks by impressions. Even queries' γ are `query_level` higher, odd ones' as much lower (one
+    /// query with many good documents, one with none). Returns the rows and each pair's true γ.
+    fn log(reverse: bool, seed: u64, query_level: f64) -> (Rows, HashMap<u32, f64>) {
         let theta = [0.0, -0.6, -1.0, -1.3, -1.5];
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut uniform = move || {
@@ -354,7 +411,9 @@ mod tests {
         for q in 0..400u32 {
             for d in 0..5u32 {
                 let pair = 1 + q * 5 + d;
-                let gamma = 0.5 - 0.6 * d as f64 + 0.01 * (q % 7) as f64;
+                rows.query_of.insert(pair, q);
+                let level = if q % 2 == 0 { query_level } else { -query_level };
+                let gamma = 0.5 - 0.6 * d as f64 + 0.01 * (q % 7) as f64 + level;
                 truth.insert(pair, gamma);
                 let shown_at = if reverse { 4 - d as usize } else { d as usize };
                 let swapped = if q % 5 == d % 5 { (shown_at + 1) % 5 } else { shown_at };
@@ -380,7 +439,7 @@ mod tests {
     fn pairwise_accuracy(problem: &Problem, s: &Solution, truth: &HashMap<u32, f64>) -> f64 {
         let score = |pair: u32| {
             let p = problem.index[&pair];
-            s.rho[problem.bucket_of[p]] + s.delta[p]
+            s.centre(problem, p) + s.delta[p]
         };
         let (mut right, mut total) = (0.0, 0.0);
         for q in 0..400u32 {
@@ -398,7 +457,7 @@ mod tests {
 
     fn solved(rows: &Rows, positions: usize, strength: f64) -> (Problem, Solution) {
         let problem = Problem::new(rows, positions);
-        let mut s = Solution { delta: vec![0.0; problem.pairs.len()], rho: vec![0.0; problem.bucket_rows.len()] };
+        let mut s = Solution::zero(&problem);
         let rounds = problem.solve(&rows.training, strength, &mut s);
         assert!(rounds < MAX_ROUNDS, "did not converge in {rounds} rounds");
         (problem, s)
@@ -415,7 +474,7 @@ mod tests {
     #[test]
     fn the_prior_is_estimated_from_the_clicks_and_orders_rare_documents_by_it() {
         for (reverse, seed) in [false, true].into_iter().flat_map(|r| [1, 2, 3].map(|s| (r, s))) {
-            let (rows, truth) = log(reverse, seed);
+            let (rows, truth) = log(reverse, seed, 0.0);
             let (problem, with_prior) = solved(&rows, 5, 1.0);
             let (flat_problem, without) = solved(&rows, 1, 1.0);
             let populated: Vec<f64> = (0..problem.bucket_rows.len()).filter(|b| !problem.bucket_rows[*b].is_empty()).map(|b| with_prior.rho[b]).collect();
@@ -426,7 +485,7 @@ mod tests {
                 assert!(last == first, "reversed policy: ρ {populated:?} should come out flat");
                 let gap = problem.pairs.iter().enumerate().map(|(p, v)| {
                     let q = flat_problem.index[v];
-                    ((with_prior.rho[problem.bucket_of[p]] + with_prior.delta[p]) - (without.rho[0] + without.delta[q])).abs()
+                    ((with_prior.centre(&problem, p) + with_prior.delta[p]) - (without.centre(&flat_problem, q) + without.delta[q])).abs()
                 });
                 let gap = gap.fold(0.0, f64::max);
                 assert!(gap < 1e-3, "reversed, seed {seed}: γ under the flat prior differs from one bucket's by {gap}");
@@ -434,6 +493,32 @@ mod tests {
                 assert!(first > last + 1.0, "ρ {populated:?} should fall with position");
                 assert!(a > b + 0.2 && a > 0.85, "seed {seed}: pairwise accuracy {a:.3} with the prior, {b:.3} without");
             }
+        }
+    }
+
+    /// Queries differ in how good their documents are; the query effects α_q take that up, so the
+    /// prior's δ hold only each document's departure from its query and bucket. With ±1.5 query
+    /// levels the effects' means come out apart by > 1.5 between even and odd queries (the truth: 3,
+    /// which the N(0, 1) prior shrinks; the three draws give 1.84 to 1.88), and γ orders each
+    /// query's documents better than with one effect for all queries (every pair in one query), by
+    /// > 0.05 of pairwise accuracy (the draws: +0.09 to +0.10).
+    #[test]
+    fn query_effects_take_up_the_query_level_and_order_documents_better() {
+        for seed in [1, 2, 3] {
+            let (rows, truth) = log(false, seed, 1.5);
+            let (problem, with) = solved(&rows, 5, 1.0);
+            let mut pooled_rows = log(false, seed, 1.5).0;
+            pooled_rows.query_of.clear();
+            let (pooled, without) = solved(&pooled_rows, 5, 1.0);
+            let mean = |parity: usize| {
+                let a: Vec<f64> = with.alpha.iter().enumerate().filter(|(q, _)| q % 2 == parity).map(|(_, a)| *a).collect();
+                a.iter().sum::<f64>() / a.len() as f64
+            };
+            let (a, b) = (pairwise_accuracy(&problem, &with, &truth), pairwise_accuracy(&pooled, &without, &truth));
+            eprintln!("seed {seed}: mean α {:.2} (even) {:.2} (odd); pairwise accuracy {a:.3} with query effects, {b:.3} without", mean(0), mean(1));
+            assert_eq!(without.alpha.len(), 1);
+            assert!(mean(0) - mean(1) > 1.5, "seed {seed}: α even {:.2}, odd {:.2}", mean(0), mean(1));
+            assert!(a > b + 0.05, "seed {seed}: pairwise accuracy {a:.3} with query effects, {b:.3} without");
         }
     }
 
@@ -481,7 +566,7 @@ mod tests {
     #[test]
     fn the_solution_zeroes_the_penalised_score_of_every_pair_and_bucket() {
         for reverse in [false, true] {
-            let (rows, _) = log(reverse, 1);
+            let (rows, _) = log(reverse, 1, 1.0);
             let strength = 0.7;
             let (problem, s) = solved(&rows, 5, strength);
             let residual = |rows_of: &[usize], penalty: f64| -> f64 {
@@ -489,13 +574,17 @@ mod tests {
                 for &i in rows_of {
                     let t = &rows.training[i];
                     let p = problem.index[&t.pair];
-                    g += t.weighted_clicks - t.weighted_impressions * sigmoid(t.logit + s.rho[problem.bucket_of[p]] + s.delta[p]);
+                    g += t.weighted_clicks - t.weighted_impressions * sigmoid(t.logit + s.centre(&problem, p) + s.delta[p]);
                     n += t.weighted_impressions;
                 }
                 g / n
             };
             for (p, r) in problem.pair_rows.iter().enumerate() {
                 assert!(residual(r, strength * s.delta[p]).abs() < 1e-4, "pair {p}");
+            }
+            for (q, pairs) in problem.query_pairs.iter().enumerate() {
+                let rows_of: Vec<usize> = pairs.iter().flat_map(|&p| problem.pair_rows[p].iter().copied()).collect();
+                assert!(residual(&rows_of, QUERY_PRECISION * s.alpha[q]).abs() < 1e-4, "query {q}");
             }
             // ρ may not rise with depth: buckets the constraint pools share one ρ, and it is their
             // summed penalised score that is 0.
