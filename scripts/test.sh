@@ -71,6 +71,9 @@ if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, seleniu
   venv_pid=$!
 fi
 
+# No import circle between source files (docs/testing.md, "Layering"): a second's check before the build.
+python3 scripts/import-circles.py ultr=src ultr_core=crates/core/src ultr_train=crates/train/src ultr_lab=crates/lab/src
+
 # 3. Build ultr and its tests in one cargo build (the workspace; the test broker is not part of it).
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 # Test harness targets (`cargo test --release` builds them in the `bench` profile: the unit-test builds

@@ -34,7 +34,7 @@ pub enum MissingPropensity {
     UnitWeight,
 }
 
-/// Where a logging policy's π(d,k|q) comes from (`crates/core/sql/ips_propensity.sql`).
+/// Where a logging policy's π(d,k|q) comes from (`sql/ips_propensity.sql`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PropensitySource {

@@ -22,7 +22,7 @@ use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
-use super::{batches_or_empty, mem_table, sql_error, window_context, Statistic, StatisticBounds};
+use super::sql::{batches_or_empty, mem_table, sql_error, window_context, Statistic, StatisticBounds};
 
 /// One input table of a statement run: its name in the SQL, its batches as runs (one partition
 /// each) and the order every run is sorted by, if any (`register_runs`).
