@@ -64,6 +64,7 @@ pub struct Metrics {
     pub dead_letter_failures: IntCounter,
     pub monitor_last_success: Gauge,
     pub monitor_errors: IntCounter,
+    pub monitor_last_error: Gauge,
     // identifiability
     pub graph_components: IntGaugeVec,
     pub positions_disconnected: IntGaugeVec,
@@ -163,6 +164,7 @@ impl Metrics {
             dead_letter_failures: counter("dead_letter_failures_total", "Dead letters the dead-letter sink could not deliver."),
             monitor_last_success: gauge("monitor_last_success_timestamp_seconds", "When the monitor (identifiability, residuals) last finished without error."),
             monitor_errors: counter("monitor_errors_total", "Monitor passes that failed."),
+            monitor_last_error: gauge("monitor_last_error_timestamp_seconds", "When a monitor pass last failed (0: never)."),
             graph_components: reg(
                 &r,
                 IntGaugeVec::new(Opts::new("graph_components", "Connected components of the position graph (swap, overlap, or their union); a diagnostic, alerts use `identified`."), &["graph"]).expect("valid"),
@@ -298,7 +300,7 @@ impl Metrics {
             &self.records, &self.sessions, &self.impressions, &self.bad_records, &self.late_sessions, &self.duplicate_sessions, &self.dropped_items,
             &self.consumer_lag, &self.windows_closed, &self.window_close_seconds, &self.watermark, &self.up_since,
             &self.kafka_errors, &self.source_up.0, &self.last_checkpoint, &self.dead_letter_failures, &self.monitor_last_success,
-            &self.monitor_errors,
+            &self.monitor_errors, &self.monitor_last_error,
             &self.graph_components, &self.positions_disconnected, &self.overlap_bottleneck.0, &self.identified, &self.weakly_identified, &self.theta_interval_width, &self.propensity_min,
             &self.logged_propensity_dispersion, &self.logged_propensity_disagrees,
             &self.ips_weight_max, &self.ips_clipped_fraction, &self.ips_effective_sample_fraction, &self.theta, &self.theta_estimable, &self.training_seconds,

@@ -220,13 +220,15 @@ impl Monitor {
 
     /// The slow part (identifiability, residual scoring): runs on the monitor thread with the state
     /// directory and a copy of the manifest a checkpoint wrote. Outcomes go to
-    /// `ultr_monitor_last_success_timestamp_seconds` / `ultr_monitor_errors_total`.
+    /// `ultr_monitor_last_success_timestamp_seconds` / `ultr_monitor_errors_total` and
+    /// `ultr_monitor_last_error_timestamp_seconds`.
     pub fn observe_recorded(&mut self, dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
         let result = self.analyse(dir, manifest);
         match &result {
             Ok(()) => self.metrics.monitor_last_success.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0),
             Err(e) => {
                 self.metrics.monitor_errors.inc();
+                self.metrics.monitor_last_error.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
                 tracing::warn!("monitor: {e:#}");
             }
         }

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
+use super::alert_rules::AlertRules;
 use crate::monitor::board::{BoardState, GraphCard};
 
 /// How often the page reloads itself.
@@ -132,69 +133,80 @@ pub fn escape(text: &str) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condition {
     pub alert: &'static str,
-    pub severity: &'static str,
+    pub severity: String,
     pub detail: String,
 }
 
-/// The rules' conditions, each written as its `expr` reads, on the series `/metrics` exports;
-/// `IngestErrorsHigh`'s 5-minute rate comes from the board's counter samples.
+/// The rules' conditions, each written as its `expr` reads, on the series `/metrics` exports, with
+/// the thresholds, spans and severities of the shipped `pipelines/alerts.yml` (`alert_rules`: one
+/// source for them). `IngestErrorsHigh`'s rate comes from the board's counter samples.
 pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<Condition> {
+    conditions_under(AlertRules::shipped(), series, board, now_unix_s)
+}
+
+/// [`conditions`] under the given rules.
+pub fn conditions_under(rules: &AlertRules, series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<Condition> {
     let mut out = Vec::new();
-    let mut add = |alert, severity, detail: String| out.push(Condition { alert, severity, detail });
-    for s in series.all("ultr_identified").filter(|s| s.value == 0.0) {
-        add("IdentifiabilityLost", "warning", format!("ultr_identified{{model=\"{}\"}} = 0", s.labels.get("model").cloned().unwrap_or_default()));
+    let mut add = |alert: &'static str, detail: String| out.push(Condition { alert, severity: rules.severity(alert).to_string(), detail });
+    let t = |alert: &str, i: usize| rules.threshold(alert, i);
+    let model = |s: &Sample| s.labels.get("model").cloned().unwrap_or_default();
+    for s in series.all("ultr_identified").filter(|s| s.value == t("IdentifiabilityLost", 0)) {
+        add("IdentifiabilityLost", format!("ultr_identified{{model=\"{}\"}} = {}", model(s), s.value));
     }
-    for s in series.all("ultr_weakly_identified").filter(|s| s.value == 1.0) {
-        add("IdentifiabilityLost", "warning", format!("ultr_weakly_identified{{model=\"{}\"}} = 1: a θ_k interval wider than max_theta_interval", s.labels.get("model").cloned().unwrap_or_default()));
+    for s in series.all("ultr_weakly_identified").filter(|s| s.value == t("IdentifiabilityLost", 1)) {
+        add("IdentifiabilityLost", format!("ultr_weakly_identified{{model=\"{}\"}} = {}: a θ_k interval wider than max_theta_interval", model(s), s.value));
     }
-    if let Some(b) = series.get("ultr_overlap_bottleneck", &[]).filter(|b| *b < 0.25) {
-        add("FeatureOverlapLow", "info", format!("overlap bottleneck {b:.3} < 0.25"));
+    if let Some(b) = series.get("ultr_overlap_bottleneck", &[]).filter(|b| *b < t("FeatureOverlapLow", 0)) {
+        add("FeatureOverlapLow", format!("overlap bottleneck {b:.3} < {}", t("FeatureOverlapLow", 0)));
     }
-    for s in series.all("ultr_misspecification_z").filter(|s| s.value > 4.0) {
-        add("MisspecificationSuspected", "warning", format!("z = {:.2} > 4 ({})", s.value, s.labels.get("model").cloned().unwrap_or_default()));
+    for s in series.all("ultr_misspecification_z").filter(|s| s.value > t("MisspecificationSuspected", 0)) {
+        add("MisspecificationSuspected", format!("z = {:.2} > {} ({})", s.value, t("MisspecificationSuspected", 0), model(s)));
     }
-    for s in series.all("ultr_misspecification_assessable").filter(|s| s.value == 0.0) {
-        add("MisspecificationUnassessable", "info", format!("ultr_misspecification_assessable{{model=\"{}\"}} = 0", s.labels.get("model").cloned().unwrap_or_default()));
+    for s in series.all("ultr_misspecification_assessable").filter(|s| s.value == t("MisspecificationUnassessable", 0)) {
+        add("MisspecificationUnassessable", format!("ultr_misspecification_assessable{{model=\"{}\"}} = {}", model(s), s.value));
     }
-    if let Some(n) = series.get("ultr_logged_propensity_disagrees", &[]).filter(|n| *n > 0.0) {
-        add("LoggedPropensityMismatch", "warning", format!("{n} policy(ies) disagree"));
+    if let Some(n) = series.get("ultr_logged_propensity_disagrees", &[]).filter(|n| *n > t("LoggedPropensityMismatch", 0)) {
+        add("LoggedPropensityMismatch", format!("{n} policy(ies) disagree"));
     }
     let psi = series.get("ultr_residual_psi", &[]).unwrap_or(0.0);
     let ph = series.get("ultr_residual_page_hinkley", &[]).unwrap_or(0.0);
-    if psi > 0.2 || ph > 0.5 {
-        add("ResidualDrift", "warning", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
+    if psi > t("ResidualDrift", 0) || ph > t("ResidualDrift", 1) {
+        add("ResidualDrift", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
     }
-    for s in series.all("ultr_judged_ndcg_difference").filter(|s| s.value < 0.0 && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper")) {
+    let judged = |s: &&Sample| s.value < t("JudgedRankingBelowBaseline", 0) && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper");
+    for s in series.all("ultr_judged_ndcg_difference").filter(judged) {
         let label = |l: &str| s.labels.get(l).cloned().unwrap_or_default();
-        add("JudgedRankingBelowBaseline", "warning", format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value));
+        add("JudgedRankingBelowBaseline", format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value));
     }
     match series.get("ultr_current_model_created_timestamp_seconds", &[]) {
-        Some(created) if now_unix_s - created > 26.0 * 3600.0 => {
-            add("TrainingStale", "warning", format!("model {:.1} h old > 26 h", (now_unix_s - created) / 3600.0));
+        Some(created) if now_unix_s - created > t("TrainingStale", 0) => {
+            add("TrainingStale", format!("model {:.1} h old > {:.0} h", (now_unix_s - created) / 3600.0, t("TrainingStale", 0) / 3600.0));
         }
         Some(_) => {}
         None => {
-            if let Some(started) = series.get("ultr_start_timestamp_seconds", &[]).filter(|s| now_unix_s - s > 26.0 * 3600.0) {
-                add("ModelMissing", "warning", format!("no current model {:.1} h after start", (now_unix_s - started) / 3600.0));
+            if let Some(started) = series.get("ultr_start_timestamp_seconds", &[]).filter(|s| now_unix_s - s > t("ModelMissing", 0)) {
+                add("ModelMissing", format!("no current model {:.1} h after start", (now_unix_s - started) / 3600.0));
             }
         }
     }
-    let bad = board.rate(300.0, |c| c.bad_records);
-    let records = board.rate(300.0, |c| c.records);
-    if let (Some(bad), Some(records)) = (bad, records) {
-        if bad / records.max(1e-9) > 0.01 {
-            add("IngestErrorsHigh", "warning", format!("{:.1}% of records dead-lettered over 5 min", 100.0 * bad / records.max(1e-9)));
+    let span = rules.range_s("IngestErrorsHigh", 0);
+    if let (Some(bad), Some(records)) = (board.rate(span, |c| c.bad_records), board.rate(span, |c| c.records)) {
+        if bad / records.max(1e-9) > t("IngestErrorsHigh", 0) {
+            add("IngestErrorsHigh", format!("{:.1}% of records dead-lettered over {:.0} min", 100.0 * bad / records.max(1e-9), span / 60.0));
         }
     }
-    for s in series.all("ultr_kafka_consumer_lag_messages").filter(|s| s.value > 100_000.0) {
-        add("ConsumerLagHigh", "warning", format!("{} messages behind on {}", s.value, s.labels.get("topic").cloned().unwrap_or_default()));
+    for s in series.all("ultr_kafka_consumer_lag_messages").filter(|s| s.value > t("ConsumerLagHigh", 0)) {
+        add("ConsumerLagHigh", format!("{} messages behind on {}", s.value, s.labels.get("topic").cloned().unwrap_or_default()));
     }
-    if series.get("ultr_source_up", &[]) == Some(0.0) {
-        add("KafkaSourceDown", "critical", "ultr_source_up = 0".to_string());
+    if let Some(up) = series.get("ultr_source_up", &[]).filter(|up| *up == t("KafkaSourceDown", 0)) {
+        add("KafkaSourceDown", format!("ultr_source_up = {up}"));
     }
+    // increase(ultr_monitor_errors_total[span]) > 0 is: an error within the span, which the last
+    // error's time says without the counter's history.
     let last_ok = series.get("ultr_monitor_last_success_timestamp_seconds", &[]).unwrap_or(0.0);
-    if now_unix_s - last_ok > 1800.0 && series.get("ultr_monitor_errors_total", &[]).unwrap_or(0.0) > 0.0 {
-        add("MonitorFailing", "warning", format!("no monitor pass for {:.0} min", (now_unix_s - last_ok) / 60.0));
+    let last_error = series.get("ultr_monitor_last_error_timestamp_seconds", &[]).unwrap_or(f64::NEG_INFINITY);
+    if now_unix_s - last_ok > t("MonitorFailing", 0) && now_unix_s - last_error <= rules.range_s("MonitorFailing", 0) {
+        add("MonitorFailing", format!("no monitor pass for {:.0} min, the last error {:.0} min ago", (now_unix_s - last_ok) / 60.0, (now_unix_s - last_error) / 60.0));
     }
     out
 }
@@ -714,20 +726,24 @@ mod tests {
         let healthy = format!(
             "ultr_identified{{model=\"mlp\"}} 1\nultr_overlap_bottleneck 0.3\nultr_misspecification_z{{model=\"mlp\"}} 3.9\nultr_misspecification_assessable{{model=\"mlp\"}} 1\n\
              ultr_logged_propensity_disagrees 0\nultr_residual_psi 0.19\nultr_residual_page_hinkley 0.4\nultr_current_model_created_timestamp_seconds {}\n\
-             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100000\nultr_source_up 1\nultr_monitor_last_success_timestamp_seconds {now}\nultr_monitor_errors_total 2\n\
+             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100000\nultr_source_up 1\nultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_errors_total 2\nultr_monitor_last_error_timestamp_seconds {}\n\
              ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"logged\",k=\"10\",bound=\"upper\"}} 0.001\n\
              ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"logged\",k=\"10\",bound=\"estimate\"}} -0.01\n\
              ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"logged\",k=\"1\",bound=\"upper\"}} -0.01\n",
-            now - 25.0 * 3600.0
+            now - 25.0 * 3600.0,
+            now - 1801.0,
+            now - 1801.0
         );
+        // The monitor has not passed for 30 min but its last error is older than increase()'s 30 min.
         assert!(page(&healthy).is_empty(), "{:?}", page(&healthy));
         let sick = format!(
             "ultr_identified{{model=\"mlp\"}} 0\nultr_overlap_bottleneck 0.2\nultr_misspecification_z{{model=\"mlp\"}} 4.1\nultr_misspecification_assessable{{model=\"mlp\"}} 0\n\
              ultr_logged_propensity_disagrees 1\nultr_residual_psi 0.21\nultr_residual_page_hinkley 0.4\nultr_current_model_created_timestamp_seconds {}\n\
-             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100001\nultr_source_up 0\nultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_errors_total 2\n\
+             ultr_kafka_consumer_lag_messages{{topic=\"t\",partition=\"0\"}} 100001\nultr_source_up 0\nultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_errors_total 2\nultr_monitor_last_error_timestamp_seconds {}\n\
              ultr_judged_ndcg_difference{{model=\"mlp\",baseline=\"naive_ctr\",k=\"10\",bound=\"upper\"}} -0.001\n",
             now - 27.0 * 3600.0,
-            now - 1801.0
+            now - 1801.0,
+            now - 60.0
         );
         let mut fired = page(&sick);
         fired.sort();
@@ -749,6 +765,32 @@ mod tests {
         assert_eq!(conditions(&Series::new(vec![]), &board, now)[0].alert, "IngestErrorsHigh");
         board.samples = [s(now - 200.0, 1000, 0), s(now, 2000, 5)].into();
         assert!(conditions(&Series::new(vec![]), &board, now).is_empty());
+    }
+
+    /// The page judges with the alerts file's numbers: the same series fire once a rule's threshold
+    /// or span is edited in the YAML, and the severity shown is the file's.
+    #[test]
+    fn edited_rules_move_the_page() {
+        let now = 2.0e9;
+        let series = Series::new(parse_exposition("ultr_overlap_bottleneck 0.3\nultr_misspecification_z{model=\"m\"} 3\n"));
+        let judged = |yaml: &str| {
+            let rules = AlertRules::parse(yaml, "edited.yml").unwrap();
+            conditions_under(&rules, &series, &BoardState::default(), now).into_iter().map(|c| (c.alert, c.severity)).collect::<Vec<_>>()
+        };
+        assert!(judged(super::super::alert_rules::SHIPPED).is_empty());
+        let edited = super::super::alert_rules::SHIPPED
+            .replace("(ultr_overlap_bottleneck) < 0.25", "(ultr_overlap_bottleneck) < 0.35")
+            .replace("ultr_misspecification_z > 4", "ultr_misspecification_z > 2.5");
+        assert_eq!(judged(&edited), vec![("FeatureOverlapLow", "info".to_string()), ("MisspecificationSuspected", "warning".to_string())]);
+        // MonitorFailing's span: an error 40 min ago is outside [30m], inside [1h].
+        let failing = Series::new(parse_exposition(&format!(
+            "ultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_last_error_timestamp_seconds {}\n",
+            now - 7200.0,
+            now - 2400.0
+        )));
+        let monitor = |yaml: &str| conditions_under(&AlertRules::parse(yaml, "edited.yml").unwrap(), &failing, &BoardState::default(), now).len();
+        assert_eq!(monitor(super::super::alert_rules::SHIPPED), 0);
+        assert_eq!(monitor(&super::super::alert_rules::SHIPPED.replace("increase(ultr_monitor_errors_total[30m])", "increase(ultr_monitor_errors_total[1h])")), 1);
     }
 
     #[test]
