@@ -141,7 +141,7 @@ fn explore_mixture_oracle() {
     for w in manifest.windows.iter().filter(|w| w.start_ms >= data_end) {
         let mut seen = manifest.clone();
         seen.windows.retain(|x| x.end_ms <= w.end_ms);
-        let cumulative = rt.block_on(ultr::state::cumulative::compute(&o.state, &seen, config.lookback_ms())).unwrap();
+        let cumulative = rt.block_on(ultr::state::cumulative::compute(&o.state, &seen, config.state.lookback_ms())).unwrap();
         let pi = rt.block_on(ultr::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &config.train.ips)).unwrap();
         let ex = rt.block_on(ultr::train::data::examples_for_windows(&o.state, std::slice::from_ref(w), pi, trained.meta.architecture.max_positions)).unwrap();
         let model_logits = trained.logits(&ex, &device);

@@ -96,24 +96,6 @@ impl PipelineConfig {
         }
     }
 
-    pub fn window_spec(&self) -> Result<ultr_core::window::operator::WindowSpec, String> {
-        self.window.spec()
-    }
-    pub fn max_clock_jump_ms(&self) -> i64 {
-        self.window.max_clock_jump_ms()
-    }
-    pub fn checkpoint_interval(&self) -> std::time::Duration {
-        self.state.checkpoint_interval()
-    }
-    pub fn query_memory_limit_bytes(&self) -> Result<usize, String> {
-        self.state.query_memory_limit_bytes()
-    }
-    pub fn lookback_ms(&self) -> i64 {
-        self.state.lookback_ms()
-    }
-    pub fn retention_ms(&self) -> i64 {
-        self.state.retention_ms()
-    }
 
     /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {

@@ -275,9 +275,9 @@ impl ConsumerContext for GroupContext {
 pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
     Ok(MergeTarget {
         source: config.source_identity(),
-        window: config.window_spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
+        window: config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
         holdout: config.train.holdout(),
-        retention_ms: Some(config.retention_ms()),
+        retention_ms: Some(config.state.retention_ms()),
         bounds: config.window.statistic_bounds(),
         threads: 1,
     })
@@ -378,7 +378,7 @@ fn add(total: &mut RunReport, r: &RunReport) {
 pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserver) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
     let SourceConfig::Kafka(kafka) = &config.source else { bail!("key `state.object_store` needs `[source.kafka]`") };
-    ultr_core::window::set_query_memory_limit(config.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+    ultr_core::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
     let remote = Arc::new(Remote::open(store_config)?);
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
     let _lock = ultr_core::state::lock::DirLock::acquire(root, "scale-out state directory")?;
@@ -737,7 +737,7 @@ mod tests {
     fn a_state_read_to_the_end_with_open_windows_is_not_finished() {
         let dir = tempfile::tempdir().unwrap();
         let config = PipelineConfig::parse("source = \"simulator\"\n", "test.toml").unwrap();
-        let store = StateStore::open(dir.path(), "test", config.window_spec().unwrap(), config.train.holdout()).unwrap();
+        let store = StateStore::open(dir.path(), "test", config.window.spec().unwrap(), config.train.holdout()).unwrap();
         let mut m: Manifest = store.manifest().clone();
         assert_eq!(unfinished(None, "t", 0, 10).as_deref(), Some("stored to offset 0 of 10"));
         m.resume.merge(&ultr_core::sources::ResumeOffsets([("kafka:t".to_string(), [(0, 10)].into_iter().collect())].into_iter().collect()));

@@ -56,7 +56,7 @@ pub fn main(args: &[String]) {
     let ingest_s = t.elapsed().as_secs_f64();
     let manifest = ultr::state::read_manifest(dir.path()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lookback = config.lookback_ms();
+    let lookback = config.state.lookback_ms();
     let t = Instant::now();
     let agg = rt.block_on(load_from_state(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
     let load_agg_s = t.elapsed().as_secs_f64();

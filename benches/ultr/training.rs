@@ -27,7 +27,7 @@ pub fn main(args: &[String]) {
     ultr::pipeline::run_to_state(&config, dir.path(), &mut ultr::pipeline::NoObserver).unwrap();
     let manifest = ultr::state::read_manifest(dir.path()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lookback = config.lookback_ms();
+    let lookback = config.state.lookback_ms();
     let ex = rt.block_on(load_from_state(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
     println!(
         "{} sessions, {} impressions, {} distinct feature rows ({:.1}s to simulate, window and load); RAYON_NUM_THREADS={}",

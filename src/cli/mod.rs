@@ -724,7 +724,7 @@ fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
     };
     let manifest = ultr_core::state::read_manifest(&args.state)?;
     let runtime = ultr_core::runtime::multi_thread("ultr-identify")?;
-    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.lookback_ms()))?;
+    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.state.lookback_ms()))?;
     anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
     ultr_core::state::cumulative::write(&args.state, &cumulative)?;
     let report = ultr_train::identifiability(&cumulative, &config.identifiability, &config.train)?;

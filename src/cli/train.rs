@@ -403,7 +403,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
 
 /// The model `ultr eval` scores (`--model`, or CURRENT), checked against the stream's schema, and
 /// every row of the state's lookback horizon.
-fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result<(String, ultr_train::fit::Trained, Examples)> {
+fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result<(String, ultr_train::artefact::Trained, Examples)> {
     let store = ModelStore::open(&models_dir(&config.train, &args.state))?;
     let id = match &args.model {
         Some(id) => id.clone(),
@@ -413,7 +413,7 @@ fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result
     trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
     let manifest = ultr_core::state::read_manifest(&args.state)?;
     let rt = ultr_core::runtime::multi_thread("ultr-eval")?;
-    let lookback = config.lookback_ms();
+    let lookback = config.state.lookback_ms();
     let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
     trained.check_compatible(&all)?;
     Ok((id, trained, all))

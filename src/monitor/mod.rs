@@ -18,7 +18,7 @@ use crate::pipeline::RunReport;
 use ultr_core::state::Manifest;
 use ultr_train::checkpoint::ModelStore;
 use ultr_train::data::examples_for_windows;
-use ultr_train::fit::Trained;
+use ultr_train::artefact::Trained;
 use drift::{psi, PageHinkley};
 use metrics::Metrics;
 use misspecification::{score_test, MisspecificationTest, Nuisance};
@@ -277,7 +277,7 @@ impl Monitor {
             return Ok(());
         }
         let rt = ultr_core::runtime::current_thread()?;
-        let cumulative = rt.block_on(ultr_core::state::cumulative::compute(dir, manifest, self.config.lookback_ms()))?;
+        let cumulative = rt.block_on(ultr_core::state::cumulative::compute(dir, manifest, self.config.state.lookback_ms()))?;
         let id = ultr_train::identifiability(&cumulative, &self.config.identifiability, &self.config.train)?;
         self.report_identifiability(&id, &cumulative);
         let ips_pi = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;

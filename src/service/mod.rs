@@ -263,7 +263,7 @@ fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<
     config.train.models_dir.get_or_insert_with(|| opts.state_dir.join("models"));
     let merged = crate::scale_out::merged_dir(&opts.state_dir);
     let metrics = Arc::new(Metrics::new());
-    let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
+    let health = Arc::new(Health::new(60_000, config.state.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged).judging(judged_labels(&config)?), merged.clone())?;
     let mut counters = Monitor::new(metrics.clone(), &config, &merged);
@@ -296,7 +296,7 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     }
     let stop = stop_on_signals()?;
     let metrics = Arc::new(Metrics::new());
-    let health = Arc::new(Health::new(60_000, config.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
+    let health = Arc::new(Health::new(60_000, config.state.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     // The monitors restore series from the state (the current model's time) before the first scrape
     // can see them: a scrape between serving and restoring read 0 and TrainingStale saw a 56-year-old model.

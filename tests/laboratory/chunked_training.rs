@@ -40,7 +40,7 @@ fn rows(ex: &Examples) -> BTreeMap<(String, String, u32, Split, Vec<u32>), (u32,
 
 fn load(state: &Path, config: &PipelineConfig, budget: usize) -> TrainingData {
     let manifest = ultr::state::read_manifest(state).unwrap();
-    let lookback = config.lookback_ms();
+    let lookback = config.state.lookback_ms();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(load_training_data(state, &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default(), budget, &spill_dir(state))).unwrap()
 }
@@ -57,7 +57,7 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     // Within budget: one pass, in memory, the same examples `load_from_state` builds.
     let TrainingData::InMemory(all) = load(&state, &cfg, usize::MAX) else { panic!("a generous budget keeps the examples in memory") };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lookback = cfg.lookback_ms();
+    let lookback = cfg.state.lookback_ms();
     let direct = rt.block_on(load_from_state(&state, &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
     assert_eq!(all.rows, direct.rows);
     assert_eq!(all.docs, direct.docs);
@@ -96,7 +96,7 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     // Fits: in memory (two seeds, for the noise) and streaming the chunks every epoch.
     let sim = Simulator::new(cfg.simulator.clone()).unwrap();
     let truth = truth_theta(sim.truth());
-    let theta = |t: &ultr::train::fit::Trained| t.position_bias()[..6].to_vec();
+    let theta = |t: &ultr::train::artefact::Trained| t.position_bias()[..6].to_vec();
     let (a, ra) = fit(&all, &pipeline.train, None, false).unwrap();
     let (b, _) = fit(&all, &TrainConfig { seed: 2, ..pipeline.train.clone() }, None, false).unwrap();
     let (c, rc) = fit_chunks(spilled, &pipeline.train, None, false, None).unwrap();

@@ -184,7 +184,7 @@ fn a_second_writer_on_one_state_directory_is_refused() {
     let state = dir.path().join("state");
     let cfg = config(&file, "", "");
     ingest(&cfg, &state);
-    let held = ultr::state::StateStore::open(&state, &cfg.source_identity(), cfg.window_spec().unwrap(), cfg.train.holdout()).unwrap();
+    let held = ultr::state::StateStore::open(&state, &cfg.source_identity(), cfg.window.spec().unwrap(), cfg.train.holdout()).unwrap();
     let err = format!("{:#}", run_to_state(&cfg, &state, &mut NoObserver).unwrap_err());
     assert!(err.contains("in use by another ultr process"), "{err}");
     drop(held);

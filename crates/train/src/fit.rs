@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-pub use super::artefact::{ModelMeta, Normalizer, Trained};
+use super::artefact::{ModelMeta, Normalizer, Trained};
 use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_steps, one_pass_batches, tower_inputs, walks_rows_once};
 pub use super::batches::make_batch;
 use super::chunks::ExampleChunks;
@@ -51,7 +51,8 @@ pub struct FitReport {
     /// distinct (query, document, position, …) row with its impression count, not a session).
     pub train_sessions: usize,
     pub validation_sessions: usize,
-    /// The examples were aggregated rows (`[train] aggregate`), so the unit counts are rows.
+    /// The examples were aggregated rows (the state's `training_examples` without sessions), so the
+    /// unit counts are rows.
     pub aggregated_rows: bool,
     pub train_impressions: usize,
     pub validation_impressions: usize,
@@ -324,7 +325,7 @@ impl<'a> Chunk<'a> {
 
 /// Trains on `ex`. `init` warm-starts from a model with the same architecture.
 pub fn fit(ex: &Examples, cfg: &TrainConfig, init: Option<&Trained>, progress: bool) -> anyhow::Result<(Trained, FitReport)> {
-    fit_cancellable(ex, cfg, init, progress, None)
+    fit_chunks(ex, cfg, init, progress, None)
 }
 
 /// A training stopped by `cancel` (a service shutting down); nothing was written.
@@ -338,17 +339,6 @@ impl std::fmt::Display for Cancelled {
 }
 
 impl std::error::Error for Cancelled {}
-
-/// `fit`, checking `cancel` before every batch and returning `Cancelled` once it is set.
-pub fn fit_cancellable(
-    ex: &Examples,
-    cfg: &TrainConfig,
-    init: Option<&Trained>,
-    progress: bool,
-    cancel: Option<&std::sync::atomic::AtomicBool>,
-) -> anyhow::Result<(Trained, FitReport)> {
-    fit_chunks(ex, cfg, init, progress, cancel)
-}
 
 /// Σ w·ℓ over every validation row, and the model's validation loss (÷ impressions, or ÷ Σw when
 /// self-normalised).
@@ -368,7 +358,8 @@ fn validation_loss(model: &AnyModel, resident: Option<&Chunk>, data: &dyn Exampl
 
 /// Trains on examples in memory or in chunks on disk (see `chunks`): every epoch visits the
 /// training chunks in a shuffled order, each with its share of the steps (∝ its impressions), and
-/// scores every validation chunk. In memory the examples are one chunk, read once.
+/// scores every validation chunk. In memory the examples are one chunk, read once. Checks `cancel`
+/// before every batch and returns `Cancelled` once it is set (nothing is written).
 pub fn fit_chunks(
     data: &dyn ExampleChunks,
     cfg: &TrainConfig,

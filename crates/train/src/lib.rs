@@ -1,4 +1,4 @@
-//! Training: the additive two-tower model in burn, fitted on the state's windows with IPS weights,
+//! Training: the models of the registry (`models/`) in burn, fitted on the state's windows with IPS weights,
 //! checkpointed, and promoted only through the gate. `ultr train` and `ultr run`'s schedule both call
 //! [`train_from_state`].
 

@@ -23,7 +23,8 @@ use crate::simulate::dataset::Dataset;
 use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::{Examples, Row, SessionSpan, Split};
 use ultr_train::device::BackendKind;
-use ultr_train::fit::{fit, Trained};
+use ultr_train::artefact::Trained;
+use ultr_train::fit::fit;
 
 /// Zhang §5.2's five logging policies: the weight w of the true label in the ranking score.
 pub const POLICIES: [(f64, &str); 5] = [(1.0, "Oracle"), (0.8, "L1"), (0.6, "L2"), (0.2, "L3"), (0.0, "Random")];

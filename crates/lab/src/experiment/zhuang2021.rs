@@ -27,7 +27,8 @@ use crate::simulate::click::{ClickModel as ClickSimulator, ClickModelKind};
 use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::Split;
 use ultr_train::device::BackendKind;
-use ultr_train::fit::{fit, Trained};
+use ultr_train::artefact::Trained;
+use ultr_train::fit::fit;
 use ultr_train::models::xpa::XpaVariant;
 
 /// Table 1's click models.
