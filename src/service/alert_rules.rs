@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 
 use anyhow::Context;
 
+use crate::monitor::rules_time::parse_prometheus_duration;
+
 /// The alerts file compiled into the binary: the rules a deployment loads into Prometheus.
 pub const SHIPPED: &str = include_str!("../../pipelines/alerts.yml");
 
@@ -35,9 +37,8 @@ impl AlertRules {
             let Some(name) = rule["alert"].as_str() else { continue };
             let expr = rule["expr"].as_str().with_context(|| format!("{origin}: alert {name} has no `expr`"))?;
             let severity = rule["labels"]["severity"].as_str().with_context(|| format!("{origin}: alert {name} has no `labels.severity`"))?;
-            let thresholds = thresholds(expr).with_context(|| format!("{origin}: alert {name}'s expr"))?;
             let ranges_s = ranges(expr).with_context(|| format!("{origin}: alert {name}'s expr"))?;
-            out.insert(name.to_string(), Rule { severity: severity.to_string(), thresholds, ranges_s });
+            out.insert(name.to_string(), Rule { severity: severity.to_string(), thresholds: thresholds(expr), ranges_s });
         }
         Ok(AlertRules(out))
     }
@@ -66,7 +67,7 @@ impl AlertRules {
 }
 
 /// The numbers right of each comparison operator, products of literals multiplied out.
-fn thresholds(expr: &str) -> anyhow::Result<Vec<f64>> {
+fn thresholds(expr: &str) -> Vec<f64> {
     let b = expr.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -99,30 +100,19 @@ fn thresholds(expr: &str) -> anyhow::Result<Vec<f64>> {
             out.push(v);
         }
     }
-    Ok(out)
+    out
 }
 
-/// The spans of `[…]` range vectors, in seconds (Prometheus durations: ms, s, m, h, d, w, y).
+/// The spans of `[…]` range vectors (a subquery's range, before its `:`), in seconds.
 fn ranges(expr: &str) -> anyhow::Result<Vec<f64>> {
-    let mut out = Vec::new();
-    for part in expr.split('[').skip(1) {
-        let inside = part.split(']').next().unwrap_or("");
-        let span = inside.split(':').next().unwrap_or("").trim();
-        let digits = span.find(|c: char| !c.is_ascii_digit()).unwrap_or(span.len());
-        let n: f64 = span[..digits].parse().with_context(|| format!("range [{inside}]: no number"))?;
-        let unit = match &span[digits..] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
-            "w" => 604_800.0,
-            "y" => 31_536_000.0,
-            other => anyhow::bail!("range [{inside}]: unit {other:?} is not one of ms, s, m, h, d, w, y"),
-        };
-        out.push(n * unit);
-    }
-    Ok(out)
+    expr.split('[')
+        .skip(1)
+        .map(|part| {
+            let inside = part.split(']').next().unwrap_or("");
+            let span = inside.split(':').next().unwrap_or("").trim();
+            parse_prometheus_duration(span).with_context(|| format!("range [{inside}] is not a Prometheus duration"))
+        })
+        .collect()
 }
 
 #[cfg(test)]

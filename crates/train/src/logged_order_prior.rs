@@ -23,9 +23,10 @@
 //! a concave problem solved by alternating one-dimensional Newton steps (δ per pair, α per query,
 //! ρ per bucket), ρ constrained not to rise with the mean logged position (`non_increasing`). ρ is
 //! estimated, not assumed: under a logging policy that knows nothing, or one that shows worse
-//! documents first, it comes out flat and the prior only shrinks. The strength λ is chosen among `[train] logged_order_prior` by the click log-likelihood of the
-//! validation sessions (the ones early stopping watches), the strongest within one standard error
-//! of the best; the editors' labels are never read.
+//! documents first, it comes out flat and the prior only shrinks. The strength λ is chosen among
+//! `[train] logged_order_prior` by the click log-likelihood of the validation sessions (the ones
+//! early stopping watches), the strongest within one standard error of the best; the editors'
+//! labels are never read.
 
 use std::collections::HashMap;
 
