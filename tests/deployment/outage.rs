@@ -2,6 +2,8 @@
 //! restart) that is stopped mid-stream for 30 s and restarted. The service stays up, `/healthz`
 //! reports the outage and recovers, and the final state equals an uninterrupted run over the same
 //! records. The test prints its timeline (health, records, errors, lag) for the closing note.
+//! A second test stops a memory-storage tansu under a bare Kafka source and bounds how much it
+//! reads before it reports the outage.
 
 use crate::common;
 
@@ -16,6 +18,8 @@ use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::kafka::{ensure_topic, KafkaSink};
 use ultr::sinks::SessionSink;
+use ultr::sources::kafka::{KafkaSource, KafkaSourceConfig, DEFAULT_QUEUED_MAX_KBYTES};
+use ultr::sources::{Poll, RecordSource};
 
 const PART: u64 = 8_000;
 
@@ -175,4 +179,63 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
     assert!(!want_rows.is_empty());
     assert_eq!(got_counters, want_counters, "counters and closed windows equal the uninterrupted run");
     assert_eq!(got_rows, want_rows, "cumulative π equals the uninterrupted run");
+}
+
+/// Regression (CI of stop 63: KafkaSourceDown did not fire within 90 s of a broker stop on a
+/// loaded machine): librdkafka queues a broker-down error behind the messages it has already
+/// prefetched, so the source reports the outage only after it has read them. This asserts that
+/// the bytes read between the broker's stop and the source reporting it down stay within the
+/// source's default prefetch bound (`DEFAULT_QUEUED_MAX_KBYTES`) plus two 1 MiB partition fetches,
+/// on a topic holding 24 MiB more than the reader had taken (librdkafka's own default would
+/// prefetch all of it).
+#[test]
+fn after_a_broker_stop_the_source_reports_down_within_its_prefetch_bound() {
+    const RECORDS: usize = 24_576;
+    const SIZE: usize = 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let brokers = format!("127.0.0.1:{port}");
+    let topic = "prefetch";
+    let broker = tansu(dir.path(), "tansu", port, port, "memory://tansu/", false);
+    ensure_topic(&brokers, topic, 1).unwrap();
+    let mut sink = KafkaSink::new(&brokers, topic, &Default::default()).unwrap();
+    let payload = vec![b'x'; SIZE];
+    for i in 0..RECORDS {
+        sink.send(&i.to_string(), &payload).unwrap();
+    }
+    sink.flush().unwrap();
+
+    let config = KafkaSourceConfig {
+        brokers: brokers.clone(),
+        group_id: "prefetch".into(),
+        topics: vec![topic.into()],
+        properties: [("reconnect.backoff.max.ms".to_string(), "1000".to_string())].into(),
+        idle_exit_ms: None,
+    };
+    let mut source = KafkaSource::new(&config, Default::default()).unwrap();
+    let health = source.health().unwrap();
+    let mut before = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while before == 0 {
+        assert!(Instant::now() < deadline, "no record read in 60 s");
+        if let Poll::Records(r) = source.poll(100).unwrap() {
+            before += r.len();
+        }
+    }
+    // Time for librdkafka to prefetch as much as it is allowed to.
+    std::thread::sleep(Duration::from_secs(3));
+    stop_broker(broker);
+
+    let mut after_bytes = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while health.is_up() {
+        assert!(Instant::now() < deadline, "the source did not report the stopped broker in 60 s ({after_bytes} bytes read since)");
+        if let Poll::Records(r) = source.poll(1000).unwrap() {
+            after_bytes += r.iter().map(|r| r.payload.len()).sum::<usize>();
+        }
+    }
+    let bound: usize = DEFAULT_QUEUED_MAX_KBYTES.parse::<usize>().unwrap() * 1024 + 2 * 1024 * 1024;
+    eprintln!("PREFETCH read {before} records before the stop, then {after_bytes} bytes before the source reported it down (bound {bound})");
+    assert!(before * SIZE + bound < RECORDS * SIZE, "the topic must hold more than the bound");
+    assert!(after_bytes <= bound, "{after_bytes} bytes read after the broker stopped, before the source said so (bound {bound})");
 }
