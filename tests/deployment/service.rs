@@ -397,6 +397,8 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
     let t0 = 1_767_225_600_000i64;
     let a = stream_with_clicks(dir, "pbm.jsonl", Default::default(), 28_800, t0, seed); // 60 min
     let b = stream_with_clicks(dir, "second.jsonl", second, 108_000, t0 + 28_800 * 125, seed); // 225 min: ≥ 20 windows under the model
+    // A checkpoint every 2,400 records: twice per 10-minute window of 4,800 sessions, so each window
+    // is scored at the checkpoint after it closes, as at any shorter cadence.
     // One file, one partition: two files would be two partitions, and the first one's end would hold
     // the watermark (every later window then closes at once, at the end).
     let both = dir.join("both.jsonl");
@@ -405,7 +407,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
     std::fs::write(&both, text).unwrap();
     let config = ultr::config::PipelineConfig::parse(
         &format!(
-            "batch_records = 500\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"2h\"\ncheckpoint_every_records = 1000\n[train]\ntower = \"linear\"\nmax_epochs = 30\n",
+            "batch_records = 500\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"2h\"\ncheckpoint_every_records = 2400\n[train]\ntower = \"linear\"\nmax_epochs = 30\n",
             both.display().to_string()
         ),
         "switch.toml",
