@@ -157,25 +157,37 @@ else
   # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
   # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
   # threads), they run four at a time on two cores (docs/testing.md).
-  log "cargo nextest run --release: tests/deployment (the test broker and the benches build beside them)"
-  # The sqlite/SCRAM test broker, then the benches (`benches/`), build while the deployment tests
+  log "cargo nextest run --release: tests/deployment (the benches and the test broker build beside them)"
+  # The benches (`benches/`), then the sqlite/SCRAM test broker, build while the deployment tests
   # wait on their services: at the lowest CPU priority, after nextest's own (no-op) build has let go
-  # of cargo's lock; the benches link the libraries built above (release) and, like the tests, are
-  # compiled at the harness opt-level set above (a compile check here; `cargo bench` keeps 3). A
-  # build that fails fails the run (docs/testing.md).
+  # of cargo's lock. The benches go first: they share the target dir (and its lock) with the tests,
+  # so they are done before the laboratory's nextest needs that lock; the broker builds in a target
+  # dir of its own and may go on into the laboratory phase. The benches link the libraries built
+  # above (release) and, like the tests, are compiled at the harness opt-level set above (a compile
+  # check here; `cargo bench` keeps 3). A build that fails fails the run (docs/testing.md).
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20 && build_test_broker && cargo build --workspace --release --bench '*'
+    sleep 20 && cargo build --workspace --release --bench '*' && build_test_broker
   ) >"$BG_LOG" 2>&1 &
   bg_pid=$!
   "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4
   phase "tests/deployment (less the sqlite-broker tests)"
+  # The laboratory and the unit tests start at once; the tests that need the sqlite/SCRAM broker
+  # start beside them as soon as it is built (a second nextest, two at a time).
+  log "cargo nextest run --release: tests/laboratory and the unit tests (the sqlite-broker tests join once the broker is built)"
+  "${NEXTEST[@]}" -E "not binary(deployment)" &
+  lab_pid=$!
   if ! wait "$bg_pid"; then
-    echo "the test broker or the benches do not build:"; tail -50 "$BG_LOG"; exit 1
+    kill "$lab_pid" 2>/dev/null || true
+    echo "the benches or the test broker do not build:"; tail -50 "$BG_LOG"; exit 1
   fi
-  phase "waiting for the test broker and benches build"
-  log "cargo nextest run --release: tests/laboratory, the unit tests and the sqlite-broker tests"
-  "${NEXTEST[@]}" -E "not binary(deployment) or $LIBSQL_TESTS"
-  phase "tests/laboratory, unit tests, sqlite-broker tests"
+  log "the test broker is built ($((SECONDS - T0)) s); cargo nextest run --release: the sqlite-broker tests"
+  sqlite_rc=0
+  "${NEXTEST[@]}" -E "$LIBSQL_TESTS" --test-threads 2 || sqlite_rc=$?
+  lab_rc=0
+  wait "$lab_pid" || lab_rc=$?
+  [ "$sqlite_rc" -eq 0 ] || { echo "the sqlite-broker tests failed (exit $sqlite_rc)"; exit "$sqlite_rc"; }
+  [ "$lab_rc" -eq 0 ] || { echo "the laboratory or unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
+  phase "tests/laboratory, unit tests and (from the broker's build on) the sqlite-broker tests"
 fi
