@@ -52,7 +52,19 @@ fn explore_mixture() {
     let mixture: Vec<f64> = if mix == "none" { vec![] } else { mix.split(',').map(|v| v.parse().unwrap()).collect() };
     let tower: &'static str = Box::leak(env_or("EXPLORE_TOWER", "embedding".to_string()).into_boxed_str());
     let seed: u64 = env_or("EXPLORE_SEED", 16);
-    let s = Scenario { name: "explore", relevance: RelevanceKind::Linear, tau: 0.333, tower, feature_limit: None, windows_after: 4, sessions_per_window: spw, seed, click_mixture: (mixture.len() == 4).then(|| [mixture[0], mixture[1], mixture[2], mixture[3]]), model, extra_train: env_or("EXPLORE_TRAIN", String::new()) };
+    let s = Scenario {
+        name: "explore",
+        relevance: RelevanceKind::Linear,
+        tau: 0.333,
+        tower,
+        feature_limit: None,
+        windows_after: 4,
+        sessions_per_window: spw,
+        seed,
+        click_mixture: (mixture.len() == 4).then(|| [mixture[0], mixture[1], mixture[2], mixture[3]]),
+        model,
+        extra_train: env_or("EXPLORE_TRAIN", String::new()),
+    };
     let o = run(&s, dir.path());
     let zs: Vec<f64> = o.scored.iter().map(|w| w.misspecification.z).collect();
     eprintln!("EXPLORE {model} spw {spw}: z {zs:.2?}");
@@ -69,7 +81,19 @@ fn explore_mixture_oracle() {
     let spw: u64 = env_or("EXPLORE_SPW", 15_000);
     let seed: u64 = env_or("EXPLORE_SEED", 16);
     let mixture = [0.0, 1.0, 1.0, 0.0];
-    let s = Scenario { name: "oracle", relevance: RelevanceKind::Linear, tau: 0.333, tower: "embedding", feature_limit: None, windows_after: 4, sessions_per_window: spw, seed, click_mixture: Some(mixture), model, extra_train: env_or("EXPLORE_TRAIN", String::new()) };
+    let s = Scenario {
+        name: "oracle",
+        relevance: RelevanceKind::Linear,
+        tau: 0.333,
+        tower: "embedding",
+        feature_limit: None,
+        windows_after: 4,
+        sessions_per_window: spw,
+        seed,
+        click_mixture: Some(mixture),
+        model,
+        extra_train: env_or("EXPLORE_TRAIN", String::new()),
+    };
     let o = run(&s, dir.path());
     let config = PipelineConfig::parse(&std::fs::read_to_string(&o.config).unwrap(), "pipeline.toml").unwrap();
     let omega: std::collections::HashMap<(String, String), f64> =
@@ -135,7 +159,12 @@ fn explore_mixture_oracle() {
             counts[part] += 1;
         }
         for (part, name) in ["training hour", "held out"].iter().enumerate() {
-            eprintln!("ORACLE session NLL, {name} ({} sessions): truth {:.5}, MixEM {:.5}", counts[part], sums[part][0] / counts[part] as f64, sums[part][1] / counts[part] as f64);
+            eprintln!(
+                "ORACLE session NLL, {name} ({} sessions): truth {:.5}, MixEM {:.5}",
+                counts[part],
+                sums[part][0] / counts[part] as f64,
+                sums[part][1] / counts[part] as f64
+            );
         }
     }
     for w in manifest.windows.iter().filter(|w| w.start_ms >= data_end) {
@@ -170,6 +199,13 @@ fn explore_mixture_oracle() {
         let min = config.identifiability.min_policy_variation;
         let m = score_test(&ex.rows, &model_logits, |_| true, min, Nuisance::PerDocument);
         let t = score_test(&ex.rows, &truth_logits, |_| true, min, Nuisance::PerDocument);
-        eprintln!("ORACLE window ending +{}m: {model} z {:+.2}  truth z {:+.2}  (blocks model {:+.1?} truth {:+.1?})", (w.end_ms - T0) / 60_000, m.z, t.z, m.per_block, t.per_block);
+        eprintln!(
+            "ORACLE window ending +{}m: {model} z {:+.2}  truth z {:+.2}  (blocks model {:+.1?} truth {:+.1?})",
+            (w.end_ms - T0) / 60_000,
+            m.z,
+            t.z,
+            m.per_block,
+            t.per_block
+        );
     }
 }

@@ -8,15 +8,17 @@ use serde::{Deserialize, Serialize};
 use ultr_core::config::CoreConfig;
 use ultr_core::session::DecodeLimits;
 use ultr_core::sources::file::stream_name;
-use ultr_lab::simulate::SimConfig;
 use ultr_core::sources::kafka::KafkaSourceConfig;
+use ultr_lab::simulate::SimConfig;
 
 /// Where sessions come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum SourceConfig {
     /// JSONL files (plain or gzip), read in order.
-    File { paths: Vec<std::path::PathBuf> },
+    File {
+        paths: Vec<std::path::PathBuf>,
+    },
     Kafka(KafkaSourceConfig),
     /// The built-in simulator (the `[simulator]` table).
     Simulator,
@@ -95,7 +97,6 @@ impl PipelineConfig {
             SourceConfig::Simulator => ultr_lab::simulate::source::source_identity(&self.simulator),
         }
     }
-
 
     /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {

@@ -92,7 +92,9 @@ fn split_top(text: &str) -> Vec<String> {
 
 /// A serde attribute that keeps the field out of the file format (retired keys, runtime state).
 fn skipped(attrs: &[String]) -> bool {
-    attrs.iter().any(|a| a.contains("serde(") && (a.contains("skip)") || a.contains("skip,") || a.contains("skip_serializing)") || a.contains("skip_deserializing")))
+    attrs
+        .iter()
+        .any(|a| a.contains("serde(") && (a.contains("skip)") || a.contains("skip,") || a.contains("skip_serializing)") || a.contains("skip_deserializing")))
 }
 
 /// The fields of a struct body or a struct variant, up to its closing `}` (or `},`), with their doc
@@ -137,7 +139,9 @@ fn items() -> BTreeMap<String, Item> {
                 attrs.push(t.to_string());
                 continue;
             }
-            let header = |kw: &str| t.strip_prefix(kw).and_then(|r| r.strip_suffix(" {")).filter(|n| n.chars().all(|c| c.is_alphanumeric() || c == '_')).map(str::to_string);
+            let header = |kw: &str| {
+                t.strip_prefix(kw).and_then(|r| r.strip_suffix(" {")).filter(|n| n.chars().all(|c| c.is_alphanumeric() || c == '_')).map(str::to_string)
+            };
             if let Some(name) = header("pub struct ") {
                 let item_doc = join_doc(&doc);
                 let fields = body_fields(&mut lines);
@@ -157,7 +161,11 @@ fn items() -> BTreeMap<String, Item> {
                         continue;
                     } else if let Some((v, inner)) = t.trim_end_matches(',').strip_suffix('}').and_then(|r| r.split_once(" { ")) {
                         // A struct variant on one line: `File { paths: Vec<PathBuf> },`.
-                        let fields = split_top(inner).iter().filter_map(|f| field_of(f)).map(|(name, ty)| Field { name, ty, doc: String::new(), has_default: false }).collect();
+                        let fields = split_top(inner)
+                            .iter()
+                            .filter_map(|f| field_of(f))
+                            .map(|(name, ty)| Field { name, ty, doc: String::new(), has_default: false })
+                            .collect();
                         variants.push((v.to_string(), Some(fields), None, join_doc(&vdoc)));
                         vdoc.clear();
                     } else if let Some(v) = t.strip_suffix(" {") {
@@ -295,7 +303,11 @@ impl Writer<'_> {
         self.out.push_str("One of:\n\n");
         for (v, fields, wrapped, vdoc) in variants {
             let key = snake(v);
-            let form = if fields.is_some() || wrapped.is_some() { format!("`[{name}.{key}]`") } else { format!("`{} = \"{key}\"`", path.last().map(String::as_str).unwrap_or("")) };
+            let form = if fields.is_some() || wrapped.is_some() {
+                format!("`[{name}.{key}]`")
+            } else {
+                format!("`{} = \"{key}\"`", path.last().map(String::as_str).unwrap_or(""))
+            };
             self.out.push_str(&format!("- {form}{}\n", if vdoc.is_empty() { String::new() } else { format!(": {vdoc}") }));
         }
         for (v, fields, wrapped, vdoc) in variants {
@@ -346,7 +358,15 @@ mod tests {
     #[test]
     fn the_reference_names_every_section_and_a_few_known_keys() {
         let r = render();
-        for needle in ["`[window]`", "`[train.ips]`", "`[state.object_store]`", "`[source.kafka]`", "| `size` | duration | `\"1h\"`", "| `max_epochs` | integer |", "| `max_event_age` |"] {
+        for needle in [
+            "`[window]`",
+            "`[train.ips]`",
+            "`[state.object_store]`",
+            "`[source.kafka]`",
+            "| `size` | duration | `\"1h\"`",
+            "| `max_epochs` | integer |",
+            "| `max_event_age` |",
+        ] {
             assert!(r.contains(needle), "{needle} missing from the reference");
         }
         // Retired keys, refused by the loader, are not documented as keys.

@@ -9,12 +9,12 @@ use datafusion::arrow::datatypes::{Float64Type, Int64Type, UInt32Type};
 use crate::config::{DeadLetterConfig, PipelineConfig};
 use ultr_core::ingest::Ingest;
 use ultr_core::session::DecodeLimits;
+use ultr_core::sinks::dead_letter::DeadLetterSink;
+use ultr_core::window::position_ctr;
 use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
 use ultr_lab::simulate::relevance::RelevanceKind;
-use ultr_lab::simulate::{PolicyConfig, SimConfig};
-use ultr_core::sinks::dead_letter::DeadLetterSink;
 use ultr_lab::simulate::source::SimulatorSource;
-use ultr_core::window::position_ctr;
+use ultr_lab::simulate::{PolicyConfig, SimConfig};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {

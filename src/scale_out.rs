@@ -10,10 +10,10 @@
 //! windows into the merged view (`state::merged`) and copies it to the store; the others fetch it.
 //! Training, identifiability and the monitor read the merged view, `<state>/merged`.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,9 +94,7 @@ impl Shared {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (shared, task_stop, topic_name) = (self.clone(), stop.clone(), topic.to_string());
-        let spawned = std::thread::Builder::new()
-            .name(format!("ultr-{topic}-{partition}"))
-            .spawn(move || shared.run_task(&topic_name, partition, task_stop));
+        let spawned = std::thread::Builder::new().name(format!("ultr-{topic}-{partition}")).spawn(move || shared.run_task(&topic_name, partition, task_stop));
         match spawned {
             Ok(handle) => {
                 tracing::info!(topic, partition, "partition task started");
@@ -160,8 +158,7 @@ impl Shared {
         let prefix = partition_prefix(topic, partition);
         // The store, not this machine's disk, is the truth: another instance may have moved the
         // partition on since this one last held it.
-        let (writer, restored) =
-            self.remote.take_over(&prefix, &dir).with_context(|| format!("restoring {topic}[{partition}] from {}", self.remote.url))?;
+        let (writer, restored) = self.remote.take_over(&prefix, &dir).with_context(|| format!("restoring {topic}[{partition}] from {}", self.remote.url))?;
         tracing::info!(topic, partition, restored, "partition state ready");
         let mut observer = TaskObserver { shared: self, writer, stop, global: self.stop.clone(), key: (topic.to_string(), partition) };
         let (kafka, health) = (self.kafka.clone(), self.health.clone());
@@ -455,11 +452,7 @@ fn join_group(kafka: &KafkaSourceConfig, shared: &Arc<Shared>) -> anyhow::Result
         client.set(k, v);
     }
     // rdkafka drops librdkafka's lines below this level before they reach `GroupContext::log`.
-    client.set_log_level(if tracing::enabled!(target: "ultr::librdkafka", tracing::Level::DEBUG) {
-        RDKafkaLogLevel::Debug
-    } else {
-        RDKafkaLogLevel::Info
-    });
+    client.set_log_level(if tracing::enabled!(target: "ultr::librdkafka", tracing::Level::DEBUG) { RDKafkaLogLevel::Debug } else { RDKafkaLogLevel::Info });
     let consumer: BaseConsumer<GroupContext> =
         client.create_with_context(GroupContext { shared: shared.clone() }).context("creating the Kafka group member")?;
     let topics: Vec<&str> = kafka.topics.iter().map(String::as_str).collect();
@@ -514,7 +507,8 @@ impl Member<'_> {
             if self.last_compaction.is_none_or(|t| t.elapsed() >= self.compact_every) {
                 self.last_compaction = Some(Instant::now());
                 self.total.lag = lag(self.consumer, self.shared);
-                let leader = compaction_round(self.config, self.remote, self.root, self.me, self.lease_ttl, &mut self.merged_writer, &mut self.total, observer)?;
+                let leader =
+                    compaction_round(self.config, self.remote, self.root, self.me, self.lease_ttl, &mut self.merged_writer, &mut self.total, observer)?;
                 observer.on_lease(leader);
             }
             observer.on_progress(&self.total);
@@ -655,8 +649,9 @@ fn unfinished_partitions(consumer: &BaseConsumer<GroupContext>, remote: &Remote,
         let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).with_context(|| format!("metadata of topic {topic:?}"))?;
         let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
         for partition in partitions {
-            let (low, high) =
-                consumer.fetch_watermarks(topic, partition, Duration::from_secs(5)).with_context(|| format!("end offset of {topic:?} partition {partition}"))?;
+            let (low, high) = consumer
+                .fetch_watermarks(topic, partition, Duration::from_secs(5))
+                .with_context(|| format!("end offset of {topic:?} partition {partition}"))?;
             if high <= low {
                 continue;
             }

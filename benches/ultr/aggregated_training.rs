@@ -21,10 +21,10 @@ use ultr::config::{PipelineConfig, SourceConfig};
 use ultr::ingest::{Ingest, Next};
 use ultr::session::DecodeLimits;
 use ultr::simulate::relevance::RelevanceKind;
-use ultr::simulate::{SimConfig, Simulator};
 use ultr::simulate::source::SimulatorSource;
-use ultr::train::config::{AggregatedEpoch, TrainConfig};
+use ultr::simulate::{SimConfig, Simulator};
 use ultr::train::chunks::load_training_data;
+use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::data::{load_from_state, ExamplesBuilder, Horizon};
 use ultr::train::fit::{fit, fit_chunks, FitReport};
 
@@ -82,7 +82,8 @@ pub fn main(args: &[String]) {
             reset_peak();
             let t = Instant::now();
             let spill = dir.path().join("spill");
-            let data = rt.block_on(load_training_data(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default(), limit, &spill)).unwrap();
+            let data =
+                rt.block_on(load_training_data(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default(), limit, &spill)).unwrap();
             let load_s = t.elapsed().as_secs_f64();
             let (model, r) = fit_chunks(data.chunks(), &cfg, None, false, None).unwrap();
             figures.push((limit, r.train_chunks, load_s, per_epoch(&r), r.best_validation_loss, peak_rss_mb(), model.position_bias()));
@@ -143,7 +144,14 @@ pub fn main(args: &[String]) {
         println!("|---|---|---|---|---|---|");
         for (name, r, wall, theta) in &figures {
             let d = figures[0].3[..10].iter().zip(&theta[..10]).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
-            println!("| {name} | {:.2} | {} ({}, {:?}) | {wall:.1} | {:.5} | {d:.4} |", per_epoch(r), r.epochs.len(), r.best_epoch, r.stop, r.best_validation_loss);
+            println!(
+                "| {name} | {:.2} | {} ({}, {:?}) | {wall:.1} | {:.5} | {d:.4} |",
+                per_epoch(r),
+                r.epochs.len(),
+                r.best_epoch,
+                r.stop,
+                r.best_validation_loss
+            );
         }
         for (name, _, _, theta) in &figures {
             println!("θ_k − θ_1, k = 1..10, {name}: {:.3?}", &theta[..10]);
@@ -169,8 +177,7 @@ fn with_propensity(batch: &RecordBatch, pi: &HashMap<(String, String, u32), f64>
     let q = batch.column_by_name("query_id").unwrap().as_string::<i32>();
     let d = batch.column_by_name("doc_id").unwrap().as_string::<i32>();
     let k = batch.column_by_name("position").unwrap().as_primitive::<UInt32Type>();
-    let values: Float64Array =
-        (0..batch.num_rows()).map(|i| pi.get(&(q.value(i).to_string(), d.value(i).to_string(), k.value(i))).copied()).collect();
+    let values: Float64Array = (0..batch.num_rows()).map(|i| pi.get(&(q.value(i).to_string(), d.value(i).to_string(), k.value(i))).copied()).collect();
     let idx = batch.schema().index_of("propensity").unwrap();
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     columns[idx] = Arc::new(values);

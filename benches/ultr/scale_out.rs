@@ -115,7 +115,8 @@ fn held(logs: &[std::path::PathBuf]) -> (usize, usize) {
         for line in text.lines() {
             let line = strip_ansi(line);
             let line = line.as_str();
-            let Some(partition) = line.rsplit("partition=").next().and_then(|p| p.split_whitespace().next()).map(|p| p.trim_matches(|c: char| !c.is_ascii_digit()).to_string())
+            let Some(partition) =
+                line.rsplit("partition=").next().and_then(|p| p.split_whitespace().next()).map(|p| p.trim_matches(|c: char| !c.is_ascii_digit()).to_string())
             else {
                 continue;
             };
@@ -285,9 +286,15 @@ fn run_workers(workers: usize, sessions: u64, dir: &std::path::Path) {
              [state]\ncheckpoint_every_records = 50000\ncheckpoint_interval = \"1s\"\n",
             unique("bench-group"),
             // librdkafka properties, "key=value,key=value"; fetch.wait.max.ms is 100 unless given.
-            ["fetch.wait.max.ms=100", &env("SCALE_KAFKA_PROPERTIES", "")].join(",").split(',').filter(|kv| kv.contains('=')).map(|kv| kv.split_once('=').unwrap()).collect::<std::collections::BTreeMap<_, _>>().into_iter().map(|(k, v)| {
-                format!("{k:?} = {v:?}\n")
-            }).collect::<String>()
+            ["fetch.wait.max.ms=100", &env("SCALE_KAFKA_PROPERTIES", "")]
+                .join(",")
+                .split(',')
+                .filter(|kv| kv.contains('='))
+                .map(|kv| kv.split_once('=').unwrap())
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into_iter()
+                .map(|(k, v)| { format!("{k:?} = {v:?}\n") })
+                .collect::<String>()
         ),
     )
     .unwrap();

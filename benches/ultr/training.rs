@@ -21,7 +21,8 @@ pub fn main(args: &[String]) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = PipelineConfig::parse("source = \"simulator\"\n", "bench").unwrap();
     config.source = SourceConfig::Simulator;
-    config.simulator = SimConfig { data: (1..=5).map(|i| data.join(format!("S{i}.txt"))).collect(), relevance: RelevanceKind::Mlp, sessions, ..SimConfig::default() };
+    config.simulator =
+        SimConfig { data: (1..=5).map(|i| data.join(format!("S{i}.txt"))).collect(), relevance: RelevanceKind::Mlp, sessions, ..SimConfig::default() };
     config.simulator.policy.tau = 0.3;
     let t = Instant::now();
     ultr::pipeline::run_to_state(&config, dir.path(), &mut ultr::pipeline::NoObserver).unwrap();

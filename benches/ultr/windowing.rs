@@ -33,7 +33,9 @@ fn config(data: &Path) -> PipelineConfig {
 }
 
 fn dir_bytes(p: &Path) -> u64 {
-    std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| if e.path().is_dir() { dir_bytes(&e.path()) } else { e.metadata().map(|m| m.len()).unwrap_or(0) }).sum()).unwrap_or(0)
+    std::fs::read_dir(p)
+        .map(|rd| rd.flatten().map(|e| if e.path().is_dir() { dir_bytes(&e.path()) } else { e.metadata().map(|m| m.len()).unwrap_or(0) }).sum())
+        .unwrap_or(0)
 }
 
 fn peak_rss_kib(config: &Path, state: &Path) -> (u64, f64) {
@@ -68,7 +70,10 @@ pub fn main(_args: &[String]) {
         let report = ultr::pipeline::run_to_state(&config(&data), &state, &mut ultr::pipeline::NoObserver).unwrap();
         let secs = t.elapsed().as_secs_f64();
         let imps = report.counters.impressions;
-        println!("windowing ({features} features): {imps} impressions in {secs:.2}s → {:.0} impressions/s (decode + window + SQL + Parquet)", imps as f64 / secs);
+        println!(
+            "windowing ({features} features): {imps} impressions in {secs:.2}s → {:.0} impressions/s (decode + window + SQL + Parquet)",
+            imps as f64 / secs
+        );
         let manifest = ultr::state::read_manifest(&state).unwrap();
         let keys: u64 = manifest
             .windows
@@ -76,7 +81,10 @@ pub fn main(_args: &[String]) {
             .map(|w| ultr::state::read_window_table(&state, w, "propensity_counts").unwrap().iter().map(|b| b.num_rows() as u64).sum::<u64>())
             .sum();
         let bytes = dir_bytes(&state.join("windows"));
-        println!("  state: {bytes} bytes in windows/ for {keys} (window, q, d, k) rows → {:.1} bytes per unique (q,d,k) per window", bytes as f64 / keys as f64);
+        println!(
+            "  state: {bytes} bytes in windows/ for {keys} (window, q, d, k) rows → {:.1} bytes per unique (q,d,k) per window",
+            bytes as f64 / keys as f64
+        );
     }
 
     // Closing one window of 1M impressions: window statistics alone.

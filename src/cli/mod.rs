@@ -12,18 +12,18 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::PipelineConfig;
 use ultr_core::ingest::Ingest;
+use ultr_core::ingest::IngestSummary;
 use ultr_core::session::DecodeLimits;
-use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
-use ultr_lab::simulate::policy::{RankerKind, Sampling};
-use ultr_lab::simulate::relevance::RelevanceKind;
-use ultr_lab::simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr_core::sinks::dead_letter::DeadLetterSink;
 use ultr_core::sinks::jsonl::JsonlSink;
 use ultr_core::sinks::kafka::{ensure_topic, KafkaSink};
 use ultr_core::sinks::SessionSink;
 use ultr_core::sources::file::FileSource;
 use ultr_core::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use ultr_core::ingest::IngestSummary;
+use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
+use ultr_lab::simulate::policy::{RankerKind, Sampling};
+use ultr_lab::simulate::relevance::RelevanceKind;
+use ultr_lab::simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
 
 #[derive(Parser)]
 #[command(name = "ultr", version, about = "Streaming unbiased learning to rank")]
@@ -313,7 +313,8 @@ struct ImportArgs {
 fn import(args: &ImportArgs) -> anyhow::Result<()> {
     use std::io::{BufRead, Read, Write};
     use ultr_core::sources::click_log::{ClickLogImporter, ImportSummary, Imported, TimeMapping};
-    let base = chrono::DateTime::parse_from_rfc3339(&args.base_time).with_context(|| format!("--base-time {:?}: not RFC 3339 (e.g. 2026-01-01T00:00:00Z)", args.base_time))?;
+    let base = chrono::DateTime::parse_from_rfc3339(&args.base_time)
+        .with_context(|| format!("--base-time {:?}: not RFC 3339 (e.g. 2026-01-01T00:00:00Z)", args.base_time))?;
     let time = TimeMapping {
         base_ms: base.timestamp_millis(),
         unit_ms: match args.time_unit {
@@ -706,12 +707,13 @@ fn run_service(args: &RunArgs) -> anyhow::Result<()> {
     let state = args.state.clone().or_else(|| config.state.dir.clone()).unwrap_or_else(|| {
         PathBuf::from("ultr-state").join(args.config.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into()))
     });
-    let report = crate::service::run(
-        &config,
-        &crate::service::ServiceOptions { state_dir: state, listen: args.listen.clone(), exit_when_done: args.exit_when_done },
-    )?;
+    let report =
+        crate::service::run(&config, &crate::service::ServiceOptions { state_dir: state, listen: args.listen.clone(), exit_when_done: args.exit_when_done })?;
     let c = &report.counters;
-    eprintln!("ultr run: read {} records; {} sessions, {} impressions in windows; {} late; {} duplicates", report.records, c.sessions, c.impressions, c.late_sessions, c.duplicate_sessions);
+    eprintln!(
+        "ultr run: read {} records; {} sessions, {} impressions in windows; {} late; {} duplicates",
+        report.records, c.sessions, c.impressions, c.late_sessions, c.duplicate_sessions
+    );
     Ok(())
 }
 

@@ -7,12 +7,12 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::config::{PipelineConfig, SourceConfig};
-use ultr_lab::simulate::{labels_from_truth, truth_theta};
-use ultr_train::eval::{evaluate, Labels};
 use ultr_lab::simulate::{dataset, GroundTruth, Simulator};
+use ultr_lab::simulate::{labels_from_truth, truth_theta};
 use ultr_train::checkpoint::ModelStore;
 use ultr_train::data::{load_from_state, split_of, Examples, Horizon, Split};
 use ultr_train::device::BackendKind;
+use ultr_train::eval::{evaluate, Labels};
 use ultr_train::{models_dir, train_from_state, TrainRequest};
 
 #[derive(Args)]
@@ -372,11 +372,7 @@ fn ground_truth(config: &PipelineConfig, file: &Option<PathBuf>) -> anyhow::Resu
 
 fn labels_from_svmlight(files: &[PathBuf]) -> anyhow::Result<Labels> {
     let data = dataset::load_svmlight(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
-    Ok(data
-        .queries
-        .iter()
-        .flat_map(|q| q.docs.iter().filter_map(move |d| d.label.map(|l| ((q.query_id.clone(), d.doc_id.clone()), l as f64))))
-        .collect())
+    Ok(data.queries.iter().flat_map(|q| q.docs.iter().filter_map(move |d| d.label.map(|l| ((q.query_id.clone(), d.doc_id.clone()), l as f64)))).collect())
 }
 
 pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
@@ -414,7 +410,14 @@ fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result
     let manifest = ultr_core::state::read_manifest(&args.state)?;
     let rt = ultr_core::runtime::multi_thread("ultr-eval")?;
     let lookback = config.state.lookback_ms();
-    let all = rt.block_on(load_from_state(&args.state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips))?;
+    let all = rt.block_on(load_from_state(
+        &args.state,
+        &manifest,
+        lookback,
+        Horizon::Lookback(lookback),
+        trained.meta.architecture.max_positions,
+        &config.train.ips,
+    ))?;
     trained.check_compatible(&all)?;
     Ok((id, trained, all))
 }
@@ -443,7 +446,10 @@ fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
     };
     let report = evaluate_judged(&qrels, &rankings, unjudged, args.bootstrap, args.seed)?;
     if let Some(path) = &args.run_out {
-        let ranking = rankings.iter().find(|r| r.ranker == args.run_ranker).with_context(|| format!("--run-ranker {}: one of model, logged, naive_ctr, biased", args.run_ranker))?;
+        let ranking = rankings
+            .iter()
+            .find(|r| r.ranker == args.run_ranker)
+            .with_context(|| format!("--run-ranker {}: one of model, logged, naive_ctr, biased", args.run_ranker))?;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?);
         let tag = if ranking.ranker == "model" { format!("ultr-{id}") } else { format!("ultr-{}", ranking.ranker) };
         ranking.write_run(&mut out, &tag)?;
@@ -494,7 +500,8 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
                 let mut j = i;
                 let mut docs = Vec::new();
                 while j < batch.num_rows() && q.value(j) == q.value(i) {
-                    let values = if f.is_null(j) { Vec::new() } else { f.value(j).as_primitive::<datafusion::arrow::datatypes::Float32Type>().values().to_vec() };
+                    let values =
+                        if f.is_null(j) { Vec::new() } else { f.value(j).as_primitive::<datafusion::arrow::datatypes::Float32Type>().values().to_vec() };
                     docs.push((d.value(j).to_string(), values));
                     j += 1;
                 }
@@ -682,7 +689,12 @@ fn zhuang2021(a: &Zhuang2021Args) -> anyhow::Result<bool> {
         methods: a
             .methods
             .iter()
-            .map(|m| z::Method::table().into_iter().find(|t| t.name == *m).with_context(|| format!("--methods: unknown method `{m}` (NoPos, Pos, XPA, XPA Pos, XPA Item)")))
+            .map(|m| {
+                z::Method::table()
+                    .into_iter()
+                    .find(|t| t.name == *m)
+                    .with_context(|| format!("--methods: unknown method `{m}` (NoPos, Pos, XPA, XPA Pos, XPA Item)"))
+            })
             .collect::<anyhow::Result<_>>()?,
         progress: true,
     };
@@ -755,7 +767,12 @@ fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
         methods: a
             .methods
             .iter()
-            .map(|m| z::Method::table().into_iter().find(|t| t.name == *m).with_context(|| format!("--methods: unknown method `{m}` (Biased, PAL, DLA, GradRev, Drop)")))
+            .map(|m| {
+                z::Method::table()
+                    .into_iter()
+                    .find(|t| t.name == *m)
+                    .with_context(|| format!("--methods: unknown method `{m}` (Biased, PAL, DLA, GradRev, Drop)"))
+            })
             .collect::<anyhow::Result<_>>()?,
         eta_sweep: if a.no_sweeps { Vec::new() } else { a.eta_sweep.clone() },
         dropout_sweep: if a.no_sweeps { Vec::new() } else { a.dropout_sweep.clone() },

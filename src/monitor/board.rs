@@ -2,9 +2,9 @@
 //! trainings, graph components and randomization advice, why a test cannot be assessed). Numbers
 //! stay in `metrics`; the page reads those from the same text `/metrics` serves.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use parking_lot::Mutex;
 
 /// Trainings kept for the page, newest last.
 pub const TRAININGS_KEPT: usize = 12;

@@ -309,7 +309,9 @@ fn refit_levels(rows: &[Row], logits: &[f32], chosen: &[usize]) -> Vec<f64> {
             }
         }
     }
-    (0..rows.len()).map(|i| if delta.contains_key(&rows[i].qd) && alpha.contains_key(&rows[i].position) { current(i, &delta, &alpha) } else { logits[i] as f64 }).collect()
+    (0..rows.len())
+        .map(|i| if delta.contains_key(&rows[i].qd) && alpha.contains_key(&rows[i].position) { current(i, &delta, &alpha) } else { logits[i] as f64 })
+        .collect()
 }
 
 /// First position of k's dyadic block: 1, 2, 4, 8, …
@@ -430,7 +432,9 @@ mod tests {
 
     /// The shown cells (cell, query, document, position) of a count table indexed (q·docs + d)·positions + k.
     fn shown_cells(impressions: &[u32], docs: usize, positions: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> + '_ {
-        (0..impressions.len()).filter(move |&cell| impressions[cell] > 0).map(move |cell| (cell, cell / (docs * positions), cell / positions % docs, cell % positions))
+        (0..impressions.len())
+            .filter(move |&cell| impressions[cell] > 0)
+            .map(move |cell| (cell, cell / (docs * positions), cell / positions % docs, cell % positions))
     }
 
     /// A per-document model as training leaves it: 400 queries × 15 documents, 10 positions, a

@@ -15,16 +15,16 @@ use std::sync::Arc;
 
 use crate::config::PipelineConfig;
 use crate::pipeline::RunReport;
-use ultr_core::state::Manifest;
-use ultr_train::checkpoint::ModelStore;
-use ultr_train::data::examples_for_windows;
-use ultr_train::artefact::Trained;
 use drift::{psi, PageHinkley};
 use metrics::Metrics;
 use misspecification::{score_test, MisspecificationTest, Nuisance};
-use ultr_train::config::TowerKind;
 use residuals::{summarize, ResidualSummary, BINS};
-use ultr_train::data::{Split, split_of};
+use ultr_core::state::Manifest;
+use ultr_train::artefact::Trained;
+use ultr_train::checkpoint::ModelStore;
+use ultr_train::config::TowerKind;
+use ultr_train::data::examples_for_windows;
+use ultr_train::data::{split_of, Split};
 
 /// At most this many windows are scored in one checkpoint (the newest).
 const MAX_WINDOWS_SCORED_AT_ONCE: usize = 8;
@@ -267,7 +267,8 @@ impl Monitor {
         let model_changed = self.refresh_model()?;
         self.count_model_windows(manifest);
         if model_changed {
-            self.scored_until = self.scored_until.min(latest.saturating_sub(1)); // score the newest window under the new model
+            self.scored_until = self.scored_until.min(latest.saturating_sub(1));
+            // score the newest window under the new model
         }
         if !model_changed && manifest.windows.len() == self.windows_seen && latest <= self.scored_until {
             return Ok(());
@@ -326,7 +327,9 @@ impl Monitor {
         }
         m.set_swap_pairs(&ultr_core::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
         let deciding = match id.identification {
-            ultr_core::identify::Identification::SwapsOrFeatureOverlap => ("union", &id.union_graph, "swaps or feature overlap between positions (feature tower)"),
+            ultr_core::identify::Identification::SwapsOrFeatureOverlap => {
+                ("union", &id.union_graph, "swaps or feature overlap between positions (feature tower)")
+            }
             _ => ("swap", &id.swap_graph, "swaps of the same (query, document) between positions (per-document relevance)"),
         };
         m.board.update(|b| {
@@ -381,7 +384,13 @@ impl Monitor {
 
     /// Residuals and the misspecification test of the current model on each window closed since the
     /// last look (the newest few after a restart or a model change).
-    fn score_new_windows(&mut self, dir: &Path, manifest: &Manifest, rt: &tokio::runtime::Runtime, ips_pi: &[datafusion::arrow::array::RecordBatch]) -> anyhow::Result<()> {
+    fn score_new_windows(
+        &mut self,
+        dir: &Path,
+        manifest: &Manifest,
+        rt: &tokio::runtime::Runtime,
+        ips_pi: &[datafusion::arrow::array::RecordBatch],
+    ) -> anyhow::Result<()> {
         let mut new: Vec<_> = manifest.windows.iter().filter(|w| w.end_ms > self.scored_until).cloned().collect();
         let skip = new.len().saturating_sub(MAX_WINDOWS_SCORED_AT_ONCE);
         new.drain(..skip);
@@ -444,7 +453,13 @@ impl Monitor {
     /// `[eval] qrels`: the current model, the logged order and naive click-through over the lookback
     /// horizon's rows, scored against the editors' labels (`ultr_judged_ndcg`,
     /// `ultr_judged_ndcg_difference`), with a log line when the model's standing changes.
-    fn evaluate_judged(&mut self, dir: &Path, horizon: &[ultr_core::state::WindowEntry], ips_pi: Vec<datafusion::arrow::array::RecordBatch>, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    fn evaluate_judged(
+        &mut self,
+        dir: &Path,
+        horizon: &[ultr_core::state::WindowEntry],
+        ips_pi: Vec<datafusion::arrow::array::RecordBatch>,
+        rt: &tokio::runtime::Runtime,
+    ) -> anyhow::Result<()> {
         use ultr_train::eval::judged::{evaluate, seen_by_query, Ranking};
         let (Some(qrels), Some((id, model))) = (&self.qrels, &self.model) else { return Ok(()) };
         let ex = rt.block_on(examples_for_windows(dir, horizon, ips_pi, model.meta.architecture.max_positions))?;
@@ -460,11 +475,16 @@ impl Monitor {
         self.metrics.set_judged(&label, &report);
         let Some(figures) = report.rankers.iter().find(|r| r.ranker == "model") else { return Ok(()) };
         // nDCG@10 (index 3): below a baseline when the difference's whole interval is below 0.
-        let below: Vec<&str> = [("logged", &figures.minus_logged[3]), ("naive_ctr", &figures.minus_naive_ctr[3])].into_iter().filter(|(_, d)| d.high < 0.0).map(|(b, _)| b).collect();
+        let below: Vec<&str> = [("logged", &figures.minus_logged[3]), ("naive_ctr", &figures.minus_naive_ctr[3])]
+            .into_iter()
+            .filter(|(_, d)| d.high < 0.0)
+            .map(|(b, _)| b)
+            .collect();
         let standing = (id.clone(), below.join(","));
         if self.told.judged.as_ref() != Some(&standing) {
             let ndcg = |r: &str| report.rankers.iter().find(|f| f.ranker == r).map_or(f64::NAN, |f| f.mean[3].estimate);
-            let verdict = if below.is_empty() { "not below either baseline".to_string() } else { format!("BELOW {} beyond its 95% interval", below.join(" and ")) };
+            let verdict =
+                if below.is_empty() { "not below either baseline".to_string() } else { format!("BELOW {} beyond its 95% interval", below.join(" and ")) };
             tracing::info!(
                 target: "ultr::story",
                 "judged: model {id} nDCG@10 {:.3} (logged order {:.3}, naive click-through {:.3}) over {} judged queries: {verdict}",

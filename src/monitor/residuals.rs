@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use ultr_train::data::Row;
 use ultr_core::math::sigmoid;
+use ultr_train::data::Row;
 
 /// Residual histogram bins over [−1, 1] (for the PSI drift statistic).
 pub const BINS: usize = 10;
@@ -82,8 +82,7 @@ pub fn summarize(rows: &[Row], logits: &[f32], max_weight: f64) -> ResidualSumma
             t.2 += m * dp * dp;
         }
     }
-    let by_position: Vec<(u32, f64)> =
-        per.iter().map(|(k, (c, ve, vp))| (*k, if *ve > 1e-12 && *vp > 1e-12 { c / (ve * vp).sqrt() } else { 0.0 })).collect();
+    let by_position: Vec<(u32, f64)> = per.iter().map(|(k, (c, ve, vp))| (*k, if *ve > 1e-12 && *vp > 1e-12 { c / (ve * vp).sqrt() } else { 0.0 })).collect();
     let n = rows.iter().zip(logits).map(|(r, _)| r.impressions as usize).sum::<usize>();
     let nf = n.max(1) as f64;
     let pooled = if var_e > 1e-12 && var_p > 1e-12 { cov / (var_e * var_p).sqrt() } else { 0.0 };

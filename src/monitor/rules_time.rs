@@ -68,12 +68,19 @@ fn scale_expression(line: &str, number: usize, factor: f64, found: &mut Vec<Scal
             if let Some(close) = line[i..].find(']') {
                 let inside = &line[i + 1..i + close];
                 let parts: Vec<&str> = inside.split(':').collect();
-                let durations: Option<Vec<f64>> = parts.iter().map(|p| if p.is_empty() { Some(f64::NAN) } else { parse_prometheus_duration(p.trim()) }).collect();
+                let durations: Option<Vec<f64>> =
+                    parts.iter().map(|p| if p.is_empty() { Some(f64::NAN) } else { parse_prometheus_duration(p.trim()) }).collect();
                 if let Some(durations) = durations.filter(|d| parts.len() <= 2 && !d[0].is_nan()) {
                     let scaled: Vec<String> = durations.iter().map(|s| if s.is_nan() { String::new() } else { format_duration(s / factor) }).collect();
                     for (p, s) in parts.iter().zip(&durations) {
                         if !s.is_nan() {
-                            found.push(Scaled { line: number, kind: "range", original: p.trim().to_string(), seconds: *s, replacement: format_duration(s / factor) });
+                            found.push(Scaled {
+                                line: number,
+                                kind: "range",
+                                original: p.trim().to_string(),
+                                seconds: *s,
+                                replacement: format_duration(s / factor),
+                            });
                         }
                     }
                     out.push('[');

@@ -3,9 +3,9 @@
 //! (state restored). Every connection is its own task, requests are size- and time-bounded, so a
 //! slow or stuck client cannot hold up a scrape.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 

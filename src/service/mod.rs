@@ -9,20 +9,19 @@ pub mod http;
 pub mod schedule;
 pub mod status_page;
 
+use parking_lot::{Condvar, Mutex};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::Duration;
-
 
 use crate::config::PipelineConfig;
 use crate::monitor::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::pipeline::{run_to_state, Observer, RunReport};
+use http::Health;
 use ultr_core::sources::SourceHealth;
 use ultr_core::state::{Manifest, StateStore};
-use http::Health;
 
 pub struct ServiceOptions {
     pub state_dir: PathBuf,
@@ -270,7 +269,13 @@ fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<
     describe_stream(&metrics, &config, &opts.state_dir, true);
     list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &merged));
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
-    eprintln!("ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); merged view in {}", server.addr, server.addr, server.addr, merged.display());
+    eprintln!(
+        "ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); merged view in {}",
+        server.addr,
+        server.addr,
+        server.addr,
+        merged.display()
+    );
     let leader = Arc::new(AtomicBool::new(false));
     let scheduler = schedule::Scheduler::start_gated(&config, merged.clone(), metrics.clone(), Some(leader.clone()))?;
     health.ready.store(true, Ordering::SeqCst);
@@ -305,16 +310,19 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     describe_stream(&metrics, config, &opts.state_dir, false);
     list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &opts.state_dir));
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
-    eprintln!("ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); state in {}", server.addr, server.addr, server.addr, opts.state_dir.display());
+    eprintln!(
+        "ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); state in {}",
+        server.addr,
+        server.addr,
+        server.addr,
+        opts.state_dir.display()
+    );
     let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
     if let Some(s) = &config.train.schedule {
         eprintln!("ultr run: retraining on schedule {s:?} (models in {})", ultr_train::models_dir(&config.train, &opts.state_dir).display());
     }
-    let report = run_to_state(
-        config,
-        &opts.state_dir,
-        &mut ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone() },
-    )?;
+    let report =
+        run_to_state(config, &opts.state_dir, &mut ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone() })?;
     if !opts.exit_when_done {
         idle_until_stopped(&stop, &health, "the source ended; serving metrics and the schedule until SIGTERM");
     }

@@ -3,10 +3,10 @@
 //! later runs warm-start from the current model when `[train] warm_start` is set. Stopping the
 //! scheduler cancels a training in progress before its next batch, so nothing half-written is left.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -189,11 +189,7 @@ impl Scheduler {
                     }
                 }
                 record_outcome(&metrics, &outcome);
-                runs_log.lock().push(ScheduledRun {
-                    at,
-                    warm_start: warm,
-                    result: outcome.map(|o| (o.id, o.decision.promoted)).map_err(|e| format!("{e:#}")),
-                });
+                runs_log.lock().push(ScheduledRun { at, warm_start: warm, result: outcome.map(|o| (o.id, o.decision.promoted)).map_err(|e| format!("{e:#}")) });
                 next = schedule.after(&Utc::now()).next();
             }
         })?;

@@ -173,10 +173,15 @@ pub fn conditions_under(rules: &AlertRules, series: &Series, board: &BoardState,
     if psi > t("ResidualDrift", 0) || ph > t("ResidualDrift", 1) {
         add("ResidualDrift", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
     }
-    let judged = |s: &&Sample| s.value < t("JudgedRankingBelowBaseline", 0) && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper");
+    let judged = |s: &&Sample| {
+        s.value < t("JudgedRankingBelowBaseline", 0) && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper")
+    };
     for s in series.all("ultr_judged_ndcg_difference").filter(judged) {
         let label = |l: &str| s.labels.get(l).cloned().unwrap_or_default();
-        add("JudgedRankingBelowBaseline", format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value));
+        add(
+            "JudgedRankingBelowBaseline",
+            format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value),
+        );
     }
     match series.get("ultr_current_model_created_timestamp_seconds", &[]) {
         Some(created) if now_unix_s - created > t("TrainingStale", 0) => {
@@ -206,7 +211,10 @@ pub fn conditions_under(rules: &AlertRules, series: &Series, board: &BoardState,
     let last_ok = series.get("ultr_monitor_last_success_timestamp_seconds", &[]).unwrap_or(0.0);
     let last_error = series.get("ultr_monitor_last_error_timestamp_seconds", &[]).unwrap_or(f64::NEG_INFINITY);
     if now_unix_s - last_ok > t("MonitorFailing", 0) && now_unix_s - last_error <= rules.range_s("MonitorFailing", 0) {
-        add("MonitorFailing", format!("no monitor pass for {:.0} min, the last error {:.0} min ago", (now_unix_s - last_ok) / 60.0, (now_unix_s - last_error) / 60.0));
+        add(
+            "MonitorFailing",
+            format!("no monitor pass for {:.0} min, the last error {:.0} min ago", (now_unix_s - last_ok) / 60.0, (now_unix_s - last_error) / 60.0),
+        );
     }
     out
 }
@@ -416,14 +424,22 @@ fn model(h: &mut String, series: &Series, board: &BoardState) {
     }
     theta_plot(h, &theta, &lower, &upper);
     if theta.len() < exported {
-        let _ = write!(h, "<p class=\"muted\">Positions {}–{exported} were not shown in the lookback horizon; their exported θ is untrained and not drawn.</p>", theta.len() + 1);
+        let _ = write!(
+            h,
+            "<p class=\"muted\">Positions {}–{exported} were not shown in the lookback horizon; their exported θ is untrained and not drawn.</p>",
+            theta.len() + 1
+        );
     }
     let note = match board.current_model.as_ref().and_then(|m| m.intervals.clone()) {
         Some(method) => format!("Points: the model's θ (as trained and shipped). Bars: the bootstrap interval of the converged estimate ({method})."),
         None => "Points: the model's θ. No intervals: enable [train.uncertainty] for bootstrap intervals.".into(),
     };
     let estimable = series.by_position("ultr_theta_estimable", &[]);
-    let _ = write!(h, "<p class=\"muted\">{}</p><table id=\"theta-table\"><tr><th>k</th><th>θ<sub>k</sub> − θ<sub>1</sub></th><th>interval</th></tr>", escape(&note));
+    let _ = write!(
+        h,
+        "<p class=\"muted\">{}</p><table id=\"theta-table\"><tr><th>k</th><th>θ<sub>k</sub> − θ<sub>1</sub></th><th>interval</th></tr>",
+        escape(&note)
+    );
     for (k, t) in &theta {
         let interval = match (lower.get(k), upper.get(k)) {
             (Some(lo), Some(hi)) => format!("[{lo:.4}, {hi:.4}]"),
@@ -448,7 +464,8 @@ fn theta_plot(h: &mut String, theta: &BTreeMap<u32, f64>, lower: &BTreeMap<u32, 
     let kmax = *theta.keys().max().unwrap_or(&1) as f64;
     let x = |k: u32| left + (k as f64 - 0.5) / kmax * (w - left - right);
     let y = |v: f64| top + (hi - v) / (hi - lo) * (ht - top - bottom);
-    let _ = write!(h, "<svg id=\"theta-plot\" viewBox=\"0 0 {w} {ht}\" role=\"img\" aria-label=\"θ_k − θ_1 by position\" xmlns=\"http://www.w3.org/2000/svg\">");
+    let _ =
+        write!(h, "<svg id=\"theta-plot\" viewBox=\"0 0 {w} {ht}\" role=\"img\" aria-label=\"θ_k − θ_1 by position\" xmlns=\"http://www.w3.org/2000/svg\">");
     let _ = write!(h, "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>", y(0.0), w - right, y(0.0));
     let _ = write!(h, "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"#333\"/>", ht - bottom);
     for i in 0..=4 {
@@ -464,7 +481,8 @@ fn theta_plot(h: &mut String, theta: &BTreeMap<u32, f64>, lower: &BTreeMap<u32, 
             let _ = write!(h, "<line class=\"interval\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#6e7781\" stroke-width=\"3\"><title>interval of θ{k} − θ1: [{a:.4}, {b:.4}]</title></line>", x(k), y(a), y(b));
         }
         if t.is_finite() {
-            let _ = write!(h, "<circle class=\"theta-point\" cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"#0969da\"><title>θ{k} − θ1 = {t:.4}</title></circle>", x(k), y(t));
+            let _ =
+                write!(h, "<circle class=\"theta-point\" cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"#0969da\"><title>θ{k} − θ1 = {t:.4}</title></circle>", x(k), y(t));
         }
     }
     let _ = write!(h, "<text x=\"{}\" y=\"{}\" font-size=\"15\" text-anchor=\"middle\">position k</text></svg>", (w + left) / 2.0, ht - 4.0);
@@ -508,7 +526,11 @@ fn swap_graph(h: &mut String, series: &Series, graph: Option<&GraphCard>) {
         let _ = write!(h, "<circle cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"11\" fill=\"{fill}\"/><text x=\"{cx:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#fff\" text-anchor=\"middle\">{n}</text>", cy + 4.0);
     }
     h.push_str("</svg>");
-    let _ = write!(h, "<p class=\"muted\">{} edge(s); width and ink grow with log(swap pairs), the heaviest {heaviest} pairs. Green: connected to position 1.</p>", edges.len());
+    let _ = write!(
+        h,
+        "<p class=\"muted\">{} edge(s); width and ink grow with log(swap pairs), the heaviest {heaviest} pairs. Green: connected to position 1.</p>",
+        edges.len()
+    );
     swap_heatmap(h, series, &nodes, &edges, heaviest);
     if let Some(g) = graph {
         if g.components.len() > 1 {
@@ -546,7 +568,8 @@ fn swap_heatmap(h: &mut String, series: &Series, nodes: &[u32], edges: &[(u32, u
         let y = margin + i as f64 * cell;
         if i % label_every == 0 {
             let _ = write!(h, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"end\">{a}</text>", margin - 3.0, y + cell * 0.75);
-            let _ = write!(h, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\">{a}</text>", margin + (i as f64 + 0.5) * cell, margin - 4.0);
+            let _ =
+                write!(h, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\">{a}</text>", margin + (i as f64 + 0.5) * cell, margin - 4.0);
         }
         for (j, b) in nodes.iter().enumerate() {
             let n = pairs.get(&(*a, *b)).copied().unwrap_or(0.0);
@@ -790,7 +813,10 @@ mod tests {
         )));
         let monitor = |yaml: &str| conditions_under(&AlertRules::parse(yaml, "edited.yml").unwrap(), &failing, &BoardState::default(), now).len();
         assert_eq!(monitor(super::super::alert_rules::SHIPPED), 0);
-        assert_eq!(monitor(&super::super::alert_rules::SHIPPED.replace("increase(ultr_monitor_errors_total[30m])", "increase(ultr_monitor_errors_total[1h])")), 1);
+        assert_eq!(
+            monitor(&super::super::alert_rules::SHIPPED.replace("increase(ultr_monitor_errors_total[30m])", "increase(ultr_monitor_errors_total[1h])")),
+            1
+        );
     }
 
     #[test]

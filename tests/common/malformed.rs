@@ -50,7 +50,10 @@ pub fn corpus() -> Vec<(Vec<u8>, Reason)> {
         (session("", r#"{"doc_id":"a","position":1,"clicked":true,"features":[0.1,1e39,0.3]}"#).into_bytes(), NonFiniteFeature),
         (session("", r#"{"doc_id":"a","position":1,"clicked":true,"features":[0.1,null,0.3]}"#).into_bytes(), NonFiniteFeature),
         (session("", r#"{"doc_id":"a","position":1,"clicked":true,"features":[0.1,0.2]}"#).into_bytes(), FeatureLengthMismatch),
-        (session("", &format!("{},{}", item("a", "1", ""), r#"{"doc_id":"b","position":2,"clicked":true,"features":[1,2,3,4]}"#)).into_bytes(), FeatureLengthMismatch),
+        (
+            session("", &format!("{},{}", item("a", "1", ""), r#"{"doc_id":"b","position":2,"clicked":true,"features":[1,2,3,4]}"#)).into_bytes(),
+            FeatureLengthMismatch,
+        ),
         (session("", r#"{"doc_id":"a","position":1,"clicked":true,"features":[1,2,3,4,5,6,7,8,9]}"#).into_bytes(), TooManyFeatures),
         (session("", &item("a", "1", ",\"propensity\":0")).into_bytes(), BadPropensity),
         (session("", &item("a", "1", ",\"propensity\":1.5")).into_bytes(), BadPropensity),
@@ -65,7 +68,10 @@ pub fn corpus() -> Vec<(Vec<u8>, Reason)> {
     c.push((session("", &item("a", "4294967296", "")).into_bytes(), WrongType));
     // bias_features: NaN, and a length that disagrees within the session.
     c.push((session("", &item("a", "1", ",\"bias_features\":[0.5,\"NaN\"]")).into_bytes(), NonFiniteFeature));
-    c.push((session("", &format!("{},{}", item("a", "1", ",\"bias_features\":[0.5,0.1]"), item("b", "2", ",\"bias_features\":[0.5]"))).into_bytes(), FeatureLengthMismatch));
+    c.push((
+        session("", &format!("{},{}", item("a", "1", ",\"bias_features\":[0.5,0.1]"), item("b", "2", ",\"bias_features\":[0.5]"))).into_bytes(),
+        FeatureLengthMismatch,
+    ));
     // A negative propensity, and NaN (JSON has no NaN literal; a string is the wrong type).
     c.push((session("", &item("a", "1", ",\"propensity\":-0.2")).into_bytes(), BadPropensity));
     c.push((session("", &item("a", "1", ",\"propensity\":\"NaN\"")).into_bytes(), WrongType));
@@ -83,7 +89,6 @@ pub fn session_with(key: &str, value: &str, items: &str) -> Vec<u8> {
     v[key] = patch[key].clone();
     serde_json::to_vec(&v).unwrap()
 }
-
 
 /// Records refused only on a live stream (Kafka), where the wall clock judges event times from
 /// below as well; a replay accepts them.

@@ -140,7 +140,12 @@ pub fn metric_sum(exposition: &str, prefix: &str) -> Option<f64> {
 
 /// Writes a fitted model as a checkpoint in `dir` (a models directory) the way training does, with
 /// the gate's decision for a first model; returns its id.
-pub fn store_checkpoint(dir: &std::path::Path, trained: &ultr::train::artefact::Trained, report: &ultr::train::fit::FitReport, cfg: &ultr::train::config::TrainConfig) -> String {
+pub fn store_checkpoint(
+    dir: &std::path::Path,
+    trained: &ultr::train::artefact::Trained,
+    report: &ultr::train::fit::FitReport,
+    cfg: &ultr::train::config::TrainConfig,
+) -> String {
     let store = ultr::train::checkpoint::ModelStore::open(dir).unwrap();
     let decision = ultr::train::checkpoint::decide(report.stop, report.best_validation_loss, None, None, 0.0, false);
     let info = ultr::train::checkpoint::CheckpointInfo {

@@ -12,8 +12,8 @@
 //!
 //! Each scenario prints `ALERTING <scenario>: <alert> <state> after <s> s` lines: the fault matrix.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -112,7 +112,8 @@ impl Prometheus {
 
     /// The result vector of an instant query.
     fn query(&self, expr: &str) -> Vec<serde_json::Value> {
-        let encoded: String = expr.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+        let encoded: String =
+            expr.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
         self.api(&format!("/api/v1/query?query={encoded}"))["data"]["result"].as_array().cloned().unwrap_or_default()
     }
 
@@ -236,7 +237,12 @@ fn tail(log: &Path) -> String {
 /// The dashboard's queries; each must return a series in at least one healthy shape.
 fn dashboard_queries() -> Vec<String> {
     let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("pipelines/grafana-dashboard.json")).unwrap()).unwrap();
-    dashboard["panels"].as_array().unwrap().iter().flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string())).collect()
+    dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string()))
+        .collect()
 }
 
 /// The dashboard queries that returned at least one series now.
@@ -526,7 +532,11 @@ fn scaled_instances_are_silent_when_healthy_and_each_fault_fires_its_alert() {
             eprintln!("ALERTING scaled: the survivor reads all 4 partitions, total lag {total}");
             break;
         }
-        assert!(Instant::now() < deadline, "the survivor did not take the killed instance's partitions: lag values seen per partition {seen:?}\n{}", tail(&b.log));
+        assert!(
+            Instant::now() < deadline,
+            "the survivor did not take the killed instance's partitions: lag values seen per partition {seen:?}\n{}",
+            tail(&b.log)
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     let closed_before = prom.value(&format!("ultr_windows_closed_total{{instance=\"{}\"}}", b.addr)).unwrap_or(0.0);
@@ -669,7 +679,9 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
 fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     const FACTOR: f64 = 3600.0;
     let dir = tempfile::tempdir().unwrap();
-    let config = demo_variant(dir.path(), "demo", |t| t.replace("schedule = \"*/10 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0"));
+    let config = demo_variant(dir.path(), "demo", |t| {
+        t.replace("schedule = \"*/10 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0")
+    });
     let addr = local_addr();
     let prom = Prometheus::start(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&addr), "250ms");
     let _ultr = Instance::start(&config, dir.path(), "demo", &addr);

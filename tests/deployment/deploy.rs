@@ -14,7 +14,8 @@ fn repo() -> PathBuf {
 }
 
 fn yaml(path: &Path) -> Value {
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn pinned(image: &str) -> bool {
@@ -129,7 +130,16 @@ fn alerts_and_dashboard_query_only_exported_metrics() {
             assert!(exported.contains(&name), "alert {:?} uses {name}, which ultr does not export", rule["alert"]);
         }
     }
-    for needed in ["IdentifiabilityLost", "FeatureOverlapLow", "MisspecificationSuspected", "LoggedPropensityMismatch", "ResidualDrift", "TrainingStale", "IngestErrorsHigh", "ConsumerLagHigh"] {
+    for needed in [
+        "IdentifiabilityLost",
+        "FeatureOverlapLow",
+        "MisspecificationSuspected",
+        "LoggedPropensityMismatch",
+        "ResidualDrift",
+        "TrainingStale",
+        "IngestErrorsHigh",
+        "ConsumerLagHigh",
+    ] {
         assert!(alert_names.contains(needed), "{needed}");
     }
     let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("pipelines/grafana-dashboard.json")).unwrap()).unwrap();
@@ -148,7 +158,13 @@ fn alerts_and_dashboard_query_only_exported_metrics() {
 #[test]
 fn alert_rules_pass_promtool() {
     let dir = repo().join("pipelines");
-    let check = Command::new("promtool").arg("check").arg("rules").arg("alerts.yml").current_dir(&dir).output_within(crate::common::CHILD_DEADLINE).expect("promtool (Debian package `prometheus`) on PATH");
+    let check = Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg("alerts.yml")
+        .current_dir(&dir)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .expect("promtool (Debian package `prometheus`) on PATH");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
     let test = Command::new("promtool").arg("test").arg("rules").arg("alerts.test.yml").current_dir(&dir).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(test.status.success(), "{}{}", String::from_utf8_lossy(&test.stdout), String::from_utf8_lossy(&test.stderr));

@@ -2,8 +2,8 @@
 //! or set ULTR_KAFKA_BROKERS): ≥ 100,000 simulated sessions go simulator → broker → Kafka source,
 //! every session arrives exactly once, and the impressions equal the file path's.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::collections::HashSet;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -215,11 +215,7 @@ fn dead_letters_to_kafka_carry_bytes_and_reason() {
     // The third is a 4 MiB record: Kafka's ~1 MB message limit used to make its letter fail
     // forever (and the replay hit it again); now it travels cut to the cap, hash and length kept.
     let huge = format!("{{\"session_id\": \"{}", "y".repeat(4 << 20)).into_bytes();
-    let letters = [
-        (vec![0xff, 0x00, 0x7b], Reason::NotUtf8),
-        (b"{\"schema_version\":1".to_vec(), Reason::InvalidJson),
-        (huge.clone(), Reason::InvalidJson),
-    ];
+    let letters = [(vec![0xff, 0x00, 0x7b], Reason::NotUtf8), (b"{\"schema_version\":1".to_vec(), Reason::InvalidJson), (huge.clone(), Reason::InvalidJson)];
     for (i, (bytes, reason)) in letters.iter().enumerate() {
         dead.write(&DeadLetter {
             reason: *reason,
@@ -246,7 +242,9 @@ fn dead_letters_to_kafka_carry_bytes_and_reason() {
     while got.len() < 3 && std::time::Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(std::time::Duration::from_millis(200)) {
             let headers = m.headers().unwrap();
-            let header = |key: &str| (0..headers.count()).map(|i| headers.get(i)).find(|h| h.key == key).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned());
+            let header = |key: &str| {
+                (0..headers.count()).map(|i| headers.get(i)).find(|h| h.key == key).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+            };
             if got.len() == 2 {
                 huge_headers = Some((header("ultr.payload_bytes"), header("ultr.payload_sha256"), header("ultr.truncated")));
             }

@@ -122,7 +122,10 @@ fn a_zstd_compressed_topic_reads_every_session() {
         publish(&brokers, &topic, &props, 2_000);
         let dir = tempfile::tempdir().unwrap();
         let config = PipelineConfig::parse(
-            &format!("[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {:?}\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n[window]\nsize = \"1m\"\n", unique("g")),
+            &format!(
+                "[source.kafka]\nbrokers = {brokers:?}\ngroup_id = {:?}\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n[window]\nsize = \"1m\"\n",
+                unique("g")
+            ),
             "zstd.toml",
         )
         .unwrap();

@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use common::final_counts;
 use rand::{Rng, SeedableRng};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::dead_letter::read_dead_letters;
 use ultr::sinks::jsonl::JsonlSink;
-use common::final_counts;
 use ultr::state::read_manifest;
 
 fn ultr() -> Command {
@@ -177,9 +177,7 @@ fn kafka_source_kill_nine_at_random_points_loses_and_double_counts_nothing() {
     let base = dir.path().to_path_buf();
     // A fresh consumer group per run: the manifest, not the group, says where to resume.
     check_kill_restart(dir.path(), malformed, &|run| {
-        let source = format!(
-            "[source.kafka]\nbrokers = {brokers:?}\ngroup_id = \"ultr-kill-{nanos}-{run}\"\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n"
-        );
+        let source = format!("[source.kafka]\nbrokers = {brokers:?}\ngroup_id = \"ultr-kill-{nanos}-{run}\"\ntopics = [{topic:?}]\nidle_exit_ms = 4000\n");
         let sub = base.join(format!("cfg{run}"));
         std::fs::create_dir_all(&sub).unwrap();
         write_config(&sub, &source, if run == 0 { 1 } else { 3 })

@@ -2,8 +2,8 @@
 //! scripts/test.sh; `$ULTR_PYTHON` names its interpreter) and reproduce `ultr score` on every
 //! MQ2008 document, and the additive click model's θ_k + b(z) + r(x) as `relevance.json` defines it.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -61,7 +61,9 @@ fn onnxruntime(model: &Path, work: &Path, inputs: &[(&str, &Path)]) -> HashMap<S
     for (name, path) in inputs {
         cmd.arg(format!("{name}={}", path.display()));
     }
-    let out = cmd.output_within(crate::common::CHILD_DEADLINE).unwrap_or_else(|e| panic!("{} (set ULTR_PYTHON to a python with onnxruntime; scripts/test.sh installs one): {e}", python()));
+    let out = cmd
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap_or_else(|e| panic!("{} (set ULTR_PYTHON to a python with onnxruntime; scripts/test.sh installs one): {e}", python()));
     assert!(out.status.success(), "onnxruntime on {}: {}{}", model.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{}", String::from_utf8_lossy(&out.stdout).trim());
     std::fs::read_dir(&out_dir)
@@ -88,7 +90,13 @@ fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     // `ultr score` (the burn model) on every MQ2008 file.
     let mut burn = HashMap::new();
     for file in common::mq2008_files() {
-        let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["score", "--model"]).arg(&checkpoint).arg("--input").arg(&file).output_within(crate::common::CHILD_DEADLINE).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ultr"))
+            .args(["score", "--model"])
+            .arg(&checkpoint)
+            .arg("--input")
+            .arg(&file)
+            .output_within(crate::common::CHILD_DEADLINE)
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         for line in String::from_utf8(out.stdout).unwrap().lines().skip(1) {
             let f: Vec<&str> = line.split('\t').collect();
@@ -97,7 +105,8 @@ fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     }
     let files = common::mq2008_files();
     let all = ultr::simulate::dataset::load_svmlight(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>()).unwrap();
-    let docs: Vec<(String, String, &Vec<f32>)> = all.queries.iter().flat_map(|q| q.docs.iter().map(move |d| (q.query_id.clone(), d.doc_id.clone(), &d.features))).collect();
+    let docs: Vec<(String, String, &Vec<f32>)> =
+        all.queries.iter().flat_map(|q| q.docs.iter().map(move |d| (q.query_id.clone(), d.doc_id.clone(), &d.features))).collect();
     assert_eq!(docs.len(), 15_211);
     assert_eq!(burn.len(), docs.len(), "ultr score scored every document once");
 

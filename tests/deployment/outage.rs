@@ -146,7 +146,11 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
     while Instant::now() < down_until {
         let (code, _) = snapshot(&listen, t0, "down");
         saw_outage |= code == 503;
-        assert!(service.0.try_wait().unwrap().is_none(), "the service exited during the outage: {}", std::fs::read_to_string(dir.path().join("ultr.log")).unwrap());
+        assert!(
+            service.0.try_wait().unwrap().is_none(),
+            "the service exited during the outage: {}",
+            std::fs::read_to_string(dir.path().join("ultr.log")).unwrap()
+        );
         std::thread::sleep(Duration::from_secs(2));
     }
     assert!(saw_outage, "/healthz reported the outage");

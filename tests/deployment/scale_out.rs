@@ -8,8 +8,8 @@
 //! `SCALE_OUT_HISTORY=1` keeps the instances' logs (their folder is printed), adds librdkafka's
 //! group-protocol lines (`debug = "cgrp"`) to them and prints every instance's partition history.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -82,7 +82,9 @@ fn config_text(topic: &str, group: &str, store: Option<&ObjectStoreConfig>) -> S
     if let Some(s) = store {
         text.push_str(&format!(
             "[state.object_store]\nurl = {:?}\ncompact_interval = {:?}\nlease_ttl = {:?}\n[state.object_store.options]\n",
-            s.url, s.compact_interval.text(), s.lease_ttl.text()
+            s.url,
+            s.compact_interval.text(),
+            s.lease_ttl.text()
         ));
         for (k, v) in &s.options {
             text.push_str(&format!("{k} = {v:?}\n"));
@@ -213,10 +215,8 @@ fn snapshot(state: &Path) -> (Vec<String>, Vec<String>, String, String, String) 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(ultr::state::cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
     let k = &manifest.operator.counters;
-    let counters = format!(
-        "sessions {} impressions {} late {}/{} duplicates {}",
-        k.sessions, k.impressions, k.late_sessions, k.late_impressions, k.duplicate_sessions
-    );
+    let counters =
+        format!("sessions {} impressions {} late {}/{} duplicates {}", k.sessions, k.impressions, k.late_sessions, k.late_impressions, k.duplicate_sessions);
     let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.end_ms, w.sessions, w.impressions)).collect();
     (
         sorted_rows(&c.propensity),

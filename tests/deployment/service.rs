@@ -3,8 +3,8 @@
 //! restart loses and double-counts nothing; a policy switch to τ = 0 makes IdentifiabilityLost fire
 //! (through promtool), and not before.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -52,16 +52,7 @@ fn start_run(args: &[&str], config: &Path, state: &Path, listen: &str) -> Guard 
 
 /// `start_run`, also returning the service's later stderr lines.
 fn start_run_with_log(args: &[&str], config: &Path, state: &Path, listen: &str) -> (Guard, std::sync::mpsc::Receiver<String>) {
-    let mut child = ultr()
-        .arg("run")
-        .arg(config)
-        .arg("--state")
-        .arg(state)
-        .args(["--listen", listen])
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = ultr().arg("run").arg(config).arg("--state").arg(state).args(["--listen", listen]).args(args).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -90,7 +81,8 @@ fn wait_for(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
 }
 
 fn prometheus_query(addr: &str, query: &str) -> Option<f64> {
-    let encoded: String = query.bytes().map(|b| if b.is_ascii_alphanumeric() || b"_-.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+    let encoded: String =
+        query.bytes().map(|b| if b.is_ascii_alphanumeric() || b"_-.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
     let (code, body) = http_get(addr, &format!("/api/v1/query?query={encoded}")).ok()?;
     if code != 200 {
         return None;
@@ -118,7 +110,11 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
 
     let prom_port = free_port();
     let prom_cfg = dir.path().join("prometheus.yml");
-    std::fs::write(&prom_cfg, format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ultr\n    static_configs:\n      - targets: [\"{listen}\"]\n")).unwrap();
+    std::fs::write(
+        &prom_cfg,
+        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ultr\n    static_configs:\n      - targets: [\"{listen}\"]\n"),
+    )
+    .unwrap();
     let prom = Command::new("prometheus")
         .arg(format!("--config.file={}", prom_cfg.display()))
         .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
@@ -191,7 +187,11 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
     let summary = format!("the current model was trained {}d {}h {}m {}s ago", stale / 86400, stale % 86400 / 3600, stale % 3600 / 60, stale % 60);
     let test = test.replace("exp_labels: { severity: warning, instance: old }\n", &format!("exp_labels: {{ severity: warning, instance: old }}\n            exp_annotations:\n              summary: {summary:?}\n              runbook: RUNBOOK\n"));
     let rules: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap()).unwrap();
-    let runbook = rules["groups"][0]["rules"].as_sequence().unwrap().iter().find(|r| r["alert"] == "TrainingStale").unwrap()["annotations"]["runbook"].as_str().unwrap().trim().to_string();
+    let runbook = rules["groups"][0]["rules"].as_sequence().unwrap().iter().find(|r| r["alert"] == "TrainingStale").unwrap()["annotations"]["runbook"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_string();
     let test = test.replace("RUNBOOK", &format!("{runbook:?}"));
     let test_file = dir.path().join("stale.test.yml");
     std::fs::write(&test_file, test).unwrap();
@@ -239,7 +239,16 @@ fn sigterm_cancels_a_scheduled_training_in_progress() {
 }
 
 /// Simulated sessions (40 queries × 8 docs × 4 features, linear relevance) written to `dir/name`.
-fn simulated(dir: &Path, name: &str, policy_tau: f64, click: ultr::simulate::click::ClickModel, sessions: u64, start_ms: i64, seed: u64, interval_ms: i64) -> PathBuf {
+fn simulated(
+    dir: &Path,
+    name: &str,
+    policy_tau: f64,
+    click: ultr::simulate::click::ClickModel,
+    sessions: u64,
+    start_ms: i64,
+    seed: u64,
+    interval_ms: i64,
+) -> PathBuf {
     let sim = Simulator::new(SimConfig {
         synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 },
         relevance: RelevanceKind::Linear,
@@ -287,7 +296,10 @@ fn sigterm_during_a_window_then_restart_loses_and_double_counts_nothing() {
     sigterm(&service.0);
     assert_eq!(wait_exit(&mut service.0, Duration::from_secs(60)), 0, "SIGTERM is a clean stop");
     let manifest = ultr::state::read_manifest(&state).unwrap();
-    assert!(!manifest.open_windows.is_empty() && !manifest.filter_segments.is_empty(), "stopped inside a window: its partial aggregates and duplicate filter are in the state");
+    assert!(
+        !manifest.open_windows.is_empty() && !manifest.filter_segments.is_empty(),
+        "stopped inside a window: its partial aggregates and duplicate filter are in the state"
+    );
     assert!(manifest.operator.counters.sessions < 60_000, "stopped before the end");
 
     let mut again = start_run(&["--exit-when-done"], &config, &state, &format!("127.0.0.1:{}", free_port()));
@@ -353,7 +365,10 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     let before = |s: &[(i64, f64, f64)]| s.iter().filter(|(e, _, _)| *e <= switch_end).map(|(_, i, c)| (*i, *c)).collect::<Vec<_>>();
     let after = |s: &[(i64, f64, f64)]| s.iter().filter(|(e, _, _)| *e > switch_end + 30 * 60_000).map(|(_, i, c)| (*i, *c)).collect::<Vec<_>>();
     assert!(before(&embedding).iter().all(|(i, c)| *i == 1.0 && *c == 1.0), "randomized part: {embedding:?}");
-    assert!(!after(&embedding).is_empty() && after(&embedding).iter().all(|(i, c)| *i == 0.0 && *c > 1.0), "after the horizon rolled past the switch: {embedding:?}");
+    assert!(
+        !after(&embedding).is_empty() && after(&embedding).iter().all(|(i, c)| *i == 0.0 && *c > 1.0),
+        "after the horizon rolled past the switch: {embedding:?}"
+    );
     assert!(linear.iter().all(|(_, i, _)| *i == 1.0), "features identify a linear tower throughout: {linear:?}");
     assert!(after(&linear).iter().all(|(_, c)| *c > 1.0), "although its swap graph split too: {linear:?}");
 
@@ -397,10 +412,10 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
     let t0 = 1_767_225_600_000i64;
     let a = stream_with_clicks(dir, "pbm.jsonl", Default::default(), 28_800, t0, seed); // 60 min
     let b = stream_with_clicks(dir, "second.jsonl", second, 108_000, t0 + 28_800 * 125, seed); // 225 min: ≥ 20 windows under the model
-    // A checkpoint every 2,400 records: twice per 10-minute window of 4,800 sessions, so each window
-    // is scored at the checkpoint after it closes, as at any shorter cadence.
-    // One file, one partition: two files would be two partitions, and the first one's end would hold
-    // the watermark (every later window then closes at once, at the end).
+                                                                                               // A checkpoint every 2,400 records: twice per 10-minute window of 4,800 sessions, so each window
+                                                                                               // is scored at the checkpoint after it closes, as at any shorter cadence.
+                                                                                               // One file, one partition: two files would be two partitions, and the first one's end would hold
+                                                                                               // the watermark (every later window then closes at once, at the end).
     let both = dir.join("both.jsonl");
     let mut text = std::fs::read(&a).unwrap();
     text.extend(std::fs::read(&b).unwrap());
@@ -429,7 +444,16 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
             if !self.trained && latest >= self.switch_ms {
-                let req = ultr::train::TrainRequest { state_dir: store.dir(), core: &self.config.core(), config: &self.config.train, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
+                let req = ultr::train::TrainRequest {
+                    state_dir: store.dir(),
+                    core: &self.config.core(),
+                    config: &self.config.train,
+                    warm_start: false,
+                    compare_cold: false,
+                    force: false,
+                    progress: false,
+                    cancel: None,
+                };
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
             }
@@ -440,7 +464,13 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
             let n = self.monitor.history.len();
             for w in self.monitor.history.iter().skip(n - new) {
                 let z = w.misspecification.z;
-                eprintln!("window {}: z {z:+.2} (χ² {:.1} on {} dof), by position block {:+.2?}", w.end_ms, w.misspecification.chi2, w.misspecification.dof, w.misspecification.per_block.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+                eprintln!(
+                    "window {}: z {z:+.2} (χ² {:.1} on {} dof), by position block {:+.2?}",
+                    w.end_ms,
+                    w.misspecification.chi2,
+                    w.misspecification.dof,
+                    w.misspecification.per_block.iter().map(|(_, c)| *c).collect::<Vec<_>>()
+                );
                 if w.end_ms > self.switch_ms {
                     self.before.push(z);
                     self.after.push(w.residuals.propensity_correlation);
@@ -477,7 +507,11 @@ fn misspecification_signal_moves_when_clicks_stop_being_additive() {
         eprintln!("seed {seed}, PBM → PBM: z {pbm_z:.2?}, r {pbm_r:.4?}");
         eprintln!("seed {seed}, PBM → mixture: z {mix_z:.2?}, r {mix_r:.4?}");
         let alarms = pbm_z.iter().filter(|z| **z > threshold).count();
-        eprintln!("seed {seed}, PBM → PBM: {alarms}/{} windows above z = {threshold} (false-alarm rate {:.3})", pbm_z.len(), alarms as f64 / pbm_z.len() as f64);
+        eprintln!(
+            "seed {seed}, PBM → PBM: {alarms}/{} windows above z = {threshold} (false-alarm rate {:.3})",
+            pbm_z.len(),
+            alarms as f64 / pbm_z.len() as f64
+        );
         assert!(pbm_z.len() >= 20, "seed {seed}: {} windows scored on the PBM stream", pbm_z.len());
         assert_eq!(alarms, 0, "seed {seed}: z above {threshold} on a well-specified stream");
         assert!(pbm_r.iter().all(|r| *r < diagnostic), "seed {seed}: the diagnostic moved on a PBM stream: {pbm_r:.4?}");
@@ -497,7 +531,8 @@ fn consumer_lag_per_partition_falls_to_zero_as_ultr_run_catches_up() {
     ultr::sinks::kafka::ensure_topic(&brokers, &topic, 2).expect("broker reachable (the README's test command starts one)");
     let mut sink = ultr::sinks::kafka::KafkaSink::new(&brokers, &topic, &Default::default()).unwrap();
     let sessions = 20_000u64;
-    let sim = Simulator::new(SimConfig { synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 }, sessions, seed: 9, ..SimConfig::default() }).unwrap();
+    let sim = Simulator::new(SimConfig { synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 }, sessions, seed: 9, ..SimConfig::default() })
+        .unwrap();
     sim.run(&mut sink).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("kafka.toml");
@@ -592,7 +627,12 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     let screenshot = dir.path().join("status.png");
     let script = repo().join("scripts/status_page_check.py");
     let python = std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(&python).arg(&script).arg(format!("http://{listen}/")).arg(&screenshot).output_within(crate::common::CHILD_DEADLINE).expect("python with selenium (scripts/test.sh installs it)");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{listen}/"))
+        .arg(&screenshot)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .expect("python with selenium (scripts/test.sh installs it)");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     eprintln!("the browser saw: {seen}");

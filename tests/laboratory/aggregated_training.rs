@@ -10,12 +10,12 @@ use std::sync::Arc;
 use burn::module::Module;
 
 use ultr::eval::evaluate;
-use ultr::simulate::{labels_from_truth, truth_theta};
 use ultr::ingest::Ingest;
 use ultr::session::DecodeLimits;
+use ultr::simulate::source::SimulatorSource;
+use ultr::simulate::{labels_from_truth, truth_theta};
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{AggregatedEpoch, TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::{fit, make_batch};
@@ -34,7 +34,15 @@ fn raw_examples(sessions: u64, seed: u64) -> (Examples, Arc<Simulator>) {
 }
 
 fn config(seed: u64) -> TrainConfig {
-    TrainConfig { tower: TowerKind::Linear, max_epochs: 40, patience: 3, seed, validation_fraction: HOLDOUT.validation, evaluation_fraction: HOLDOUT.evaluation, ..TrainConfig::default() }
+    TrainConfig {
+        tower: TowerKind::Linear,
+        max_epochs: 40,
+        patience: 3,
+        seed,
+        validation_fraction: HOLDOUT.validation,
+        evaluation_fraction: HOLDOUT.evaluation,
+        ..TrainConfig::default()
+    }
 }
 
 #[test]

@@ -10,11 +10,11 @@ use std::path::Path;
 use ultr::config::PipelineConfig;
 use ultr::simulate::truth_theta;
 use ultr::simulate::Simulator;
-use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::chunks::{load_training_data, ExampleChunks, TrainingData};
+use ultr::train::config::{AggregatedEpoch, TrainConfig};
 use ultr::train::data::{load_from_state, Examples, Horizon, Split};
 use ultr::train::fit::{fit, fit_chunks};
-use ultr::train::{spill_dir, train_from_state, evaluation_losses, TrainRequest};
+use ultr::train::{evaluation_losses, spill_dir, train_from_state, TrainRequest};
 
 fn config(extra: &str) -> PipelineConfig {
     let text = format!(
@@ -119,7 +119,13 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     let (d, rd) = fit(&all, &rows_cfg, None, false).unwrap();
     let (e, re) = fit_chunks(spilled, &rows_cfg, None, false, None).unwrap();
     for (name, t, r) in [("in memory", &d, &rd), ("chunked", &e, &re)] {
-        eprintln!("every row once per epoch, {name}: θ {:.3?}, {} epochs (best {}), best validation loss {:.5}", theta(t), r.epochs.len(), r.best_epoch, r.best_validation_loss);
+        eprintln!(
+            "every row once per epoch, {name}: θ {:.3?}, {} epochs (best {}), best validation loss {:.5}",
+            theta(t),
+            r.epochs.len(),
+            r.best_epoch,
+            r.best_validation_loss
+        );
         assert!(diff(&theta(&a), &theta(t)) <= (2.0 * noise).max(0.05), "θ rows per epoch ({name}) vs in memory beyond seed noise {noise:.4}");
         assert!(diff(&theta(t), &truth[..6]) <= error_a + noise.max(0.02), "θ rows per epoch ({name}) from the truth vs {error_a:.4}");
     }
@@ -137,8 +143,17 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
     let state = dir.path().join("state");
     let cfg = config("memory_budget = \"64KiB\"\n");
     ultr::pipeline::run_to_state(&cfg, &state, &mut ultr::pipeline::NoObserver).unwrap();
-    let outcome = train_from_state(&TrainRequest { state_dir: &state, core: &cfg.core(), config: &cfg.train, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None })
-        .unwrap();
+    let outcome = train_from_state(&TrainRequest {
+        state_dir: &state,
+        core: &cfg.core(),
+        config: &cfg.train,
+        warm_start: false,
+        compare_cold: false,
+        force: false,
+        progress: false,
+        cancel: None,
+    })
+    .unwrap();
     assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);
     assert!(outcome.decision.promoted, "{}", outcome.decision.reason);
     assert!((outcome.theta[1] + 2f64.ln()).abs() < 0.15, "θ_2 − θ_1 = {}", outcome.theta[1]);

@@ -104,8 +104,18 @@ fn synthetic_log(seed: u64, sessions: u64, queries: u32) -> Log {
 }
 
 /// The latest page of the session that showed `url`: `current` if it did, else the earlier ones.
-fn click(pages: &mut BTreeMap<usize, (u64, String, Vec<String>, BTreeSet<String>)>, earlier: &[(usize, Vec<String>)], current: usize, current_urls: &[String], url: &str) {
-    let page = if current_urls.iter().any(|u| u == url) { Some(current) } else { earlier.iter().rev().find(|(_, urls)| urls.iter().any(|u| u == url)).map(|(l, _)| *l) };
+fn click(
+    pages: &mut BTreeMap<usize, (u64, String, Vec<String>, BTreeSet<String>)>,
+    earlier: &[(usize, Vec<String>)],
+    current: usize,
+    current_urls: &[String],
+    url: &str,
+) {
+    let page = if current_urls.iter().any(|u| u == url) {
+        Some(current)
+    } else {
+        earlier.iter().rev().find(|(_, urls)| urls.iter().any(|u| u == url)).map(|(l, _)| *l)
+    };
     pages.get_mut(&page.expect("the generator clicks shown URLs")).unwrap().3.insert(url.to_string());
 }
 
@@ -120,7 +130,8 @@ fn import(dir: &Path, log: &Log) -> (PathBuf, serde_json::Value, PathBuf) {
     std::fs::write(&log_path, log.lines.join("\n") + "\n").unwrap();
     let out = dir.join("sessions.jsonl");
     let dead = dir.join("import-dead.jsonl");
-    let summary = run(ultr().arg("import").arg(&log_path).args(["--base-time", "2026-01-01T00:00:00Z", "--json", "--out"]).arg(&out).arg("--dead-letter").arg(&dead));
+    let summary =
+        run(ultr().arg("import").arg(&log_path).args(["--base-time", "2026-01-01T00:00:00Z", "--json", "--out"]).arg(&out).arg("--dead-letter").arg(&dead));
     (out, serde_json::from_str(&summary).unwrap(), dead)
 }
 
@@ -155,7 +166,8 @@ fn import_puts_each_click_on_the_latest_page_that_showed_it_and_refuses_bad_line
     assert_eq!(letters.len(), log.malformed + log.clicks_without_page);
     assert!(letters.iter().all(|l| l["detail"].as_str().unwrap().starts_with("line ") && !l["payload"].as_str().unwrap().is_empty()));
     // Every imported session passes the contract.
-    let decoded: serde_json::Value = serde_json::from_str(&run(ultr().arg("decode").arg(&out).arg("--dead-letter").arg(dir.path().join("decode-dead.jsonl")).arg("--json"))).unwrap();
+    let decoded: serde_json::Value =
+        serde_json::from_str(&run(ultr().arg("decode").arg(&out).arg("--dead-letter").arg(dir.path().join("decode-dead.jsonl")).arg("--json"))).unwrap();
     assert_eq!(decoded["sessions"], log.pages.len() as u64);
     assert_eq!(decoded["clicks"], clicks as u64);
     assert_eq!(decoded["dead_letters"], serde_json::json!({}));
@@ -204,7 +216,12 @@ fn judged_evaluation_of_an_imported_log_equals_trec_eval() {
                 .arg(&run_file)))
             .unwrap();
             let ours = means(&report, ranker);
-            let theirs: serde_json::Value = serde_json::from_str(&run(Command::new(python()).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/trec_parity.py")).arg(&qrels).arg(&run_file).arg(unjudged))).unwrap();
+            let theirs: serde_json::Value = serde_json::from_str(&run(Command::new(python())
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/trec_parity.py"))
+                .arg(&qrels)
+                .arg(&run_file)
+                .arg(unjudged)))
+            .unwrap();
             assert_eq!(report["judged"]["queries"], theirs["queries"], "{ranker}, unjudged {unjudged}: the same queries");
             assert!(theirs["queries"].as_u64().unwrap() >= 35);
             for k in [1, 3, 5, 10] {
@@ -220,7 +237,10 @@ fn judged_evaluation_of_an_imported_log_equals_trec_eval() {
                     let n = r["wins"].as_u64().unwrap() + r["ties"].as_u64().unwrap() + r["losses"].as_u64().unwrap();
                     assert_eq!(n, judged["queries"].as_u64().unwrap());
                     let i = &r["minus_naive_ctr"][3];
-                    assert!(i["low"].as_f64().unwrap() <= i["estimate"].as_f64().unwrap() && i["estimate"].as_f64().unwrap() <= i["high"].as_f64().unwrap(), "{r}");
+                    assert!(
+                        i["low"].as_f64().unwrap() <= i["estimate"].as_f64().unwrap() && i["estimate"].as_f64().unwrap() <= i["high"].as_f64().unwrap(),
+                        "{r}"
+                    );
                 }
             }
         }

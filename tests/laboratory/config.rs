@@ -54,7 +54,10 @@ fn object_store_settings_are_checked_naming_the_key() {
         (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\nbucket = \"x\"\n"), "bucket"),
         // Regression: object_store's parse_url_opts drops keys it does not know, so a typo sent the
         // client to real AWS with default settings. Refused, naming the key and the file.
-        (format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\noptions = {{ aws_endpiont = \"http://s3:5000\" }}\n"), "state.object_store.options.aws_endpiont"),
+        (
+            format!("{kafka}[state.object_store]\nurl = \"s3://b/p\"\noptions = {{ aws_endpiont = \"http://s3:5000\" }}\n"),
+            "state.object_store.options.aws_endpiont",
+        ),
         (format!("{kafka}[decode]\nmax_event_age = \"a while\"\n"), "decode.max_event_age"),
     ];
     for (text, key) in cases {

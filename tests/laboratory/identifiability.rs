@@ -56,7 +56,8 @@ fn ingest(config: &Path, state: &Path) {
 }
 
 fn analyse(config: &Path, state: &Path) -> (i32, serde_json::Value) {
-    let out = ultr().args(["identifiability", "--json", "--state"]).arg(state).arg("--config").arg(config).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out =
+        ultr().args(["identifiability", "--json", "--state"]).arg(state).arg("--config").arg(config).output_within(crate::common::CHILD_DEADLINE).unwrap();
     let code = out.status.code().unwrap();
     assert!(code != 2, "{}", String::from_utf8_lossy(&out.stderr));
     (code, serde_json::from_slice(&out.stdout).unwrap())
@@ -121,8 +122,13 @@ fn weak_verdict(tau: f64, seed: u64) -> (bool, bool, f64) {
     let config = seeded_config(dir.path(), tau, seed, "[train]\ntower = \"embedding\"\n");
     ingest(&config, &dir.path().join("state"));
     let (code, report) = analyse(&config, &dir.path().join("state"));
-    let widest = report["theta_precision"]["standard_error"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap_or(f64::INFINITY)).fold(0.0, f64::max) * 2.0 * 1.959964;
-    eprintln!("τ = {tau}, seed {seed}: identified {}, weakly {}, widest 95% interval {widest:.2}, exit {code}", report["identified"], report["weakly_identified"]);
+    let widest = report["theta_precision"]["standard_error"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap_or(f64::INFINITY)).fold(0.0, f64::max)
+        * 2.0
+        * 1.959964;
+    eprintln!(
+        "τ = {tau}, seed {seed}: identified {}, weakly {}, widest 95% interval {widest:.2}, exit {code}",
+        report["identified"], report["weakly_identified"]
+    );
     (report["identified"].as_bool().unwrap(), report["weakly_identified"].as_bool().unwrap(), widest)
 }
 
@@ -185,7 +191,8 @@ fn a_rare_context_value_does_not_make_the_data_unidentified() {
     }
     std::fs::write(&data, lines.join("\n")).unwrap();
     let config = dir.path().join("c.toml");
-    std::fs::write(&config, format!("[source.file]\npaths = [{:?}]\n[window]\nsize = \"1m\"\n[train]\ntower = \"embedding\"\n", data.display().to_string())).unwrap();
+    std::fs::write(&config, format!("[source.file]\npaths = [{:?}]\n[window]\nsize = \"1m\"\n[train]\ntower = \"embedding\"\n", data.display().to_string()))
+        .unwrap();
     let state = dir.path().join("state");
     ingest(&config, &state);
     let (code, report) = analyse(&config, &state);

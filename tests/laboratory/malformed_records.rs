@@ -72,13 +72,7 @@ fn every_corpus_record_is_refused_with_its_reason() {
     decoder.set_event_time_floor(Some(946_684_800_000)); // 2000-01-01
     for (bytes, expected) in &corpus {
         let got = decoder.decode(bytes);
-        assert_eq!(
-            got.as_ref().err().map(|r| r.reason),
-            Some(*expected),
-            "record {:?} gave {:?}",
-            String::from_utf8_lossy(bytes),
-            got
-        );
+        assert_eq!(got.as_ref().err().map(|r| r.reason), Some(*expected), "record {:?} gave {:?}", String::from_utf8_lossy(bytes), got);
     }
     assert_eq!(decoder.rows(), 0, "refused records must add no rows");
     // Every reason the contract names is exercised (`duplicate_doc_id` under its setting, above).

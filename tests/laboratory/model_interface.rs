@@ -3,8 +3,8 @@
 //! `ultr models`; warm starts across models are refused naming both; a listwise model is refused on
 //! aggregated rows with the reason; gradient reversal scales the adversary's gradient by −η.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use ultr::ingest::Ingest;
 use ultr::session::DecodeLimits;
+use ultr::simulate::source::SimulatorSource;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::simulate::source::SimulatorSource;
 use ultr::train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr::train::data::{Examples, Split};
 use ultr::train::fit::fit;
@@ -142,7 +142,8 @@ fn the_additive_model_converges_to_the_maximum_likelihood_fit() {
         };
         // The aggregated training rows are the raw training sessions' rows, summed: the same
         // likelihood, on fewer rows for Newton.
-        let training: Vec<usize> = agg.sessions.iter().filter(|s| ultr::train::data::split_of(s, HOLDOUT) == Split::Training).flat_map(|s| s.start..s.start + s.len).collect();
+        let training: Vec<usize> =
+            agg.sessions.iter().filter(|s| ultr::train::data::split_of(s, HOLDOUT) == Split::Training).flat_map(|s| s.start..s.start + s.len).collect();
         let weights = ultr::train::weights::weights_of(&agg.rows, &cfg.ips).0;
         let (optimum, se) = newton_logistic(&agg, &training, &weights);
         let (t, _) = fit(&raw, &cfg, None, false).unwrap();
@@ -193,11 +194,18 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let mut thetas = Vec::new();
     for (name, train, label) in models {
         let config = pipeline(dir.path(), name, train);
-        let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+        let out = ultr()
+            .args(["train", "--json", "--force", "--config"])
+            .arg(&config)
+            .arg("--state")
+            .arg(&state)
+            .output_within(crate::common::CHILD_DEADLINE)
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         thetas.push((name, outcome["theta"][1].as_f64().unwrap()));
-        let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
+        let listing =
+            String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
         let current = listing.lines().find(|l| l.starts_with('*')).unwrap();
         assert!(current.contains(&format!("  {label}  ")), "{name}: {current}");
         let out = ultr().args(["eval", "--json", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
@@ -217,14 +225,21 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     // below holds over three seeds, not the one it was first checked on; and reversal's and
     // dropout's on the same streams, for their shrinkage claim.
     let mut additive_thetas = vec![additive];
-    let mut shrunk: Vec<(&str, u64, f64, f64)> = thetas.iter().filter(|(n, _)| matches!(*n, "gradient_reversal" | "observation_dropout")).map(|(n, t)| (*n, 3, *t, additive)).collect();
+    let mut shrunk: Vec<(&str, u64, f64, f64)> =
+        thetas.iter().filter(|(n, _)| matches!(*n, "gradient_reversal" | "observation_dropout")).map(|(n, t)| (*n, 3, *t, additive)).collect();
     for seed in [4, 5] {
         let config = pipeline_seeded(dir.path(), &format!("additive-seed{seed}"), "", seed);
         let state = dir.path().join(format!("state-seed{seed}"));
         let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let train = |config: &Path| -> f64 {
-            let out = ultr().args(["train", "--json", "--force", "--config"]).arg(config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+            let out = ultr()
+                .args(["train", "--json", "--force", "--config"])
+                .arg(config)
+                .arg("--state")
+                .arg(&state)
+                .output_within(crate::common::CHILD_DEADLINE)
+                .unwrap();
             assert_eq!(out.status.code(), Some(0), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
             let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             outcome["theta"][1].as_f64().unwrap()
@@ -275,7 +290,8 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     // DLA trains on whole sessions: the windows' session stores. Its click logits are uncalibrated,
     // so the gate (click BCE against the current model) needs --force here.
     let config = pipeline(dir.path(), "dla", "model = \"dla\"\n");
-    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out =
+        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(0), "dla: {}", String::from_utf8_lossy(&out.stderr));
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let sessions = outcome["fit"]["train_sessions"].as_u64().unwrap();
@@ -285,17 +301,20 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let phi10 = outcome["theta"][9].as_f64().unwrap();
     eprintln!("DLA from the session stores: {sessions} training lists, φ_k − φ_1 = {}", outcome["theta"]);
     assert!(phi10 < -0.5, "DLA: φ_10 − φ_1 = {phi10}");
-    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
+    let listing =
+        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
     assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  dla/linear  "), "{listing}");
     // MixEM too trains on the stored sessions (its E-step weighs each whole session).
     let config = pipeline(dir.path(), "mixem", "model = \"mixem\"\n[train.mixem]\ntemperature = 1.0\n");
-    let out = ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out =
+        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(0), "mixem: {}", String::from_utf8_lossy(&out.stderr));
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "MixEM and DLA read the same stored sessions");
     let e10 = outcome["theta"][9].as_f64().unwrap();
     assert!(e10 < -0.3, "MixEM: e_10 − e_1 = {e10}");
-    let listing = String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
+    let listing =
+        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
     assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  mixem/linear  "), "{listing}");
     // An unknown key in a model's section is refused by name.
     let config = pipeline(dir.path(), "typo", "model = \"gradient_reversal\"\n[train.gradient_reversal]\netaa = 0.5\n");

@@ -91,7 +91,11 @@ fn a_far_future_event_time_is_refused_and_destroys_nothing() {
 #[test]
 fn a_past_log_with_gaps_of_days_replays_whole_at_the_default_skew() {
     let dir = tempfile::tempdir().unwrap();
-    let at = |id: &str, time: &str| format!(r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#);
+    let at = |id: &str, time: &str| {
+        format!(
+            r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#
+        )
+    };
     let lines = vec![
         at("s1", "2025-01-01T00:00:00Z"),
         at("s2", "2025-01-11T00:00:00Z"),
@@ -125,9 +129,8 @@ fn an_outlier_within_the_skew_moves_the_watermark_by_at_most_the_jump_and_retent
     // One minute of jump closes at most the current window early: at most two windows' sessions
     // (600 each) turn late, instead of all 3,000 after the outlier.
     assert!(report.counters.late_sessions <= 1_200, "late sessions {}", report.counters.late_sessions);
-    let regular = |state: &Path| -> Vec<i64> {
-        read_manifest(state).unwrap().windows.iter().filter(|w| w.end_ms < 100_000_000_000_000).map(|w| w.start_ms).collect()
-    };
+    let regular =
+        |state: &Path| -> Vec<i64> { read_manifest(state).unwrap().windows.iter().filter(|w| w.end_ms < 100_000_000_000_000).map(|w| w.start_ms).collect() };
     assert_eq!(regular(&spoiled_state), regular(&clean_state), "retention keeps every regular window");
     let manifest = read_manifest(&spoiled_state).unwrap();
     let in_horizon = ultr::state::cumulative::windows_in_horizon(&manifest, 28 * 86_400_000);
@@ -204,10 +207,7 @@ fn dead_letters_are_capped_hashed_stored_once_and_rotated() {
     }
     let file = write_lines(&dir.path().join("s.jsonl"), &spoiled);
     let dead = dir.path().join("dead").join("letters.jsonl");
-    let extra = format!(
-        "[dead_letter.file]\npath = {:?}\nmax_file_bytes = 20000\nkeep_files = 100\nmax_payload_bytes = 65536\n",
-        dead.display().to_string()
-    );
+    let extra = format!("[dead_letter.file]\npath = {:?}\nmax_file_bytes = 20000\nkeep_files = 100\nmax_payload_bytes = 65536\n", dead.display().to_string());
     let report = ingest(&config(&file, "", &extra), &dir.path().join("state"));
     assert_eq!(report.dead_letters.values().sum::<u64>(), 401);
 

@@ -10,9 +10,9 @@ use ultr::session::DecodeLimits;
 use ultr::simulate::click::{ClickModel, ClickModelKind};
 use ultr::simulate::policy::{RankerKind, Sampling};
 use ultr::simulate::relevance::RelevanceKind;
+use ultr::simulate::source::SimulatorSource;
 use ultr::simulate::{DataFormat, GroundTruth, PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::simulate::source::SimulatorSource;
 use ultr::window::position_ctr;
 
 /// Simulates, decodes, runs sql/position_ctr.sql, and compares every position with the expectation
@@ -143,11 +143,13 @@ fn same_seed_same_bytes_other_seed_other_bytes() {
     };
     let render = |c: &SimConfig| {
         let sim = Simulator::new(c.clone()).unwrap();
-        (0..200).map(|i| {
-            let mut b = Vec::new();
-            sim.session(i, &mut b);
-            b
-        }).collect::<Vec<_>>()
+        (0..200)
+            .map(|i| {
+                let mut b = Vec::new();
+                sim.session(i, &mut b);
+                b
+            })
+            .collect::<Vec<_>>()
     };
     assert_eq!(render(&config), render(&config));
     assert_ne!(render(&config), render(&SimConfig { seed: 2, ..config.clone() }));

@@ -22,15 +22,23 @@ fn train_reports_theta_intervals_that_hold_the_truth(seed: u64) {
     let config = dir.path().join("pipeline.toml");
     std::fs::write(
         &config,
-        format!("source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = {seed}\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
+        format!(
+            "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = {seed}\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
          [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\n\
-         [train.uncertainty]\nreplicates = 20\n"),
+         [train.uncertainty]\nreplicates = 20\n"
+        ),
     )
     .unwrap();
     let state = dir.path().join("state");
     let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = ultr().args(["train", "--json", "--theta-intervals", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out = ultr()
+        .args(["train", "--json", "--theta-intervals", "--config"])
+        .arg(&config)
+        .arg("--state")
+        .arg(&state)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
     assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &outcome["theta_intervals"];

@@ -1,8 +1,8 @@
 //! Training: the Hager 2025 orderings on a small fast grid, the CLI's checkpoint / promotion gate /
 //! warm start, the framework-neutral export against burn, and refusals of data that cannot train.
 
-use crate::common::OutputWithin;
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,9 +43,8 @@ fn hager2025_orderings_on_a_small_grid() {
         population_only: false,
     })
     .unwrap();
-    let rmse = |name: &str, tau: f64, ips: bool| {
-        summary.runs.iter().find(|r| r.setting.name == name && r.setting.tau == tau && r.setting.ips == ips).unwrap().rmse
-    };
+    let rmse =
+        |name: &str, tau: f64, ips: bool| summary.runs.iter().find(|r| r.setting.name == name && r.setting.tau == tau && r.setting.ips == ips).unwrap().rmse;
     for r in &summary.runs {
         eprintln!("{:<32} τ={:<5} ips={:<5} RMSE {:.4} epochs {}", r.setting.name, r.setting.tau, r.setting.ips, r.rmse, r.epochs);
     }
@@ -61,9 +60,8 @@ fn hager2025_orderings_on_a_small_grid() {
     for name in ["linear tower on mlp relevance", "omitted features (30 of 46)"] {
         // 4. IPS reweights to uniform exposure: with it, θ at τ = 0.333 is the τ = 1 estimate (policy-
         //    independent, Hager §8); without it the policy shifts θ. At τ = 0 it does nothing (said so).
-        let theta = |tau: f64, ips: bool| {
-            summary.runs.iter().find(|r| r.setting.name == name && r.setting.tau == tau && r.setting.ips == ips).unwrap().theta.clone()
-        };
+        let theta =
+            |tau: f64, ips: bool| summary.runs.iter().find(|r| r.setting.name == name && r.setting.tau == tau && r.setting.ips == ips).unwrap().theta.clone();
         let gap = |a: Vec<f64>, b: Vec<f64>| a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
         let (with_ips, without) = (gap(theta(0.333, true), theta(1.0, false)), gap(theta(0.333, false), theta(1.0, false)));
         assert!(with_ips < without, "{name}: IPS gap {with_ips} vs plain {without}");
@@ -241,7 +239,14 @@ fn export_and_score_match_the_burn_model() {
             ex.qd_keys.push((q.query_id.clone(), d.doc_id.clone()));
             ex.docs.extend_from_slice(&d.features);
             clicks += 1;
-            ex.rows.push(Row { doc: qd, qd, position: k as u32 + 1, impressions: 1, clicks: (d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0) as u32, propensity: 1.0 });
+            ex.rows.push(Row {
+                doc: qd,
+                qd,
+                position: k as u32 + 1,
+                impressions: 1,
+                clicks: (d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0) as u32,
+                propensity: 1.0,
+            });
         }
         ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: ultr::window::sample_key(&q.query_id, 0), split: None });
     }

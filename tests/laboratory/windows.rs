@@ -3,7 +3,6 @@
 //! open windows checkpointed and restored from their partials along the way) equal a brute-force
 //! in-memory reference.
 
-
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::Write;
 use std::time::Instant;
@@ -15,8 +14,8 @@ use rand::{Rng, SeedableRng};
 use ultr::ingest::{Ingest, Next};
 use ultr::session::DecodeLimits;
 use ultr::sources::file::FileSource;
-use ultr::window::operator::{WindowOperator, WindowSpec};
 use ultr::window::aggregates::OpenWindows;
+use ultr::window::operator::{WindowOperator, WindowSpec};
 use ultr::window::{sample_key, StatisticBounds, Tables};
 
 const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
@@ -32,11 +31,8 @@ struct Session {
 
 impl Session {
     fn json(&self) -> String {
-        let items: Vec<String> = self
-            .items
-            .iter()
-            .map(|(d, p, c, f)| format!(r#"{{"doc_id":"{d}","position":{p},"clicked":{c},"features":[{},{}]}}"#, f[0], f[1]))
-            .collect();
+        let items: Vec<String> =
+            self.items.iter().map(|(d, p, c, f)| format!(r#"{{"doc_id":"{d}","position":{p},"clicked":{c},"features":[{},{}]}}"#, f[0], f[1])).collect();
         let ctx = self.context.as_ref().map(|c| format!(r#","context":{{"device":"{c}"}}"#)).unwrap_or_default();
         format!(
             r#"{{"schema_version":1,"session_id":"{}","query_id":"{}","event_time":{},"policy_id":"{}"{ctx},"items":[{}]}}"#,
@@ -74,9 +70,8 @@ fn random_stream(seed: u64) -> Vec<Session> {
         let mut docs: Vec<u32> = (0..8).collect();
         docs.shuffle(&mut rng);
         let n = rng.random_range(1..=6);
-        let items = (0..n)
-            .map(|k| (format!("d{}", docs[k]), k as u32 + 1, rng.random_range(0..3) == 0, [rng.random_range(-1.0..1.0), docs[k] as f32]))
-            .collect();
+        let items =
+            (0..n).map(|k| (format!("d{}", docs[k]), k as u32 + 1, rng.random_range(0..3) == 0, [rng.random_range(-1.0..1.0), docs[k] as f32])).collect();
         let context = (seed % 2 == 1).then(|| ["mobile", "desktop"][rng.random_range(0..2)].to_string());
         out.push(Session { id: format!("s{i}"), query: format!("q{q}"), time, context, items });
     }
@@ -154,12 +149,7 @@ fn reference_tables(sessions: &[Session]) -> (Counts, BTreeMap<String, i64>, BTr
         v.sort_unstable();
         v.truncate(256);
     }
-    (
-        counts,
-        per_query.into_iter().map(|(q, s)| (q, s.len() as i64)).collect(),
-        pairs.into_iter().map(|((a, ca, b, cb), n)| (a, ca, b, cb, n)).collect(),
-        keys,
-    )
+    (counts, per_query.into_iter().map(|(q, s)| (q, s.len() as i64)).collect(), pairs.into_iter().map(|((a, ca, b, cb), n)| (a, ca, b, cb, n)).collect(), keys)
 }
 
 fn table<'a>(tables: &'a [(&'static str, Vec<RecordBatch>)], name: &str) -> &'a [RecordBatch] {
@@ -237,7 +227,8 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
             let s = |i| b.column(i).as_string::<i32>();
             let (q, d, ctx) = (s(0), s(1), s(3));
             let p = b.column(2).as_primitive::<UInt32Type>();
-            let (imp, clk) = (b.column_by_name("impressions").unwrap().as_primitive::<Int64Type>(), b.column_by_name("clicks").unwrap().as_primitive::<Int64Type>());
+            let (imp, clk) =
+                (b.column_by_name("impressions").unwrap().as_primitive::<Int64Type>(), b.column_by_name("clicks").unwrap().as_primitive::<Int64Type>());
             for i in 0..b.num_rows() {
                 let c = if ctx.is_null(i) { String::new() } else { ctx.value(i).to_string() };
                 // One row per logging policy: the reference counts all policies together.
@@ -307,7 +298,8 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         let mut ctr: BTreeMap<u32, (i64, i64, f64)> = BTreeMap::new();
         for b in table(&tables, "position_ctr") {
             let p = b.column(0).as_primitive::<UInt32Type>();
-            let (imp, clk, rate) = (b.column(1).as_primitive::<Int64Type>(), b.column(2).as_primitive::<Int64Type>(), b.column(3).as_primitive::<Float64Type>());
+            let (imp, clk, rate) =
+                (b.column(1).as_primitive::<Int64Type>(), b.column(2).as_primitive::<Int64Type>(), b.column(3).as_primitive::<Float64Type>());
             for i in 0..b.num_rows() {
                 ctr.insert(p.value(i), (imp.value(i), clk.value(i), rate.value(i)));
             }
@@ -342,7 +334,12 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
 #[test]
 fn tumbling_windows_equal_brute_force() {
     for seed in 0..4 {
-        check(seed, WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 10_000, idle_timeout_ms: 3_600_000 }, 17 + seed as usize * 40, StatisticBounds::default());
+        check(
+            seed,
+            WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 10_000, idle_timeout_ms: 3_600_000 },
+            17 + seed as usize * 40,
+            StatisticBounds::default(),
+        );
     }
 }
 

@@ -105,11 +105,7 @@ impl<S: RecordSource> Ingest<S> {
 
     /// What to checkpoint so a restart decodes the same way.
     pub fn decoder_state(&self) -> DecoderState {
-        DecoderState {
-            feature_dim: self.decoder.feature_dim(),
-            bias_feature_dim: self.decoder.bias_feature_dim(),
-            stream_clocks: self.stream_clocks.clone(),
-        }
+        DecoderState { feature_dim: self.decoder.feature_dim(), bias_feature_dim: self.decoder.bias_feature_dim(), stream_clocks: self.stream_clocks.clone() }
     }
 
     pub fn source(&self) -> &S {
@@ -131,11 +127,7 @@ impl<S: RecordSource> Ingest<S> {
 
     /// Reads until the source ends, writing dead letters and handing every batch to `on_batch`;
     /// returns the run's totals.
-    pub fn drain(
-        &mut self,
-        dead: &mut crate::sinks::dead_letter::DeadLetterSink,
-        mut on_batch: impl FnMut(DecodedBatch),
-    ) -> anyhow::Result<IngestSummary> {
+    pub fn drain(&mut self, dead: &mut crate::sinks::dead_letter::DeadLetterSink, mut on_batch: impl FnMut(DecodedBatch)) -> anyhow::Result<IngestSummary> {
         let mut summary = IngestSummary::default();
         loop {
             match self.next()? {
@@ -192,7 +184,13 @@ impl<S: RecordSource> Ingest<S> {
                             }
                         }
                     }
-                    origins.push(SessionOrigin { stream: record.position.stream.clone(), partition: record.position.partition, offset: record.position.offset, rows, repeated_items: self.decoder.last_repeats() });
+                    origins.push(SessionOrigin {
+                        stream: record.position.stream.clone(),
+                        partition: record.position.partition,
+                        offset: record.position.offset,
+                        rows,
+                        repeated_items: self.decoder.last_repeats(),
+                    });
                 }
                 Err(rejected) => dead_letters.push(DeadLetter {
                     reason: rejected.reason,

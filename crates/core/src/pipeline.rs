@@ -35,8 +35,7 @@ pub fn open_dead_letters(config: &CoreConfig, state_dir: &Path, committed: Optio
             // librdkafka's default 5 minutes.
             let mut properties = properties.clone();
             properties.entry("message.timeout.ms".to_string()).or_insert_with(|| "30000".to_string());
-            Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, &properties).context("[dead_letter.kafka]")?)
-                .with_max_payload_bytes(*max_payload_bytes))
+            Ok(DeadLetterSink::kafka(KafkaSink::new(brokers, topic, &properties).context("[dead_letter.kafka]")?).with_max_payload_bytes(*max_payload_bytes))
         }
         None => DeadLetterSink::file_resuming(&state_dir.join("dead-letters.jsonl"), committed),
     }
@@ -144,13 +143,7 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    fn start(
-        config: &CoreConfig,
-        state_dir: &Path,
-        workers: Vec<Worker>,
-        merged: Option<StateStore>,
-        open_reader: &OpenSource,
-    ) -> anyhow::Result<Coordinator> {
+    fn start(config: &CoreConfig, state_dir: &Path, workers: Vec<Worker>, merged: Option<StateStore>, open_reader: &OpenSource) -> anyhow::Result<Coordinator> {
         let mut workers = workers;
         let mut states = Vec::with_capacity(workers.len());
         for w in &mut workers {
@@ -243,12 +236,7 @@ impl Coordinator {
         self.since_checkpoint += batch.records as u64;
         self.sent.merge(&batch.resume);
         let owners = shards::owners(&batch, self.workers.len());
-        let broadcast = Arc::new(Broadcast {
-            assigned: self.ingest.source().assigned_partitions(),
-            decoder: self.ingest.decoder_state(),
-            batch,
-            owners,
-        });
+        let broadcast = Arc::new(Broadcast { assigned: self.ingest.source().assigned_partitions(), decoder: self.ingest.decoder_state(), batch, owners });
         for w in &mut self.workers {
             w.send(Order::Batch(broadcast.clone()))?;
         }
@@ -505,11 +493,9 @@ impl Shard {
 
     fn handle(&mut self, order: Order) -> anyhow::Result<Reply> {
         match order {
-            Order::Describe => Ok(Reply::Described(Described {
-                resume: self.resume.clone(),
-                decoder: self.decoder.clone(),
-                dead_letters: self.dead_letters.clone(),
-            })),
+            Order::Describe => {
+                Ok(Reply::Described(Described { resume: self.resume.clone(), decoder: self.decoder.clone(), dead_letters: self.dead_letters.clone() }))
+            }
             Order::Batch(b) => self.process(&b).map(|closed| Reply::Processed { closed }),
             Order::Flush => {
                 let closed = self.operator.flush_all();
@@ -643,7 +629,6 @@ impl Pending {
         self.late.extend(late);
         self.closed.extend(closed);
     }
-
 }
 
 /// The closed windows' statistics: finished, or (a shard of several) the merged partials only, which

@@ -45,7 +45,7 @@ mod tests {
         assert_eq!(super::estimate_records(std::slice::from_ref(&small)), Some(3));
         let big = dir.path().join("b.jsonl");
         std::fs::write(&big, "0123456789abcde\n".repeat(200_000)).unwrap(); // 3.2 MB, 16-byte lines
-        // 200,003 lines; the first MiB says 16 bytes a line for all 3,200,014 bytes.
+                                                                            // 200,003 lines; the first MiB says 16 bytes a line for all 3,200,014 bytes.
         assert_eq!(super::estimate_records(&[big, small]), Some(200_001));
         // Piped or redirected stderr (as under `cargo test`) gets no bar.
         assert!(super::bar(Some(10), "records").is_hidden() || std::io::IsTerminal::is_terminal(&std::io::stderr()));

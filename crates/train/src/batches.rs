@@ -29,7 +29,6 @@ pub fn batches<'a>(order: &'a [usize], span_impressions: &[u64], target: u64) ->
     out
 }
 
-
 /// Builds the device tensors for sessions `chosen` of `ex` (rows of each session kept together).
 /// A row of `n` impressions and `c` clicks enters the count-weighted BCE as target c/n with weight
 /// w·n: n·BCE(z, c/n) = −c·log σ(z) − (n−c)·log(1−σ(z)), exactly the raw impressions' summed loss.
@@ -247,7 +246,11 @@ impl BatchRows {
             clicks: Tensor::<1>::from_data(TensorData::new(std::mem::take(&mut self.clicks), [n]), device),
             weights: Tensor::<1>::from_data(TensorData::new(std::mem::take(&mut self.weights), [n]), device),
             labels: self.with_labels.then(|| Tensor::<1>::from_data(TensorData::new(std::mem::take(&mut self.labels), [n]), device)),
-            lists: lists.map(|(count, width)| Lists { count, width, mask: Tensor::<2>::from_data(TensorData::new(std::mem::take(&mut self.mask), [count, width]), device) }),
+            lists: lists.map(|(count, width)| Lists {
+                count,
+                width,
+                mask: Tensor::<2>::from_data(TensorData::new(std::mem::take(&mut self.mask), [count, width]), device),
+            }),
         }
     }
 }
@@ -285,7 +288,13 @@ mod tests {
     fn sorted_galloping_draws_equal_binary_search() {
         let impressions: Vec<u64> = (0..5_000u64).map(|i| (i * 7919) % 13 + if i % 17 == 0 { 0 } else { 1 }).collect();
         let spans: Vec<usize> = (0..impressions.len()).map(|i| i * 3).collect();
-        let cumulative: Vec<u64> = impressions.iter().scan(0, |acc, &n| { *acc += n; Some(*acc) }).collect();
+        let cumulative: Vec<u64> = impressions
+            .iter()
+            .scan(0, |acc, &n| {
+                *acc += n;
+                Some(*acc)
+            })
+            .collect();
         for seed in 0..20 {
             let drawn = draw_spans(&cumulative, &spans, 512, &mut ChaCha8Rng::seed_from_u64(seed));
             let mut rng = ChaCha8Rng::seed_from_u64(seed);

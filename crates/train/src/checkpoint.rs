@@ -9,9 +9,9 @@ use anyhow::{bail, Context};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
+use super::artefact::{ModelMeta, Trained};
 use super::config::{TowerKind, TrainConfig};
 use super::export;
-use super::artefact::{ModelMeta, Trained};
 use super::fit::StopReason;
 use super::models::AnyModel;
 
@@ -139,12 +139,7 @@ impl ModelStore {
             if name.starts_with(".tmp-") || name.starts_with(".deleting-") {
                 let path = entry.path();
                 tracing::info!("removing {} left by an interrupted writer", path.display());
-                if path.is_dir() {
-                    fs::remove_dir_all(&path)
-                } else {
-                    fs::remove_file(&path)
-                }
-                .with_context(|| format!("removing {}", path.display()))?;
+                if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) }.with_context(|| format!("removing {}", path.display()))?;
             }
         }
         Ok(lock)
@@ -351,7 +346,14 @@ mod tests {
             parent: None,
             theta: vec![0.0],
             fit: serde_json::Value::Null,
-            decision: Decision { promoted: false, reason: String::new(), candidate_evaluation_loss: 1.0, current_evaluation_loss: None, current: None, held_out_clicks: None },
+            decision: Decision {
+                promoted: false,
+                reason: String::new(),
+                candidate_evaluation_loss: 1.0,
+                current_evaluation_loss: None,
+                current: None,
+                held_out_clicks: None,
+            },
             theta_intervals: None,
         };
         write_json(&dir.join(INFO), &info).unwrap();

@@ -152,7 +152,16 @@ impl Spiller {
     fn new(spill_dir: &Path, max_positions: usize, budget: usize) -> anyhow::Result<Self> {
         std::fs::create_dir_all(spill_dir).with_context(|| format!("creating {}", spill_dir.display()))?;
         let dir = tempfile::Builder::new().prefix("training-").tempdir_in(spill_dir).with_context(|| format!("a folder in {}", spill_dir.display()))?;
-        Ok(Spiller { dir, max_positions, budget, builder: ExamplesBuilder::new(max_positions), spilled: false, writer: None, chunks: Vec::new(), chunk_base: 0 })
+        Ok(Spiller {
+            dir,
+            max_positions,
+            budget,
+            builder: ExamplesBuilder::new(max_positions),
+            spilled: false,
+            writer: None,
+            chunks: Vec::new(),
+            chunk_base: 0,
+        })
     }
 
     fn push(&mut self, batch: RecordBatch) -> anyhow::Result<()> {

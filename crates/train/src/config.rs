@@ -11,8 +11,8 @@ use super::models::mixem::MixEmConfig;
 use super::models::observation_dropout::ObservationDropoutConfig;
 use super::models::observation_tower::ObservationTowerConfig;
 use super::models::xpa::XpaConfig;
-pub use super::models::{Architecture, ModelKind, TowerKind};
 use super::models::ModelSections;
+pub use super::models::{Architecture, ModelKind, TowerKind};
 
 /// `[train] aggregated_epoch`: what one epoch over aggregated rows is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -406,7 +406,16 @@ pub struct UncertaintyConfig {
 
 impl Default for UncertaintyConfig {
     fn default() -> Self {
-        UncertaintyConfig { enabled: false, replicates: 50, unit: ResampleUnit::Query, level: 0.95, epochs: 50, converged_epochs: 2000, tolerance: 0.002, seed: 7 }
+        UncertaintyConfig {
+            enabled: false,
+            replicates: 50,
+            unit: ResampleUnit::Query,
+            level: 0.95,
+            epochs: 50,
+            converged_epochs: 2000,
+            tolerance: 0.002,
+            seed: 7,
+        }
     }
 }
 

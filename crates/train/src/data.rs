@@ -14,8 +14,8 @@ use std::sync::Arc;
 use super::config::IpsConfig;
 use ultr_core::state::cumulative;
 use ultr_core::state::{window_table_path, Manifest, WindowEntry};
-pub use ultr_core::window::{Holdout, Split};
 use ultr_core::window::{register, TRAINING_EXAMPLES};
+pub use ultr_core::window::{Holdout, Split};
 
 /// Impressions that share (query, document, feature row, position, bias features, split): their
 /// binomial loss is that of (impressions, clicks). A raw impression has impressions = 1.
@@ -305,9 +305,7 @@ impl ExamplesBuilder {
             let what = format!("query {} doc {}", queries.value(i), docs.value(i));
             self.push_row(&what, queries.value(i), docs.value(i), position, features, bias, i, (impressions.value(i), clicks.value(i)), p)?;
             match self.out.sessions.last_mut() {
-                Some(span) if span.split == Some(split) && span.len < AGGREGATED_SPAN_ROWS && span.start + span.len + 1 == self.out.rows.len() => {
-                    span.len += 1
-                }
+                Some(span) if span.split == Some(split) && span.len < AGGREGATED_SPAN_ROWS && span.start + span.len + 1 == self.out.rows.len() => span.len += 1,
                 _ => self.out.sessions.push(SessionSpan { start: self.out.rows.len() - 1, len: 1, hash: 0, split: Some(split) }),
             }
         }
@@ -409,14 +407,27 @@ pub enum Horizon {
 
 /// Loads examples from a state directory: π over the lookback horizon (as `ips` chooses it), rows
 /// from `horizon`'s windows.
-pub async fn load_from_state(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, ips: &IpsConfig) -> anyhow::Result<Examples> {
+pub async fn load_from_state(
+    dir: &Path,
+    manifest: &Manifest,
+    lookback_ms: i64,
+    horizon: Horizon,
+    max_positions: usize,
+    ips: &IpsConfig,
+) -> anyhow::Result<Examples> {
     let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon, ips).await?;
     examples_for_windows(dir, &windows, propensity, max_positions).await
 }
 
 /// The disjoint closed windows a training run reads for `horizon`, and the IPS π table over the
 /// lookback (`sql/ips_propensity.sql`, as `ips` chooses).
-pub async fn horizon_windows(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, ips: &IpsConfig) -> anyhow::Result<(Vec<WindowEntry>, Vec<RecordBatch>)> {
+pub async fn horizon_windows(
+    dir: &Path,
+    manifest: &Manifest,
+    lookback_ms: i64,
+    horizon: Horizon,
+    ips: &IpsConfig,
+) -> anyhow::Result<(Vec<WindowEntry>, Vec<RecordBatch>)> {
     let cumulative = cumulative::compute(dir, manifest, lookback_ms).await?;
     let propensity = super::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), ips).await?;
     let windows: Vec<WindowEntry> = match horizon {
@@ -467,7 +478,14 @@ fn add_feature_rows(path: &Path, doc_of: &mut HashMap<(String, String), u32>, n_
 /// session count when clicked, and each (query, document)'s first feature row of the windows'
 /// training features. A pattern's split is its content hash's: its sessions are identical, so they
 /// cannot be split apart. Bias features are not read (no session model has a bias tower).
-pub async fn load_session_lists(dir: &Path, manifest: &Manifest, lookback_ms: i64, horizon: Horizon, max_positions: usize, holdout: Holdout) -> anyhow::Result<Examples> {
+pub async fn load_session_lists(
+    dir: &Path,
+    manifest: &Manifest,
+    lookback_ms: i64,
+    horizon: Horizon,
+    max_positions: usize,
+    holdout: Holdout,
+) -> anyhow::Result<Examples> {
     let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon, &IpsConfig::default()).await?;
     let mut ex = Examples::default();
     // Sessions the stores hold, against the windows' sessions: a store at its bound is a sample.
@@ -565,11 +583,7 @@ pub async fn training_example_stream(
     let mut vectors = Vec::new();
     for w in windows {
         if !w.files.contains_key("training_rows") && w.impressions > 0 {
-            bail!(
-                "{}: window {} has no training_rows table; it was written by a build that kept raw impressions — re-ingest",
-                dir.display(),
-                w.dir
-            );
+            bail!("{}: window {} has no training_rows table; it was written by a build that kept raw impressions — re-ingest", dir.display(), w.dir);
         }
         rows.extend(window_table_path(dir, w, "training_rows")?);
         vectors.extend(window_table_path(dir, w, "training_features")?);

@@ -2,11 +2,10 @@
 //! `docs/model-export.md`): the relevance tower, and for the additive model every part of the click
 //! logit θ_k + b(z) + r(x), so a serving system can score items without `ultr` or burn.
 
-
 use serde::{Deserialize, Serialize};
 
-use super::config::TowerKind;
 use super::artefact::{Normalizer, Trained};
+use super::config::TowerKind;
 use super::models::{AnyModel, Mlp};
 
 pub const EXPORT: &str = "relevance.json";

@@ -13,14 +13,14 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::artefact::{ModelMeta, Normalizer, Trained};
-use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_steps, one_pass_batches, tower_inputs, walks_rows_once};
 pub use super::batches::make_batch;
+use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_steps, one_pass_batches, tower_inputs, walks_rows_once};
 use super::chunks::ExampleChunks;
 use super::config::{TowerKind, TrainConfig};
 use super::data::{split_of, Examples, Split};
 use super::models::AnyModel;
-pub use super::scoring::LossSums;
 use super::scoring::weighted_loss_sum;
+pub use super::scoring::LossSums;
 use super::weights::{weights_of, WeightReport, WeightTotals};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -294,11 +294,17 @@ impl<'a> Chunk<'a> {
         let qd_map = trained.qd_map(&ex);
         let inputs = (for_training && trained.meta.architecture.tower != TowerKind::Embedding).then(|| tower_inputs(&ex, &trained.meta));
         let split = Slices::of(&ex, cfg);
-        let span_impressions: Vec<u64> =
-            ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
+        let span_impressions: Vec<u64> = ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
         // A span's multiplicity: its rows' count (aggregated rows, counted lists) or 1 (raw sessions).
         let multiplicity = |s: usize| ex.rows.get(ex.sessions[s].start).map_or(0, |r| r.impressions as u64);
-        let cumulative: Vec<u64> = split.train.iter().scan(0u64, |acc, &s| { *acc += multiplicity(s); Some(*acc) }).collect();
+        let cumulative: Vec<u64> = split
+            .train
+            .iter()
+            .scan(0u64, |acc, &s| {
+                *acc += multiplicity(s);
+                Some(*acc)
+            })
+            .collect();
         let train_impressions = split.impressions(&ex, &split.train);
         let aggregated = listwise || aggregated_rows(&ex);
         let train_rows: usize = split.train.iter().map(|&s| ex.sessions[s].len).sum();
@@ -342,7 +348,15 @@ impl std::error::Error for Cancelled {}
 
 /// Σ w·ℓ over every validation row, and the model's validation loss (÷ impressions, or ÷ Σw when
 /// self-normalised).
-fn validation_loss(model: &AnyModel, resident: Option<&Chunk>, data: &dyn ExampleChunks, trained: &Trained, cfg: &TrainConfig, denominator: f64, device: &Device) -> anyhow::Result<f64> {
+fn validation_loss(
+    model: &AnyModel,
+    resident: Option<&Chunk>,
+    data: &dyn ExampleChunks,
+    trained: &Trained,
+    cfg: &TrainConfig,
+    denominator: f64,
+    device: &Device,
+) -> anyhow::Result<f64> {
     let mut total = 0f64;
     match resident {
         Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, true),
@@ -647,7 +661,17 @@ impl Run<'_> {
     /// training loss.
     fn batch_loss(&self, model: &AnyModel, chunk: &Chunk, batch: &[usize]) -> (burn::tensor::Tensor<1>, f64) {
         let ex: &Examples = &chunk.ex;
-        let (b, n) = build_batch(ex, batch, &chunk.weights, &chunk.qd_map, &self.trained.meta, chunk.inputs.as_deref(), &self.device, !chunk.aggregated || chunk.one_pass, self.listwise);
+        let (b, n) = build_batch(
+            ex,
+            batch,
+            &chunk.weights,
+            &chunk.qd_map,
+            &self.trained.meta,
+            chunk.inputs.as_deref(),
+            &self.device,
+            !chunk.aggregated || chunk.one_pass,
+            self.listwise,
+        );
         // Count-weighted rows (raw, or aggregated in one pass) are normalised like impressions.
         let drawn_rows = chunk.aggregated && !chunk.one_pass;
         let denominator = match (drawn_rows, self.cfg.ips.self_normalize) {
@@ -690,7 +714,11 @@ mod tests {
     use super::*;
 
     fn epochs_with(losses: &[f64]) -> Vec<EpochStats> {
-        losses.iter().enumerate().map(|(i, l)| EpochStats { epoch: i + 1, train_loss: *l, validation_loss: *l, seconds: 1.0, impressions_per_second: 1.0 }).collect()
+        losses
+            .iter()
+            .enumerate()
+            .map(|(i, l)| EpochStats { epoch: i + 1, train_loss: *l, validation_loss: *l, seconds: 1.0, impressions_per_second: 1.0 })
+            .collect()
     }
 
     #[test]

@@ -28,13 +28,13 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::config::TrainConfig;
-use ultr_core::config::CoreConfig;
+use artefact::Trained;
 use checkpoint::{decide, CheckpointInfo, Decision, ModelStore};
 use chunks::{load_training_data, TrainingData};
 use data::{split_of, Examples, Horizon, Split};
-use artefact::Trained;
 use fit::{fit_chunks, FitReport};
 use scoring::LossSums;
+use ultr_core::config::CoreConfig;
 use weights::ips_weights;
 
 /// What `ultr train` was asked to do.
@@ -188,7 +188,16 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     trained.meta.feature_schema = req.core.decode.feature_schema.clone();
     let (decision, candidate_loss) = gate(req, &trained, &report, current.as_ref(), &data)?;
     let cold_comparison = if req.compare_cold && parent.is_some() {
-        let full = rt.block_on(load_training_data(req.state_dir, &manifest, lookback, Horizon::Lookback(lookback), cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))?;
+        let full = rt.block_on(load_training_data(
+            req.state_dir,
+            &manifest,
+            lookback,
+            Horizon::Lookback(lookback),
+            cfg.max_positions,
+            &cfg.ips,
+            budget,
+            &spill_dir(req.state_dir),
+        ))?;
         Some(compare_cold(req, full, &data, (&trained, &report, candidate_loss))?)
     } else {
         None
@@ -307,7 +316,10 @@ impl TrainOutcome {
             ));
         }
         if let Some(last) = f.epochs.last() {
-            s.push_str(&format!("  last epoch: train loss {:.5}, validation loss {:.5}, {:.0} impressions/s\n", last.train_loss, last.validation_loss, last.impressions_per_second));
+            s.push_str(&format!(
+                "  last epoch: train loss {:.5}, validation loss {:.5}, {:.0} impressions/s\n",
+                last.train_loss, last.validation_loss, last.impressions_per_second
+            ));
         }
         let w = &f.weights;
         s.push_str(&format!(
@@ -321,16 +333,24 @@ impl TrainOutcome {
         ));
         if let Some(r) = &f.position_refit {
             let moved = r.before.iter().zip(&r.after).map(|(b, a)| (a - b).abs()).fold(0.0, f64::max);
-            s.push_str(&format!("  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n", r.positions));
+            s.push_str(&format!(
+                "  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n",
+                r.positions
+            ));
             if !r.not_estimable.is_empty() {
                 let list = r.not_estimable.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ");
-                s.push_str(&format!("  NOT ESTIMABLE: θ at position(s) {list}: their swap pairs carry no click (or only clicks), so they keep the early-stopped θ\n"));
+                s.push_str(&format!(
+                    "  NOT ESTIMABLE: θ at position(s) {list}: their swap pairs carry no click (or only clicks), so they keep the early-stopped θ\n"
+                ));
             }
         }
         if let Some(p) = &f.logged_order_prior {
             let tried = p.candidates.iter().map(|(l, ll)| format!("{l} → {ll:.5}")).collect::<Vec<_>>().join(", ");
             let prior = p.prior.iter().map(|(k, r)| format!("{k}: {r:+.2}")).collect::<Vec<_>>().join(" ");
-            s.push_str(&format!("  γ of {} pairs around the logged-order prior ([train] logged_order_prior): λ = {} chosen by validation clicks per impression ({tried})\n", p.pairs, p.strength));
+            s.push_str(&format!(
+                "  γ of {} pairs around the logged-order prior ([train] logged_order_prior): λ = {} chosen by validation clicks per impression ({tried})\n",
+                p.pairs, p.strength
+            ));
             s.push_str(&format!("    ρ by mean logged position: {prior}\n"));
         }
         s.push_str("  θ_k − θ_1: ");
@@ -342,7 +362,15 @@ impl TrainOutcome {
             for k in 1..t.converged.len() {
                 let shipped = t.shipped.get(k).copied().unwrap_or(f64::NAN);
                 let within = if t.lower[k] <= shipped && shipped <= t.upper[k] { "" } else { "   shipped θ outside the interval" };
-                s.push_str(&format!("    {:3}   {:+13.3}   {:+7.3}   {:+9.3}   [{:+.3}, {:+.3}]{within}\n", k + 1, t.early_stopped[k], shipped, t.converged[k], t.lower[k], t.upper[k]));
+                s.push_str(&format!(
+                    "    {:3}   {:+13.3}   {:+7.3}   {:+9.3}   [{:+.3}, {:+.3}]{within}\n",
+                    k + 1,
+                    t.early_stopped[k],
+                    shipped,
+                    t.converged[k],
+                    t.lower[k],
+                    t.upper[k]
+                ));
             }
         }
         if let Some(h) = &self.decision.held_out_clicks {

@@ -113,13 +113,8 @@ pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, c
         }
     }
     trained.model.set_pair_relevance(&gamma);
-    let prior = chosen
-        .rho
-        .iter()
-        .enumerate()
-        .filter(|(b, _)| !problem.bucket_rows[*b].is_empty())
-        .map(|(b, r)| (1.0 + b as f64 / BUCKETS_PER_POSITION, *r))
-        .collect();
+    let prior =
+        chosen.rho.iter().enumerate().filter(|(b, _)| !problem.bucket_rows[*b].is_empty()).map(|(b, r)| (1.0 + b as f64 / BUCKETS_PER_POSITION, *r)).collect();
     Ok(Some(LoggedOrderPrior { strength, most_likely, candidates, prior, pairs: problem.pairs.len(), rounds }))
 }
 
@@ -449,7 +444,13 @@ mod tests {
                     let (pa, pb) = (1 + q * 5 + a, 1 + q * 5 + b);
                     let (sa, sb) = (score(pa), score(pb));
                     total += 1.0;
-                    right += if sa == sb { 0.5 } else if (sa > sb) == (truth[&pa] > truth[&pb]) { 1.0 } else { 0.0 };
+                    right += if sa == sb {
+                        0.5
+                    } else if (sa > sb) == (truth[&pa] > truth[&pb]) {
+                        1.0
+                    } else {
+                        0.0
+                    };
                 }
             }
         }

@@ -214,7 +214,9 @@ impl Graph {
 /// Why a checkpoint has no ONNX relevance tower, or `None` when it has one.
 pub fn relevance_unsupported(export: &RelevanceExport) -> Option<String> {
     match export.tower {
-        TowerKind::Embedding => Some("an embedding tower is a lookup by (query_id, doc_id), not a function of features: serve it from relevance.json's `embedding` table".into()),
+        TowerKind::Embedding => {
+            Some("an embedding tower is a lookup by (query_id, doc_id), not a function of features: serve it from relevance.json's `embedding` table".into())
+        }
         _ if export.layers.is_empty() => Some("the export has no layers".into()),
         _ => None,
     }

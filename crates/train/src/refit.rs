@@ -101,7 +101,15 @@ fn not_estimable(terms: &[RowTerms], positions: usize, delta: &[f32]) -> Vec<usi
 
 /// Appends the terms of `ex`'s training rows at positions 1..=`positions`, and each row's relevance
 /// (the part of its logit the tower gives) to `relevance`.
-fn row_terms(trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn::tensor::Device, positions: usize, out: &mut Vec<RowTerms>, relevance: &mut Vec<f64>) {
+fn row_terms(
+    trained: &Trained,
+    ex: &Examples,
+    cfg: &TrainConfig,
+    device: &burn::tensor::Device,
+    positions: usize,
+    out: &mut Vec<RowTerms>,
+    relevance: &mut Vec<f64>,
+) {
     let logits = trained.logits(ex, device);
     let tower = trained.relevance_of_rows(ex, device);
     let (weights, _) = weights_of(&ex.rows, &cfg.applied_ips());
@@ -115,7 +123,13 @@ fn row_terms(trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn:
             }
             let w = weights[i] as f64;
             let pair = qd_map.get(r.qd as usize).copied().unwrap_or(0);
-            out.push(RowTerms { position: k - 1, pair, logit: logits[i] as f64, weighted_impressions: w * r.impressions as f64, weighted_clicks: w * r.clicks as f64 });
+            out.push(RowTerms {
+                position: k - 1,
+                pair,
+                logit: logits[i] as f64,
+                weighted_impressions: w * r.impressions as f64,
+                weighted_clicks: w * r.clicks as f64,
+            });
             relevance.push(tower[i] as f64);
         }
     }
@@ -226,7 +240,8 @@ fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base
         let mut moved = 0f64;
         for (c, &k) in chain.iter().enumerate() {
             // The random walk's neighbours of k, as shifts of k's own logits: θ_j − base_k.
-            let neighbours: Vec<f64> = [c.checked_sub(1), Some(c + 1)].into_iter().flatten().filter_map(|j| chain.get(j)).map(|&j| theta0(j) + delta[j] - theta0(k)).collect();
+            let neighbours: Vec<f64> =
+                [c.checked_sub(1), Some(c + 1)].into_iter().flatten().filter_map(|j| chain.get(j)).map(|&j| theta0(j) + delta[j] - theta0(k)).collect();
             let ridge = RANDOM_WALK_PRECISION * neighbours.len() as f64;
             let mean = if neighbours.is_empty() { delta[k] } else { neighbours.iter().sum::<f64>() / neighbours.len() as f64 };
             let next = newton_around(terms, &by_position[k], |i| u[pair_of[i]] - relevance[i], delta[k], ridge, mean).0;
@@ -304,7 +319,8 @@ mod tests {
         assert_eq!(delta[3], 0.0);
         for k in 0..3 {
             let rows = terms.iter().filter(|t| t.position == k);
-            let (observed, expected) = rows.fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + delta[k] as f64)));
+            let (observed, expected) =
+                rows.fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + delta[k] as f64)));
             assert!((observed - expected).abs() < 1e-3 * observed, "k = {k}: {observed} observed, {expected} expected");
         }
         // The positions' click rates fall with k, so their shifts do too.
@@ -323,7 +339,11 @@ mod tests {
         for pair in 0..400u32 {
             let gamma = 2.0 - 4.0 * pair as f64 / 400.0;
             let top = ((pair as usize * 5) / 400).min(4);
-            let shown: Vec<usize> = match pair % 3 { 0 => vec![top], 1 => vec![top, (top + 1) % 5], _ => vec![top, (top + 2) % 5, (top + 3) % 5] };
+            let shown: Vec<usize> = match pair % 3 {
+                0 => vec![top],
+                1 => vec![top, (top + 1) % 5],
+                _ => vec![top, (top + 2) % 5, (top + 3) % 5],
+            };
             for k in shown {
                 let n = 300.0;
                 let c = (n * sigmoid(truth[k] + gamma)).round();
@@ -355,7 +375,8 @@ mod tests {
         let fixed = relative(&newton_shifts(&terms, 5).0);
         assert!(fixed[4] < truth[4] - 0.3, "fixed-γ refit {fixed:?} vs truth {truth:?}");
         // The common shift matches predicted to observed clicks over every row.
-        let (observed, expected) = terms.iter().fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + delta[t.position] as f64)));
+        let (observed, expected) =
+            terms.iter().fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + delta[t.position] as f64)));
         assert!((observed - expected).abs() < 1e-3 * observed, "{observed} vs {expected}");
     }
 

@@ -96,7 +96,16 @@ pub(crate) const EVAL_SESSIONS: usize = 4096;
 /// Σ w·ℓ over the rows of sessions `chosen` (no gradients): the click BCE, or with `fit_loss` the loss
 /// the model's early stopping watches (`AnyModel::fit_loss_sum`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn weighted_loss_sum(model: &AnyModel, ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device, fit_loss: bool) -> f64 {
+pub(crate) fn weighted_loss_sum(
+    model: &AnyModel,
+    ex: &Examples,
+    chosen: &[usize],
+    weights: &[f32],
+    qd_map: &[u32],
+    meta: &ModelMeta,
+    device: &Device,
+    fit_loss: bool,
+) -> f64 {
     let mut total = 0f64;
     let model_kind = meta.architecture.model;
     let listwise = (fit_loss && model_kind.listwise()) || model_kind.session_logits();

@@ -21,9 +21,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Poisson};
 use serde::{Deserialize, Serialize};
 
+use super::artefact::Trained;
 use super::config::TrainConfig;
 use super::data::Examples;
-use super::artefact::Trained;
 use super::fit::fit;
 
 pub use super::config::{ResampleUnit, UncertaintyConfig};
@@ -64,7 +64,16 @@ const BLOCK_EPOCHS: usize = 50;
 /// Minibatch SGD's jitter of θ (≈ 0.05 on 10,000 sessions with 512 rows per step) was as large as
 /// θ's standard error, so the "converged" estimate depended on the seed; the full gradient does not.
 pub fn converged_config(cfg: &TrainConfig) -> TrainConfig {
-    TrainConfig { early_stopping: false, refit_position_bias: false, logged_order_prior: Vec::new(), weight_decay: 0.0, max_epochs: BLOCK_EPOCHS, batch_impressions: usize::MAX / 4, learning_rate: cfg.learning_rate * 10.0, ..cfg.clone() }
+    TrainConfig {
+        early_stopping: false,
+        refit_position_bias: false,
+        logged_order_prior: Vec::new(),
+        weight_decay: 0.0,
+        max_epochs: BLOCK_EPOCHS,
+        batch_impressions: usize::MAX / 4,
+        learning_rate: cfg.learning_rate * 10.0,
+        ..cfg.clone()
+    }
 }
 
 /// `ex` with the rows of each split in one span, so the fit takes whole spans (the raw-session
@@ -106,7 +115,12 @@ fn anneal(ex: &Examples, block: &TrainConfig, model: Trained, positions: usize) 
     let mut model = model;
     let mut last = f64::INFINITY;
     for (i, divisor) in [10.0, 100.0].into_iter().enumerate() {
-        let cfg = TrainConfig { learning_rate: block.learning_rate / divisor, max_epochs: ANNEAL_EPOCHS, seed: block.seed.wrapping_add(1000 + i as u64), ..block.clone() };
+        let cfg = TrainConfig {
+            learning_rate: block.learning_rate / divisor,
+            max_epochs: ANNEAL_EPOCHS,
+            seed: block.seed.wrapping_add(1000 + i as u64),
+            ..block.clone()
+        };
         let (next, _) = fit(ex, &cfg, Some(&model), false)?;
         last = moved(&next, &model, positions);
         model = next;
@@ -149,7 +163,6 @@ fn profiled(cfg: &TrainConfig) -> bool {
     cfg.tower == super::config::TowerKind::Embedding && !cfg.model.listwise()
 }
 
-
 /// `ex` with every row's (impressions, clicks) replaced by `draw`'s (rows drawn empty are dropped;
 /// spans follow their rows).
 fn resample(ex: &Examples, mut draw: impl FnMut(&super::data::Row, &str) -> (u32, u32)) -> Examples {
@@ -187,7 +200,13 @@ pub fn query_resample(ex: &Examples, rng: &mut ChaCha8Rng) -> Examples {
 /// `ex` with every impression's multiplicity drawn from Poisson(1): clicks′ ~ Poisson(clicks),
 /// non-clicks′ ~ Poisson(impressions − clicks).
 pub fn poisson_resample(ex: &Examples, rng: &mut ChaCha8Rng) -> Examples {
-    let mut draw = |mean: u32| -> u32 { if mean == 0 { 0 } else { Poisson::new(mean as f64).map(|p| p.sample(rng) as u32).unwrap_or(0) } };
+    let mut draw = |mean: u32| -> u32 {
+        if mean == 0 {
+            0
+        } else {
+            Poisson::new(mean as f64).map(|p| p.sample(rng) as u32).unwrap_or(0)
+        }
+    };
     resample(ex, |r, _| {
         let clicks = draw(r.clicks);
         (clicks + draw(r.impressions - r.clicks.min(r.impressions)), clicks)
@@ -214,7 +233,14 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// The converged estimate and its bootstrap interval, for a model already trained as configured
 /// (`early`: the model that ships, its θ before the refit taken from `before_refit` when it ran).
 /// `positions` limits the report to the positions seen in training.
-pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, early: &Trained, before_refit: Option<&[f64]>, positions: usize) -> anyhow::Result<ThetaIntervals> {
+pub fn theta_intervals(
+    ex: &Examples,
+    cfg: &TrainConfig,
+    u: &UncertaintyConfig,
+    early: &Trained,
+    before_refit: Option<&[f64]>,
+    positions: usize,
+) -> anyhow::Result<ThetaIntervals> {
     anyhow::ensure!(!cfg.model.listwise(), "θ intervals resample aggregated rows; the session model `{}` trains on whole sessions", cfg.model.name());
     let (converged, converged_after_epochs, settled) = converge(ex, cfg, u, positions)?;
     let replicate_cfg = TrainConfig { max_epochs: u.epochs, ..converged_config(cfg) };
@@ -268,7 +294,10 @@ pub fn theta_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
             if profiled(cfg) {
                 format!("θ profiled under the refit's priors, γ per pair a random effect{}", if settled { "" } else { ", NOT settled" })
             } else {
-                format!("{converged_after_epochs} epochs{}, no early stopping, no weight decay, annealed", if settled { "" } else { ", NOT settled: raise converged_epochs" })
+                format!(
+                    "{converged_after_epochs} epochs{}, no early stopping, no weight decay, annealed",
+                    if settled { "" } else { ", NOT settled: raise converged_epochs" }
+                )
             },
             u.replicates - 1,
             1.0 - alpha,

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use scenario::{run, Scenario};
-use ultr::monitor::ScoredWindow;
 use ultr::config::PipelineConfig;
 use ultr::monitor::metrics::Metrics;
 use ultr::monitor::Monitor;
+use ultr::monitor::ScoredWindow;
 use ultr::simulate::relevance::RelevanceKind;
 
 /// The MisspecificationSuspected threshold, read from the rules the service ships.
@@ -65,11 +65,19 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
             // The annotations as Prometheus renders them: the model label, and z of the window in effect.
             let z = exported_value(&exported[minute / 10], series[0]).unwrap();
             let model = series[0].split("model=\"").nth(1).unwrap().split('"').next().unwrap();
-            let mut summary = rule["annotations"]["summary"].as_str().unwrap().replace("{{ $labels.model }}", model).replace("{{ $value | printf \"%.1f\" }}", &format!("{z:.1}"));
+            let mut summary = rule["annotations"]["summary"]
+                .as_str()
+                .unwrap()
+                .replace("{{ $labels.model }}", model)
+                .replace("{{ $value | printf \"%.1f\" }}", &format!("{z:.1}"));
             // IdentifiabilityLost's `{{ if eq $value 1.0 }}weak{{ else }}lost{{ end }}`: its value
             // here is the exported `ultr_identified` 0, so Prometheus renders the else branch.
             if let (Some(start), Some(middle), Some(end)) = (summary.find("{{ if "), summary.find("{{ else }}"), summary.find("{{ end }}")) {
-                let branch = if z == 1.0 { summary[summary[start..].find("}}").unwrap() + start + 2..middle].to_string() } else { summary[middle + 10..end].to_string() };
+                let branch = if z == 1.0 {
+                    summary[summary[start..].find("}}").unwrap() + start + 2..middle].to_string()
+                } else {
+                    summary[middle + 10..end].to_string()
+                };
                 summary = format!("{}{branch}{}", &summary[..start], &summary[end + 9..]);
             }
             let runbook = rule["annotations"]["runbook"].as_str().unwrap().trim();
@@ -80,10 +88,27 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
     }
     let file = dir.join("replay.test.yml");
     let rules = repo().join("pipelines/alerts.yml");
-    std::fs::write(&file, format!("rule_files:\n  - {:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{input}    alert_rule_test:\n{tests}", rules.display().to_string()))
-        .unwrap();
-    let out = Command::new("promtool").arg("test").arg("rules").arg(&file).output_within(crate::common::CHILD_DEADLINE).expect("promtool on PATH (the README's test command installs it)");
-    assert!(out.status.success(), "{}{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), std::fs::read_to_string(&file).unwrap());
+    std::fs::write(
+        &file,
+        format!(
+            "rule_files:\n  - {:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{input}    alert_rule_test:\n{tests}",
+            rules.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("promtool")
+        .arg("test")
+        .arg("rules")
+        .arg(&file)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .expect("promtool on PATH (the README's test command installs it)");
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&file).unwrap()
+    );
 }
 
 /// Well-specified linear tower on linear relevance at τ = 0.333: z stays below the threshold for
@@ -91,22 +116,40 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
 /// three streams (seeds 11, 31, 41), each its own test.
 fn a_well_specified_model_stays_silent_over_twenty_windows(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Scenario { name: "well-specified τ=0.333", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 20, sessions_per_window: 3000, seed, click_mixture: None, model: "additive", extra_train: String::new() };
+    let s = Scenario {
+        name: "well-specified τ=0.333",
+        relevance: RelevanceKind::Linear,
+        tau: 0.333,
+        tower: "linear",
+        feature_limit: None,
+        windows_after: 20,
+        sessions_per_window: 3000,
+        seed,
+        click_mixture: None,
+        model: "additive",
+        extra_train: String::new(),
+    };
     let o = run(&s, dir.path());
     let held_out: Vec<&ScoredWindow> = o.scored.iter().filter(|w| w.whole_window).collect();
     assert!(held_out.len() >= 20, "{} held-out windows scored", held_out.len());
     let zs: Vec<f64> = held_out.iter().map(|w| w.misspecification.z).collect();
     let alarms = zs.iter().filter(|z| **z > threshold()).count();
     let mean = zs.iter().sum::<f64>() / zs.len() as f64;
-    eprintln!("well-specified: {alarms}/{} windows above z = {} (false-alarm rate {:.3}); mean z {mean:.2}", zs.len(), threshold(), alarms as f64 / zs.len() as f64);
+    eprintln!(
+        "well-specified: {alarms}/{} windows above z = {} (false-alarm rate {:.3}); mean z {mean:.2}",
+        zs.len(),
+        threshold(),
+        alarms as f64 / zs.len() as f64
+    );
     assert!(held_out.iter().all(|w| w.misspecification.assessable));
     assert_eq!(alarms, 0, "z per window: {zs:.2?}");
     let n = o.exported.len();
-    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}", "ultr_identified{model=\"linear\"}"], &[
-        (n * 10 - 1, "MisspecificationSuspected", false),
-        (n * 10 - 1, "IdentifiabilityLost", false),
-        (n * 5, "MisspecificationSuspected", false),
-    ]);
+    promtool(
+        dir.path(),
+        &o.exported,
+        &["ultr_misspecification_z{model=\"linear\"}", "ultr_identified{model=\"linear\"}"],
+        &[(n * 10 - 1, "MisspecificationSuspected", false), (n * 10 - 1, "IdentifiabilityLost", false), (n * 5, "MisspecificationSuspected", false)],
+    );
 }
 
 /// Functional-form misfit (linear tower on MLP relevance) and omitted variables (30 of 46 features)
@@ -117,7 +160,8 @@ fn fires_within_two_windows(s: Scenario) {
     let o = run(&s, dir.path());
     let first = o.scored.iter().position(|w| w.whole_window).expect("held-out windows");
     let crossed = o.scored[first..].iter().position(|w| w.misspecification.z > threshold());
-    let crossed = crossed.filter(|c| *c <= 1).unwrap_or_else(|| panic!("{}: z {:?}", s.name, o.scored.iter().map(|w| w.misspecification.z).collect::<Vec<_>>()));
+    let crossed =
+        crossed.filter(|c| *c <= 1).unwrap_or_else(|| panic!("{}: z {:?}", s.name, o.scored.iter().map(|w| w.misspecification.z).collect::<Vec<_>>()));
     // The rule fires by the end of the window that crossed (z > 4 for 1 minute; z of the next
     // window may fall back below, as seed 42's 4.49 then 2.52 did).
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}"], &[((first + crossed + 1) * 10 - 1, "MisspecificationSuspected", true)]);
@@ -125,11 +169,35 @@ fn fires_within_two_windows(s: Scenario) {
 
 /// On three streams each (seeds 12, 32, 42 and 13, 33, 43), each its own test.
 fn a_linear_tower_on_mlp_relevance_fires_within_two_windows(seed: u64) {
-    fires_within_two_windows(Scenario { name: "linear tower on MLP relevance", relevance: RelevanceKind::Mlp, tau: 0.333, tower: "linear", feature_limit: None, windows_after: 3, sessions_per_window: 15_000, seed, click_mixture: None, model: "additive", extra_train: String::new() });
+    fires_within_two_windows(Scenario {
+        name: "linear tower on MLP relevance",
+        relevance: RelevanceKind::Mlp,
+        tau: 0.333,
+        tower: "linear",
+        feature_limit: None,
+        windows_after: 3,
+        sessions_per_window: 15_000,
+        seed,
+        click_mixture: None,
+        model: "additive",
+        extra_train: String::new(),
+    });
 }
 
 fn omitted_features_fire_within_two_windows(seed: u64) {
-    fires_within_two_windows(Scenario { name: "omitted features (30 of 46)", relevance: RelevanceKind::Linear, tau: 0.333, tower: "linear", feature_limit: Some(30), windows_after: 3, sessions_per_window: 15_000, seed, click_mixture: None, model: "additive", extra_train: String::new() });
+    fires_within_two_windows(Scenario {
+        name: "omitted features (30 of 46)",
+        relevance: RelevanceKind::Linear,
+        tau: 0.333,
+        tower: "linear",
+        feature_limit: Some(30),
+        windows_after: 3,
+        sessions_per_window: 15_000,
+        seed,
+        click_mixture: None,
+        model: "additive",
+        extra_train: String::new(),
+    });
 }
 
 crate::seeded_tests!(a_well_specified_model_stays_silent_over_twenty_windows => a_well_specified_model_stays_silent_over_twenty_windows; seed_11 = 11, seed_31 = 31, seed_41 = 41);
@@ -146,7 +214,19 @@ crate::seeded_tests!(omitted_features_fire_within_two_windows => omitted_feature
 #[test]
 fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecification() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Scenario { name: "deterministic τ=0", relevance: RelevanceKind::Linear, tau: 0.0, tower: "linear", feature_limit: None, windows_after: 8, sessions_per_window: 2000, seed: 14, click_mixture: None, model: "additive", extra_train: String::new() };
+    let s = Scenario {
+        name: "deterministic τ=0",
+        relevance: RelevanceKind::Linear,
+        tau: 0.0,
+        tower: "linear",
+        feature_limit: None,
+        windows_after: 8,
+        sessions_per_window: 2000,
+        seed: 14,
+        click_mixture: None,
+        model: "additive",
+        extra_train: String::new(),
+    };
     let o = run(&s, dir.path());
     assert!(o.scored.len() >= 8);
     for text in &o.exported {
@@ -166,7 +246,13 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
     let omitted = dir.path().join("omitted.toml");
     std::fs::write(&omitted, std::fs::read_to_string(&o.config).unwrap().replace("max_epochs = 30\n", "max_epochs = 30\nfeature_limit = 30\n")).unwrap();
     for config in [&o.config, &omitted] {
-        let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(config).output_within(crate::common::CHILD_DEADLINE).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ultr"))
+            .args(["identifiability", "--state"])
+            .arg(&o.state)
+            .arg("--config")
+            .arg(config)
+            .output_within(crate::common::CHILD_DEADLINE)
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains("IDENTIFIED") && !stdout.contains("NOT IDENTIFIED"), "{stdout}");
@@ -174,7 +260,8 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
     }
     // An embedding tower on the same data: not identified (no swaps at τ = 0); the monitor of such a
     // service exports ultr_identified{model="embedding"} = 0 and IdentifiabilityLost fires.
-    let embedding_config = PipelineConfig::parse(&std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\""), "embedding.toml").unwrap();
+    let embedding_config =
+        PipelineConfig::parse(&std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\""), "embedding.toml").unwrap();
     let mut monitor = Monitor::new(std::sync::Arc::new(Metrics::new()), &embedding_config, &o.state);
     monitor.observe_recorded(&o.state, &ultr::state::read_manifest(&o.state).unwrap()).unwrap();
     let text = monitor.metrics.render();
@@ -183,7 +270,13 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
     promtool(dir.path(), &exported, &["ultr_identified{model=\"embedding\"}"], &[(14, "IdentifiabilityLost", false), (79, "IdentifiabilityLost", true)]);
     let embedding = dir.path().join("embedding.toml");
     std::fs::write(&embedding, std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\"")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ultr")).args(["identifiability", "--state"]).arg(&o.state).arg("--config").arg(&embedding).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ultr"))
+        .args(["identifiability", "--state"])
+        .arg(&o.state)
+        .arg("--config")
+        .arg(&embedding)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("NOT IDENTIFIED"));
 }
@@ -230,7 +323,8 @@ fn the_additive_model_signal_stands_above_the_null(seed: u64) {
     eprintln!("additive on 0:1:1:0, seed {seed}: z per held-out window {zs:.2?}");
     let mean = zs.iter().sum::<f64>() / zs.len() as f64;
     assert!(mean > 2.0, "additive on 0:1:1:0, seed {seed}: mean z {mean:.2}, z {zs:.2?}");
-    let expect: Vec<(usize, &str, bool)> = zs.iter().enumerate().map(|(i, z)| ((first + i + 1) * 10 - 1, "MisspecificationSuspected", *z > threshold())).collect();
+    let expect: Vec<(usize, &str, bool)> =
+        zs.iter().enumerate().map(|(i, z)| ((first + i + 1) * 10 - 1, "MisspecificationSuspected", *z > threshold())).collect();
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &expect);
 }
 
@@ -247,10 +341,12 @@ fn mixem_stays_silent(seed: u64) {
     let zs: Vec<f64> = held_out.iter().map(|w| w.misspecification.z).collect();
     assert!(zs.iter().all(|z| *z < threshold()), "MixEM on 0:1:1:0, seed {seed}: z {zs:.2?}");
     let n = o.exported.len();
-    promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"mixem/embedding\"}"], &[
-        ((first + 1) * 10 - 1, "MisspecificationSuspected", false),
-        (n * 10 - 1, "MisspecificationSuspected", false),
-    ]);
+    promtool(
+        dir.path(),
+        &o.exported,
+        &["ultr_misspecification_z{model=\"mixem/embedding\"}"],
+        &[((first + 1) * 10 - 1, "MisspecificationSuspected", false), (n * 10 - 1, "MisspecificationSuspected", false)],
+    );
 }
 
 crate::seeded_tests!(a_non_factorising_mixture_is_silent_for_mixem => mixem_stays_silent; seed_16 = 16, seed_17 = 17, seed_18 = 18);

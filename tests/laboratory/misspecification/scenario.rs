@@ -105,14 +105,31 @@ pub fn run(s: &Scenario, dir: &Path) -> Outcome {
         fn after_checkpoint(&mut self, store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
             let latest = store.manifest().windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
             if !self.trained && latest >= T0 + 6 * WINDOW_MS {
-                let req = ultr::train::TrainRequest { state_dir: store.dir(), core: &self.config.core(), config: &self.config.train, warm_start: false, compare_cold: false, force: false, progress: false, cancel: None };
+                let req = ultr::train::TrainRequest {
+                    state_dir: store.dir(),
+                    core: &self.config.core(),
+                    config: &self.config.train,
+                    warm_start: false,
+                    compare_cold: false,
+                    force: false,
+                    progress: false,
+                    cancel: None,
+                };
                 let outcome = ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
                 // What the mixture learnt (a measurement for issue 14's note).
                 let device = self.config.train.backend.device().unwrap();
                 let trained = ultr::train::checkpoint::ModelStore::open(&outcome.models_dir).unwrap().load(&outcome.id, &device).unwrap();
                 if let ultr::train::models::AnyModel::MixEm(m) = &trained.model {
-                    eprintln!("MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?}); best validation loss {:.6}", m.mixing_weights(), ultr::train::models::Model::position_bias(m, 10), outcome.fit.epochs.len(), outcome.fit.best_epoch, outcome.fit.stop, outcome.fit.best_validation_loss);
+                    eprintln!(
+                        "MixEM π (RCM:RCTR:DCTR:PBM) {:.3?}; e(k)−e(1) {:.2?}; epochs {} (best {}, {:?}); best validation loss {:.6}",
+                        m.mixing_weights(),
+                        ultr::train::models::Model::position_bias(m, 10),
+                        outcome.fit.epochs.len(),
+                        outcome.fit.best_epoch,
+                        outcome.fit.stop,
+                        outcome.fit.best_validation_loss
+                    );
                 } else {
                     eprintln!("θ_k − θ_1 {:.2?}; epochs {}", outcome.theta, outcome.fit.epochs.len());
                 }
@@ -148,4 +165,3 @@ pub fn run(s: &Scenario, dir: &Path) -> Outcome {
     }
     Outcome { scored, exported, state, config: config_path, truth }
 }
-

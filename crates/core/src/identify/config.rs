@@ -52,7 +52,11 @@ impl IdentifiabilityConfig {
         for (key, set, now) in [
             ("max_position", self.max_position.is_some(), "the graphs cover `[train] max_positions`, the positions the model has"),
             ("eta", self.eta.is_some(), "the overlap score is a cross-fitted AUC and has no η"),
-            ("identified_by", self.identified_by.is_some(), "identification follows `[train] tower` (swaps for `embedding`, swaps or feature overlap otherwise)"),
+            (
+                "identified_by",
+                self.identified_by.is_some(),
+                "identification follows `[train] tower` (swaps for `embedding`, swaps or feature overlap otherwise)",
+            ),
         ] {
             if set {
                 return Err(format!("key `identifiability.{key}` was removed: {now}"));
@@ -62,7 +66,10 @@ impl IdentifiabilityConfig {
             return Err(format!("key `identifiability.min_overlap_score` = {} must lie in [0, 1]", self.min_overlap_score));
         }
         if !(self.max_logged_propensity_dispersion > 0.0 && self.max_logged_propensity_dispersion.is_finite()) {
-            return Err(format!("key `identifiability.max_logged_propensity_dispersion` = {} must be a finite number > 0", self.max_logged_propensity_dispersion));
+            return Err(format!(
+                "key `identifiability.max_logged_propensity_dispersion` = {} must be a finite number > 0",
+                self.max_logged_propensity_dispersion
+            ));
         }
         if self.max_theta_interval.is_nan() || self.max_theta_interval <= 0.0 {
             return Err(format!("key `identifiability.max_theta_interval` = {} must be a number > 0", self.max_theta_interval));

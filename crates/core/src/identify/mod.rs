@@ -97,11 +97,7 @@ pub struct GraphReport {
 impl GraphReport {
     pub fn build(nodes: &BTreeSet<Node>, edges: &[(Node, Node)]) -> Self {
         let comps = components(nodes, edges);
-        let with_first: BTreeSet<&Node> = comps
-            .iter()
-            .find(|c| c.iter().any(|n| n.position == 1))
-            .map(|c| c.iter().collect())
-            .unwrap_or_default();
+        let with_first: BTreeSet<&Node> = comps.iter().find(|c| c.iter().any(|n| n.position == 1)).map(|c| c.iter().collect()).unwrap_or_default();
         let cut_off = nodes.iter().filter(|n| !with_first.contains(n)).cloned().collect();
         GraphReport {
             nodes: nodes.len(),
@@ -197,8 +193,7 @@ pub fn analyse(
     let scores = if samples.is_empty() { Vec::new() } else { overlap::pair_scores(&samples, config)? };
     let overlap_graph = (!samples.is_empty()).then(|| {
         let onodes: BTreeSet<Node> = samples.keys().cloned().collect();
-        let oedges: Vec<(Node, Node)> =
-            scores.iter().filter(|s| s.overlap >= config.min_overlap_score).map(|s| (s.a.clone(), s.b.clone())).collect();
+        let oedges: Vec<(Node, Node)> = scores.iter().filter(|s| s.overlap >= config.min_overlap_score).map(|s| (s.a.clone(), s.b.clone())).collect();
         GraphReport::build(&onodes, &oedges)
     });
     let mut union_edges = edges.clone();
@@ -215,9 +210,8 @@ pub fn analyse(
     let policy_variation = policy::policy_variation_of(&c.propensity, max_position);
     let positions = nodes.iter().map(|n| n.position).max().unwrap_or(1).min(max_position) as usize;
     let theta_precision = precision::theta_precision(&precision::cells_of(&c.propensity, max_position), positions.max(1));
-    let weakly_identified = identified
-        && identification == Identification::Swaps
-        && theta_precision.widest().is_some_and(|(_, width)| width > config.max_theta_interval);
+    let weakly_identified =
+        identified && identification == Identification::Swaps && theta_precision.widest().is_some_and(|(_, width)| width > config.max_theta_interval);
     Ok(IdentifiabilityReport {
         windows: c.windows.len(),
         impressions: c.windows.iter().map(|w| w.impressions).sum(),
@@ -287,7 +281,8 @@ impl IdentifiabilityReport {
         let mut thin: Vec<&precision::EdgeInformation> = p.edges.iter().filter(|e| e.effective_pairs < 5.0).collect();
         thin.sort_by(|x, y| x.information.total_cmp(&y.information));
         if !thin.is_empty() {
-            let shown: Vec<String> = thin.iter().take(8).map(|e| format!("{}-{} ({:.1} pairs, information {:.2})", e.a, e.b, e.effective_pairs, e.information)).collect();
+            let shown: Vec<String> =
+                thin.iter().take(8).map(|e| format!("{}-{} ({:.1} pairs, information {:.2})", e.a, e.b, e.effective_pairs, e.information)).collect();
             let more = if thin.len() > 8 { format!(" and {} more", thin.len() - 8) } else { String::new() };
             s.push_str(&format!("  links resting on fewer than 5 effective pairs, least informative first: {}{more}\n", shown.join(", ")));
         }
@@ -372,7 +367,8 @@ mod tests {
     fn swap_pair_counts_sum_contexts_and_skip_what_is_no_edge() {
         use datafusion::arrow::array::{Int64Array, StringArray, UInt32Array};
         use std::sync::Arc;
-        let rows: [(u32, &str, u32, &str, i64); 6] = [(1, "", 2, "", 5), (1, "m", 2, "d", 3), (2, "", 1, "m", 1), (2, "d", 2, "m", 9), (3, "", 11, "", 4), (1, "", 3, "", 0)];
+        let rows: [(u32, &str, u32, &str, i64); 6] =
+            [(1, "", 2, "", 5), (1, "m", 2, "d", 3), (2, "", 1, "m", 1), (2, "d", 2, "m", 9), (3, "", 11, "", 4), (1, "", 3, "", 0)];
         let batch = RecordBatch::try_from_iter([
             ("position_a", Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.0))) as _),
             ("context_a", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))) as _),

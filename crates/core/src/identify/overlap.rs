@@ -12,8 +12,8 @@ use linfa_logistic::LogisticRegression;
 use ndarray::{concatenate, Array1, Array2, Axis};
 use serde::Serialize;
 
-use super::node::Node;
 use super::config::IdentifiabilityConfig;
+use super::node::Node;
 
 /// Overlap of one pair of adjacent positions.
 #[derive(Debug, Clone, Serialize)]
@@ -183,7 +183,13 @@ mod tests {
             for j in 0..300 {
                 if labels[i] && !labels[j] {
                     pairs += 1.0;
-                    wins += if scores[i] > scores[j] { 1.0 } else if scores[i] == scores[j] { 0.5 } else { 0.0 };
+                    wins += if scores[i] > scores[j] {
+                        1.0
+                    } else if scores[i] == scores[j] {
+                        0.5
+                    } else {
+                        0.0
+                    };
                 }
             }
         }

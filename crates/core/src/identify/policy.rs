@@ -101,4 +101,3 @@ pub fn policy_propensity_schema() -> std::sync::Arc<Schema> {
         Field::new("logged_propensity", DataType::Float64, true),
     ]))
 }
-

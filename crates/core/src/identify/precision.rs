@@ -70,13 +70,21 @@ impl ThetaPrecision {
 pub fn cells_of(propensity: &[RecordBatch], max_position: u32) -> Vec<Cells> {
     let mut merged: HashMap<(String, String), BTreeMap<usize, (f64, f64)>> = HashMap::new();
     for b in propensity {
-        let (Some(q), Some(d), Some(k), Some(n), Some(c)) =
-            (b.column_by_name("query_id"), b.column_by_name("doc_id"), b.column_by_name("position"), b.column_by_name("impressions"), b.column_by_name("clicks"))
+        let (Some(q), Some(d), Some(k), Some(n), Some(c)) = (
+            b.column_by_name("query_id"),
+            b.column_by_name("doc_id"),
+            b.column_by_name("position"),
+            b.column_by_name("impressions"),
+            b.column_by_name("clicks"),
+        ) else {
+            continue;
+        };
+        let (Ok(q), Ok(d), Ok(n), Ok(c)) = (cast(q, &DataType::Utf8), cast(d, &DataType::Utf8), cast(n, &DataType::Float64), cast(c, &DataType::Float64))
         else {
             continue;
         };
-        let (Ok(q), Ok(d), Ok(n), Ok(c)) = (cast(q, &DataType::Utf8), cast(d, &DataType::Utf8), cast(n, &DataType::Float64), cast(c, &DataType::Float64)) else { continue };
-        let (q, d, k, n, c) = (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>(), n.as_primitive::<Float64Type>(), c.as_primitive::<Float64Type>());
+        let (q, d, k, n, c) =
+            (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>(), n.as_primitive::<Float64Type>(), c.as_primitive::<Float64Type>());
         for i in 0..b.num_rows() {
             let position = k.value(i);
             if position == 0 || position > max_position || n.value(i) <= 0.0 {
@@ -87,7 +95,8 @@ pub fn cells_of(propensity: &[RecordBatch], max_position: u32) -> Vec<Cells> {
             cell.1 += n.value(i);
         }
     }
-    let mut out: Vec<((String, String), Cells)> = merged.into_iter().map(|(key, cells)| (key, cells.into_iter().map(|(k, (c, n))| (k, c, n)).collect())).collect();
+    let mut out: Vec<((String, String), Cells)> =
+        merged.into_iter().map(|(key, cells)| (key, cells.into_iter().map(|(k, (c, n))| (k, c, n)).collect())).collect();
     out.sort_by(|a, b| a.0.cmp(&b.0)); // a fixed order: the fit's sums do not depend on hashing
     out.into_iter().map(|(_, cells)| cells).collect()
 }
@@ -309,7 +318,13 @@ mod tests {
             let mean = estimates.iter().sum::<f64>() / estimates.len() as f64;
             let sd = (estimates.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (estimates.len() - 1) as f64).sqrt();
             let se = runs.iter().map(|r| r.standard_error[j]).sum::<f64>() / runs.len() as f64;
-            eprintln!("θ_{}: truth {:+.3}, mean estimate {mean:+.4}, spread {sd:.4}, mean se {se:.4} (ratio {:.3}; dispersion {:.3})", j + 1, theta[j], se / sd, runs[0].dispersion);
+            eprintln!(
+                "θ_{}: truth {:+.3}, mean estimate {mean:+.4}, spread {sd:.4}, mean se {se:.4} (ratio {:.3}; dispersion {:.3})",
+                j + 1,
+                theta[j],
+                se / sd,
+                runs[0].dispersion
+            );
             assert!((se / sd - 1.0).abs() < 0.2, "θ_{}: reported se {se:.4}, spread of the estimates {sd:.4}", j + 1);
             assert!((mean - theta[j]).abs() < 3.0 * sd / (runs.len() as f64).sqrt() + 0.02, "θ_{}: mean estimate {mean:.4}, truth {}", j + 1, theta[j]);
         }

@@ -114,8 +114,7 @@ pub fn earliest_decoder<'a>(mut states: impl Iterator<Item = &'a DecoderState>) 
     for s in states {
         out.feature_dim = out.feature_dim.or(s.feature_dim);
         out.bias_feature_dim = out.bias_feature_dim.or(s.bias_feature_dim);
-        let clocks: BTreeMap<String, i64> =
-            out.stream_clocks.iter().filter_map(|(k, v)| s.stream_clocks.get(k).map(|o| (k.clone(), (*v).min(*o)))).collect();
+        let clocks: BTreeMap<String, i64> = out.stream_clocks.iter().filter_map(|(k, v)| s.stream_clocks.get(k).map(|o| (k.clone(), (*v).min(*o)))).collect();
         out.stream_clocks = clocks;
     }
     out

@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder,
-    TimestampMillisecondBuilder, UInt32Builder,
+    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder,
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::Deserialize;
@@ -106,7 +105,11 @@ impl FeatureSchema {
                 return Err(format!("key `decode.feature_schema.{key}`: name {dup:?} is empty or repeated"));
             }
             if let Some(d) = dim.filter(|d| *d != names.len()) {
-                return Err(format!("key `decode.feature_schema.{key}` names {} features but `decode.{}` is {d}", names.len(), if key == "features" { "feature_dim" } else { "bias_feature_dim" }));
+                return Err(format!(
+                    "key `decode.feature_schema.{key}` names {} features but `decode.{}` is {d}",
+                    names.len(),
+                    if key == "features" { "feature_dim" } else { "bias_feature_dim" }
+                ));
             }
         }
         if self.features.is_empty() {
@@ -117,12 +120,15 @@ impl FeatureSchema {
 
     /// Whether a model trained on `trained` may score a stream of `stream`: both absent, or equal.
     pub fn check_compatible(trained: Option<&FeatureSchema>, stream: Option<&FeatureSchema>) -> Result<(), String> {
-        let label = |s: Option<&FeatureSchema>| s.map_or("none (positional features)".to_string(), |s| format!("{} ({} features)", s.label(), s.features.len()));
+        let label =
+            |s: Option<&FeatureSchema>| s.map_or("none (positional features)".to_string(), |s| format!("{} ({} features)", s.label(), s.features.len()));
         if trained == stream {
             return Ok(());
         }
         let detail = match (trained, stream) {
-            (Some(a), Some(b)) if a.name == b.name && a.version == b.version => " (same name and version, different feature names: bump the version)".to_string(),
+            (Some(a), Some(b)) if a.name == b.name && a.version == b.version => {
+                " (same name and version, different feature names: bump the version)".to_string()
+            }
             _ => String::new(),
         };
         Err(format!("the model was trained on feature schema {} but the stream's is {}{detail} (key `decode.feature_schema`)", label(trained), label(stream)))
@@ -192,9 +198,13 @@ pub struct Decoder {
 
 impl Decoder {
     pub fn new(limits: DecodeLimits) -> Self {
-        let item = || ListBuilder::new(Float32Builder::new()).with_field(Arc::new(
-            datafusion::arrow::datatypes::Field::new("item", datafusion::arrow::datatypes::DataType::Float32, false),
-        ));
+        let item = || {
+            ListBuilder::new(Float32Builder::new()).with_field(Arc::new(datafusion::arrow::datatypes::Field::new(
+                "item",
+                datafusion::arrow::datatypes::DataType::Float32,
+                false,
+            )))
+        };
         Decoder {
             feature_dim: limits.feature_dim.or(limits.feature_schema.as_ref().map(|s| s.features.len())),
             bias_feature_dim: limits.bias_feature_dim.or(limits.feature_schema.as_ref().filter(|s| !s.bias_features.is_empty()).map(|s| s.bias_features.len())),
@@ -279,10 +289,7 @@ impl Decoder {
     /// Returns the number of impressions added.
     pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, Rejected> {
         if bytes.len() > self.limits.max_record_bytes {
-            return Err(Rejected::new(
-                Reason::RecordTooLarge,
-                format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes),
-            ));
+            return Err(Rejected::new(Reason::RecordTooLarge, format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes)));
         }
         let fast = if self.serde_json_only { None } else { single_pass::read(bytes, self.feature_dim.unwrap_or(64)) };
         let raw: RawSession = match fast {
@@ -298,10 +305,7 @@ impl Decoder {
 
     fn validate(&mut self, raw: &RawSession) -> Result<Checked, Rejected> {
         if raw.schema_version != SCHEMA_VERSION {
-            return Err(Rejected::new(
-                Reason::UnsupportedSchemaVersion,
-                format!("schema_version {} (this build reads {SCHEMA_VERSION})", raw.schema_version),
-            ));
+            return Err(Rejected::new(Reason::UnsupportedSchemaVersion, format!("schema_version {} (this build reads {SCHEMA_VERSION})", raw.schema_version)));
         }
         for (name, id) in [("session_id", &raw.session_id), ("query_id", &raw.query_id), ("policy_id", &raw.policy_id)] {
             if id.0.is_empty() {
@@ -347,13 +351,10 @@ impl Decoder {
                 ));
             }
             if item.position <= 0 {
-                return Err(Rejected::new(
-                    Reason::NonPositivePosition,
-                    format!("items[{i}].position = {} (positions are 1-based)", item.position),
-                ));
+                return Err(Rejected::new(Reason::NonPositivePosition, format!("items[{i}].position = {} (positions are 1-based)", item.position)));
             }
-            let position = u32::try_from(item.position)
-                .map_err(|_| Rejected::new(Reason::WrongType, format!("items[{i}].position {} overflows u32", item.position)))?;
+            let position =
+                u32::try_from(item.position).map_err(|_| Rejected::new(Reason::WrongType, format!("items[{i}].position {} overflows u32", item.position)))?;
             self.positions_scratch.push(position);
             if let Some(p) = item.propensity {
                 if !(p > 0.0 && p <= 1.0) {
@@ -376,7 +377,10 @@ impl Decoder {
         for w in docs.windows(2).filter(|w| w[0].0 == w[1].0) {
             if self.limits.duplicate_doc_id == DuplicateDocId::RefuseSession {
                 let shown: String = w[0].0.chars().take(80).collect();
-                return Err(Rejected::new(Reason::DuplicateDocument, format!("doc_id {shown:?} appears twice in one session (decode.duplicate_doc_id = \"refuse_session\")")));
+                return Err(Rejected::new(
+                    Reason::DuplicateDocument,
+                    format!("doc_id {shown:?} appears twice in one session (decode.duplicate_doc_id = \"refuse_session\")"),
+                ));
             }
             // Sorted by (doc_id, item index): the later of two equal ids is the repeat.
             self.repeat_scratch[w[1].1] = true;
@@ -444,12 +448,7 @@ struct Checked {
 }
 
 /// All present vectors must share one length, agree with the stream's, and stay under the limit.
-fn check_dims<'a>(
-    vectors: impl Iterator<Item = Option<&'a Features>>,
-    stream_dim: Option<usize>,
-    max: usize,
-    name: &str,
-) -> Result<Option<usize>, Rejected> {
+fn check_dims<'a>(vectors: impl Iterator<Item = Option<&'a Features>>, stream_dim: Option<usize>, max: usize, name: &str) -> Result<Option<usize>, Rejected> {
     let mut seen: Option<usize> = None;
     for (i, v) in vectors.enumerate() {
         let Some(v) = v else { continue };
@@ -459,10 +458,7 @@ fn check_dims<'a>(
         }
         if let Some(expected) = seen.or(stream_dim) {
             if len != expected {
-                return Err(Rejected::new(
-                    Reason::FeatureLengthMismatch,
-                    format!("items[{i}].{name} has {len} values, the stream has {expected}"),
-                ));
+                return Err(Rejected::new(Reason::FeatureLengthMismatch, format!("items[{i}].{name} has {len} values, the stream has {expected}")));
             }
         }
         seen = Some(len);

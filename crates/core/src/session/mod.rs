@@ -7,4 +7,3 @@ pub mod schema;
 pub use decode::{DecodeLimits, Decoder, DuplicateDocId};
 pub use reason::{Reason, Rejected};
 pub use schema::{impressions_schema, SCHEMA_VERSION};
-

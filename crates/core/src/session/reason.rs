@@ -132,10 +132,6 @@ pub(crate) fn classify(err: serde_json::Error) -> Rejected {
             }
         }
     };
-    let detail = message
-        .strip_prefix("ultr:")
-        .and_then(|rest| rest.split_once(": "))
-        .map(|(_, d)| d.to_string())
-        .unwrap_or(message);
+    let detail = message.strip_prefix("ultr:").and_then(|rest| rest.split_once(": ")).map(|(_, d)| d.to_string()).unwrap_or(message);
     Rejected { reason, detail }
 }

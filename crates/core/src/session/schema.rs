@@ -47,11 +47,7 @@ pub fn impressions_schema() -> SchemaRef {
             Arc::new(Schema::new(vec![
                 Field::new(col::SESSION_ID, DataType::Utf8, false),
                 Field::new(col::QUERY_ID, DataType::Utf8, false),
-                Field::new(
-                    col::EVENT_TIME,
-                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
-                    false,
-                ),
+                Field::new(col::EVENT_TIME, DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
                 Field::new(col::POLICY_ID, DataType::Utf8, false),
                 Field::new(col::CONTEXT, DataType::Utf8, true),
                 Field::new(col::DOC_ID, DataType::Utf8, false),

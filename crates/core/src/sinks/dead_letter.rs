@@ -133,11 +133,7 @@ impl DeadLetterSink {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening dead-letter file {}", path.display()))?;
+        let f = OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening dead-letter file {}", path.display()))?;
         if let Some(len) = committed {
             let now = f.metadata()?.len();
             if now > len {

@@ -53,18 +53,12 @@ impl KafkaSink {
     pub fn new(brokers: &str, topic: &str, properties: &BTreeMap<String, String>) -> anyhow::Result<Self> {
         let properties = crate::sources::secrets::resolve_properties(properties)?;
         let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", brokers)
-            .set("linger.ms", "20")
-            .set("queue.buffering.max.messages", "200000")
-            .set("enable.idempotence", "false");
+        config.set("bootstrap.servers", brokers).set("linger.ms", "20").set("queue.buffering.max.messages", "200000").set("enable.idempotence", "false");
         for (k, v) in &properties {
             config.set(k, v);
         }
         let counter = Arc::new(DeliveryCounter::default());
-        let producer = config
-            .create_with_context(CountingContext(counter.clone()))
-            .context("creating Kafka producer")?;
+        let producer = config.create_with_context(CountingContext(counter.clone())).context("creating Kafka producer")?;
         Ok(KafkaSink { producer, topic: topic.to_string(), counter, sent: 0 })
     }
 

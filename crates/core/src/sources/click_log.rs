@@ -102,7 +102,10 @@ impl ClickLogImporter {
             fields.pop();
         }
         if fields.len() < 4 {
-            out.push(refuse(format!("line {line}: {} field(s); a line is SessionID, TimePassed, Q or C, then the query's or the click's fields", fields.len())));
+            out.push(refuse(format!(
+                "line {line}: {} field(s); a line is SessionID, TimePassed, Q or C, then the query's or the click's fields",
+                fields.len()
+            )));
             return;
         }
         let session = fields[0].trim();
@@ -125,7 +128,11 @@ impl ClickLogImporter {
                 }
                 let urls: Vec<String> = fields[5..].iter().map(|u| u.trim().to_string()).collect();
                 if let Some(bad) = urls.iter().find(|u| u.is_empty() || u.contains(',')) {
-                    let why = if bad.is_empty() { "an empty URL field inside the list".to_string() } else { format!("URL {bad:?} holds a comma (the WSCD 2012 layout's url,domain pairs; only the relevance-prediction layout is read)") };
+                    let why = if bad.is_empty() {
+                        "an empty URL field inside the list".to_string()
+                    } else {
+                        format!("URL {bad:?} holds a comma (the WSCD 2012 layout's url,domain pairs; only the relevance-prediction layout is read)")
+                    };
                     out.push(refuse(format!("line {line}: {why}")));
                     return;
                 }
@@ -182,7 +189,13 @@ impl ClickLogImporter {
     pub fn push_undecodable(&mut self, bytes: &[u8], offset: u64, out: &mut Vec<Imported>) {
         self.line += 1;
         let line = self.line;
-        out.push(Imported::Refused { line, offset, reason: ImportReason::MalformedLine, detail: format!("line {line}: not UTF-8"), text: String::from_utf8_lossy(bytes).into_owned() });
+        out.push(Imported::Refused {
+            line,
+            offset,
+            reason: ImportReason::MalformedLine,
+            detail: format!("line {line}: not UTF-8"),
+            text: String::from_utf8_lossy(bytes).into_owned(),
+        });
     }
 
     /// Lines fed so far.
@@ -199,7 +212,8 @@ impl ClickLogImporter {
     }
 
     fn page_record(&self, session: &str, page: Page) -> Imported {
-        let refused = |reason: ImportReason, detail: String| Imported::Refused { line: page.line, offset: page.offset, reason, detail, text: page.text.clone() };
+        let refused =
+            |reason: ImportReason, detail: String| Imported::Refused { line: page.line, offset: page.offset, reason, detail, text: page.text.clone() };
         // A page that shows one URL twice is written as shown (a click on the URL marks its first
         // occurrence); the decoder drops the repeat or refuses the page (`[decode] duplicate_doc_id`).
         let event_ms = (page.time as f64 * self.time.unit_ms).round();
@@ -308,7 +322,19 @@ mod tests {
                 Imported::Session { .. } => "session",
             })
             .collect();
-        assert_eq!(reasons, vec!["malformed_log_line", "malformed_log_line", "malformed_log_line", "malformed_log_line", "click_without_page", "session", "malformed_log_line", "session"]);
+        assert_eq!(
+            reasons,
+            vec![
+                "malformed_log_line",
+                "malformed_log_line",
+                "malformed_log_line",
+                "malformed_log_line",
+                "click_without_page",
+                "session",
+                "malformed_log_line",
+                "session"
+            ]
+        );
         let mut summary = ImportSummary::default();
         out.iter().for_each(|o| summary.add(o));
         // The page showing `a` twice is kept whole, its click on the first `a`.

@@ -3,8 +3,8 @@
 //! at the state's resume offset in the rebalance callback (the group's committed offset is only a
 //! lag report). Transient broker errors are counted and retried, never fatal.
 
-use std::collections::BTreeMap;
 use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,8 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::{Poll, RawRecord, RecordSource, ResumeOffsets, SourceHealth, SourcePosition};
 use super::secrets::resolve_properties;
+use super::{Poll, RawRecord, RecordSource, ResumeOffsets, SourceHealth, SourcePosition};
 
 /// How to reach and read the session topic. Lives under `[source.kafka]` in a pipeline config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -290,11 +290,7 @@ impl RecordSource for KafkaSource {
             };
             self.health.ok();
             self.last_message = Instant::now();
-            let stream = self
-                .streams
-                .entry(msg.topic().to_string())
-                .or_insert_with(|| format!("kafka:{}", msg.topic()).into())
-                .clone();
+            let stream = self.streams.entry(msg.topic().to_string()).or_insert_with(|| format!("kafka:{}", msg.topic()).into()).clone();
             if let Some(resume) = position.get(&stream, msg.partition()) {
                 if msg.offset() < resume {
                     continue; // already in the state
@@ -323,10 +319,7 @@ impl RecordSource for KafkaSource {
     }
 
     fn assigned_partitions(&self) -> Vec<String> {
-        self.consumer
-            .assignment()
-            .map(|a| a.elements().iter().map(|e| format!("kafka:{}[{}]", e.topic(), e.partition())).collect())
-            .unwrap_or_default()
+        self.consumer.assignment().map(|a| a.elements().iter().map(|e| format!("kafka:{}[{}]", e.topic(), e.partition())).collect()).unwrap_or_default()
     }
 
     fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {

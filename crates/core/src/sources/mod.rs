@@ -5,10 +5,10 @@ pub mod file;
 pub mod kafka;
 pub mod secrets;
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -44,12 +44,7 @@ pub struct ResumeOffsets(pub BTreeMap<String, BTreeMap<i32, i64>>);
 
 impl ResumeOffsets {
     pub fn advance(&mut self, record: &RawRecord) {
-        let slot = self
-            .0
-            .entry(record.position.stream.to_string())
-            .or_default()
-            .entry(record.position.partition)
-            .or_insert(record.next_offset);
+        let slot = self.0.entry(record.position.stream.to_string()).or_default().entry(record.position.partition).or_insert(record.next_offset);
         *slot = (*slot).max(record.next_offset);
     }
 

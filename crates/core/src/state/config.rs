@@ -29,7 +29,15 @@ pub struct StateConfig {
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: None, lookback: duration("28d"), checkpoint_every_records: 200_000, checkpoint_interval: duration("10s"), retention: None, query_memory_limit: bytes("1GiB"), object_store: None }
+        StateConfig {
+            dir: None,
+            lookback: duration("28d"),
+            checkpoint_every_records: 200_000,
+            checkpoint_interval: duration("10s"),
+            retention: None,
+            query_memory_limit: bytes("1GiB"),
+            object_store: None,
+        }
     }
 }
 

@@ -105,12 +105,7 @@ pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64
     register(
         &sample_ctx,
         "impressions",
-        empty_schema(&[
-            ("position", DataType::UInt32),
-            ("context", DataType::Utf8),
-            ("sample_key", DataType::UInt64),
-            ("features", DataType::List(item)),
-        ]),
+        empty_schema(&[("position", DataType::UInt32), ("context", DataType::Utf8), ("sample_key", DataType::UInt64), ("features", DataType::List(item))]),
         load("overlap_sample")?,
     )?;
     let overlap_sample = run_sql(&sample_ctx, &OVERLAP_SAMPLE).await?;

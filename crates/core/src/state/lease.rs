@@ -52,9 +52,5 @@ pub fn release(remote: &Remote, holder: &str) -> anyhow::Result<()> {
 
 /// The current holder, if the lease is live.
 pub fn holder(remote: &Remote, now_ms: i64) -> anyhow::Result<Option<String>> {
-    Ok(remote
-        .get_versioned(LEASE)?
-        .and_then(|(b, _)| serde_json::from_slice::<LeaseRecord>(&b).ok())
-        .filter(|l| l.expires_unix_ms > now_ms)
-        .map(|l| l.holder))
+    Ok(remote.get_versioned(LEASE)?.and_then(|(b, _)| serde_json::from_slice::<LeaseRecord>(&b).ok()).filter(|l| l.expires_unix_ms > now_ms).map(|l| l.holder))
 }

@@ -18,12 +18,7 @@ impl DirLock {
     pub fn acquire(dir: &Path, what: &str) -> anyhow::Result<DirLock> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {what} {}", dir.display()))?;
         let path = dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening lock file {}", path.display()))?;
+        let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening lock file {}", path.display()))?;
         match file.try_lock() {
             Ok(()) => Ok(DirLock { _file: file, path }),
             Err(TryLockError::WouldBlock) => {

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt64Type};
-use datafusion::parquet::basic::{Compression, ZstdLevel};
-use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 
 use crate::sources::ResumeOffsets;
@@ -181,12 +181,7 @@ impl StateStore {
             let lock = lock::DirLock::acquire(dir, "state directory")?;
             let manifest = read_manifest(dir)?;
             if manifest.source != source {
-                bail!(
-                    "{}: key `source` is {:?} but this run reads {:?}; use another --state directory",
-                    manifest_path.display(),
-                    manifest.source,
-                    source
-                );
+                bail!("{}: key `source` is {:?} but this run reads {:?}; use another --state directory", manifest_path.display(), manifest.source, source);
             }
             if manifest.window != window {
                 bail!(
@@ -213,7 +208,8 @@ impl StateStore {
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| {
-                    !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "shards" | "dead-letters.jsonl" | lock::LOCK_FILE) && !n.starts_with(".tmp")
+                    !matches!(n.as_str(), "windows" | "open" | "late" | "cumulative" | "shards" | "dead-letters.jsonl" | lock::LOCK_FILE)
+                        && !n.starts_with(".tmp")
                 })
                 .collect();
             if !foreign.is_empty() {
@@ -306,11 +302,7 @@ impl StateStore {
             // A new folder per checkpoint: re-processing a window writes a fresh folder and the
             // manifest switches to it atomically; the old one becomes garbage after the manifest.
             let base = format!("{}-{}", closed.start_ms, closed.end_ms);
-            let name = if next.windows.iter().any(|w| w.dir == base) || windows_dir.join(&base).exists() {
-                format!("{base}.{}", next.seq)
-            } else {
-                base
-            };
+            let name = if next.windows.iter().any(|w| w.dir == base) || windows_dir.join(&base).exists() { format!("{base}.{}", next.seq) } else { base };
             let tmp = windows_dir.join(format!(".tmp-{name}-{}", next.seq));
             fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
             let mut sessions = 0;
@@ -424,13 +416,8 @@ impl StateStore {
     /// Deletes files and folders the manifest does not name (left by a crash or superseded).
     fn remove_garbage(&self) -> anyhow::Result<()> {
         let keep_windows: BTreeSet<&str> = self.manifest.windows.iter().map(|w| w.dir.as_str()).collect();
-        let keep_open: BTreeSet<&str> = self
-            .manifest
-            .filter_segments
-            .iter()
-            .map(|s| s.file.as_str())
-            .chain(self.manifest.open_windows.iter().map(|w| w.dir.as_str()))
-            .collect();
+        let keep_open: BTreeSet<&str> =
+            self.manifest.filter_segments.iter().map(|s| s.file.as_str()).chain(self.manifest.open_windows.iter().map(|w| w.dir.as_str())).collect();
         let keep_late: BTreeSet<&str> =
             self.manifest.late_segments.iter().map(String::as_str).chain(self.manifest.late.iter().map(|l| l.file.as_str())).collect();
         for (sub, keep) in [("windows", &keep_windows), ("open", &keep_open), ("late", &keep_late)] {
@@ -604,8 +591,6 @@ pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> anyhow::Result<Opt
 /// Reads a Parquet file; a missing file is an error naming it.
 pub fn read_parquet(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-        .with_context(|| format!("{} is not Parquet", path.display()))?
-        .build()?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f).with_context(|| format!("{} is not Parquet", path.display()))?.build()?;
     reader.map(|b| b.with_context(|| format!("reading {}", path.display()))).collect()
 }

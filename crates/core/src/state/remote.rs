@@ -106,9 +106,7 @@ impl Remote {
 
     pub fn put(&self, rel: &str, bytes: Vec<u8>) -> anyhow::Result<()> {
         let path = self.path(rel);
-        self.runtime
-            .block_on(self.store.put(&path, PutPayload::from(bytes)))
-            .with_context(|| format!("writing {path} to {}", self.url))?;
+        self.runtime.block_on(self.store.put(&path, PutPayload::from(bytes))).with_context(|| format!("writing {path} to {}", self.url))?;
         Ok(())
     }
 
@@ -134,8 +132,7 @@ impl Remote {
     /// The copy under `prefix`, with its version (e-tag); None when there is none.
     fn record(&self, prefix: &str) -> anyhow::Result<Option<(Record, Option<String>)>> {
         let Some((bytes, e_tag)) = self.get_versioned(&format!("{prefix}/{RECORD}"))? else { return Ok(None) };
-        let record: Record =
-            serde_json::from_slice(&bytes).with_context(|| format!("{prefix}/{RECORD} in {} is not an ultr state record", self.url))?;
+        let record: Record = serde_json::from_slice(&bytes).with_context(|| format!("{prefix}/{RECORD} in {} is not an ultr state record", self.url))?;
         Ok(Some((record, e_tag)))
     }
 
@@ -156,7 +153,9 @@ impl Remote {
             };
             record.epoch += 1;
             let bytes = serde_json::to_vec(&record)?;
-            let Some(new_tag) = self.put_if_tagged(&format!("{prefix}/{RECORD}"), bytes, Some(e_tag.context("the object store returned no e-tag: it cannot fence writers")?))? else {
+            let Some(new_tag) =
+                self.put_if_tagged(&format!("{prefix}/{RECORD}"), bytes, Some(e_tag.context("the object store returned no e-tag: it cannot fence writers")?))?
+            else {
                 continue; // another writer moved it on between the read and the write: read again
             };
             self.download(prefix, &record, dir)?;
@@ -174,8 +173,17 @@ impl Remote {
     fn download(&self, prefix: &str, record: &Record, dir: &Path) -> anyhow::Result<()> {
         clear_dir(dir)?;
         for (rel, object) in &record.objects {
-            let bytes = self.get(&format!("{prefix}/{}", object.key))?.with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
-            anyhow::ensure!(bytes.len() as u64 == object.bytes, "{prefix}/{} in {} is {} bytes but its record says {}", object.key, self.url, bytes.len(), object.bytes);
+            let bytes = self
+                .get(&format!("{prefix}/{}", object.key))?
+                .with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
+            anyhow::ensure!(
+                bytes.len() as u64 == object.bytes,
+                "{prefix}/{} in {} is {} bytes but its record says {}",
+                object.key,
+                self.url,
+                bytes.len(),
+                object.bytes
+            );
             let local = dir.join(rel);
             if let Some(parent) = local.parent() {
                 fs::create_dir_all(parent)?;
@@ -254,8 +262,17 @@ impl Remote {
                 if fs::metadata(&local).map(|m| m.len() == object.bytes).unwrap_or(false) {
                     continue;
                 }
-                let bytes = self.get(&format!("{prefix}/{}", object.key))?.with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
-                anyhow::ensure!(bytes.len() as u64 == object.bytes, "{prefix}/{} in {} is {} bytes but its record says {}", object.key, self.url, bytes.len(), object.bytes);
+                let bytes = self
+                    .get(&format!("{prefix}/{}", object.key))?
+                    .with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
+                anyhow::ensure!(
+                    bytes.len() as u64 == object.bytes,
+                    "{prefix}/{} in {} is {} bytes but its record says {}",
+                    object.key,
+                    self.url,
+                    bytes.len(),
+                    object.bytes
+                );
                 fs::create_dir_all(local.parent().expect("a window file has a folder"))?;
                 fs::write(&local, bytes).with_context(|| format!("writing {}", local.display()))?;
             }

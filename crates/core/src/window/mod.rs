@@ -82,16 +82,8 @@ pub const PARTIALS: [Decomposable; 6] = [
 /// Every table a closed window writes, in order: the merged partials plus the two statistics
 /// finished from the merged propensity counts (position CTR, swap edges — the distinct (q, d, k)
 /// set the swap graph needs is exactly the counts' keys).
-pub const WINDOW_TABLES: [&str; 8] = [
-    "propensity_counts",
-    "query_sessions",
-    "position_ctr",
-    "swap_edges",
-    "overlap_sample",
-    "training_rows",
-    "training_features",
-    "session_store",
-];
+pub const WINDOW_TABLES: [&str; 8] =
+    ["propensity_counts", "query_sessions", "position_ctr", "swap_edges", "overlap_sample", "training_rows", "training_features", "session_store"];
 
 /// The statistics of one window (or of a cumulative view), by name.
 pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
@@ -280,11 +272,8 @@ pub async fn reduce(keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow
 pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
-        let runs: Vec<Vec<RecordBatch>> = partials
-            .iter()
-            .map(|t| table(t, p.table).iter().filter(|b| b.num_rows() > 0).cloned().collect::<Vec<_>>())
-            .filter(|run| !run.is_empty())
-            .collect();
+        let runs: Vec<Vec<RecordBatch>> =
+            partials.iter().map(|t| table(t, p.table).iter().filter(|b| b.num_rows() > 0).cloned().collect::<Vec<_>>()).filter(|run| !run.is_empty()).collect();
         let Some(first) = partials.iter().flat_map(|t| table(t, p.table).first()).next() else {
             out.push((p.table, Vec::new()));
             continue;

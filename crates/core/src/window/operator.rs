@@ -262,9 +262,7 @@ impl WindowOperator {
             }
             let partition = format!("{}[{}]", origin.stream, origin.partition);
             let ceiling = match self.max_clock_jump_ms {
-                Some(jump) if self.watermark > i64::MIN => {
-                    self.watermark.saturating_add(self.spec.allowed_lateness_ms).saturating_add(jump)
-                }
+                Some(jump) if self.watermark > i64::MIN => self.watermark.saturating_add(self.spec.allowed_lateness_ms).saturating_add(jump),
                 _ => i64::MAX,
             };
             let clock = self.partitions.entry(partition).or_insert(PartitionClock { max_event_ms: t.min(ceiling), last_seen: None });

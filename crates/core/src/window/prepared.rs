@@ -59,11 +59,7 @@ impl TableProvider for Slot {
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let table = self.data.lock().clone();
-        let table = table.ok_or_else(|| {
-            datafusion::error::DataFusionError::Internal(
-                "a prepared statement ran without its data".into(),
-            )
-        })?;
+        let table = table.ok_or_else(|| datafusion::error::DataFusionError::Internal("a prepared statement ran without its data".into()))?;
         table.scan(state, projection, filters, limit).await
     }
 }
@@ -83,18 +79,11 @@ fn pool() -> &'static Mutex<HashMap<String, Vec<Prepared>>> {
     POOL.get_or_init(Default::default)
 }
 
-async fn prepare(
-    stat: &Statistic,
-    bounds: &StatisticBounds,
-    tables: &[(String, SchemaRef, Arc<MemTable>)],
-) -> anyhow::Result<Prepared> {
+async fn prepare(stat: &Statistic, bounds: &StatisticBounds, tables: &[(String, SchemaRef, Arc<MemTable>)]) -> anyhow::Result<Prepared> {
     let ctx = window_context();
     let mut slots = Vec::with_capacity(tables.len());
     for (name, schema, _) in tables {
-        let slot = Arc::new(Slot {
-            schema: schema.clone(),
-            data: Mutex::new(None),
-        });
+        let slot = Arc::new(Slot { schema: schema.clone(), data: Mutex::new(None) });
         ctx.register_table(name.as_str(), slot.clone())?;
         slots.push((name.clone(), slot));
     }
@@ -106,11 +95,7 @@ async fn prepare(
 
 /// Runs `stat` on `inputs`, planned once per statement, bounds and input schemas. Like
 /// `run_bounded_sql`: always at least one batch (possibly empty), so the schema survives.
-pub async fn run(
-    stat: &Statistic,
-    bounds: &StatisticBounds,
-    inputs: Vec<Input<'_>>,
-) -> anyhow::Result<Vec<RecordBatch>> {
+pub async fn run(stat: &Statistic, bounds: &StatisticBounds, inputs: Vec<Input<'_>>) -> anyhow::Result<Vec<RecordBatch>> {
     let mut tables = Vec::with_capacity(inputs.len());
     for input in inputs {
         let (schema, table) = mem_table(input.name, input.schema, input.runs, input.order)?;
@@ -139,11 +124,7 @@ pub async fn run(
 }
 
 async fn execute(prepared: &Prepared) -> datafusion::error::Result<Vec<RecordBatch>> {
-    let physical = prepared
-        .state
-        .query_planner()
-        .create_physical_plan(&prepared.plan, &prepared.state)
-        .await?;
+    let physical = prepared.state.query_planner().create_physical_plan(&prepared.plan, &prepared.state).await?;
     collect(physical, prepared.state.task_ctx()).await
 }
 
@@ -158,8 +139,7 @@ mod tests {
     fn run_of(rows: &[(&str, &str, i64)]) -> Vec<RecordBatch> {
         let schema = Arc::new(Schema::new(vec![
             // Metadata no other test's input has: the pool entry counted below is this test's alone.
-            Field::new("query_id", DataType::Utf8, true)
-                .with_metadata([("test".to_string(), "prepared".to_string())].into()),
+            Field::new("query_id", DataType::Utf8, true).with_metadata([("test".to_string(), "prepared".to_string())].into()),
             Field::new("policy_id", DataType::Utf8, true),
             Field::new("sessions", DataType::Int64, true),
         ]));
@@ -172,9 +152,7 @@ mod tests {
     async fn unprepared(runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> RecordBatch {
         let ctx = window_context();
         register_runs(&ctx, "query_sessions", runs[0][0].schema(), runs, order).unwrap();
-        let out = run_bounded_sql(&ctx, &MERGE_QUERY_SESSIONS, &StatisticBounds::default())
-            .await
-            .unwrap();
+        let out = run_bounded_sql(&ctx, &MERGE_QUERY_SESSIONS, &StatisticBounds::default()).await.unwrap();
         concat_batches(&out[0].schema(), &out).unwrap()
     }
 
@@ -185,53 +163,26 @@ mod tests {
     fn a_prepared_statement_equals_a_fresh_run_on_every_input() {
         let order: &[&str] = &["query_id", "policy_id"];
         let inputs = vec![
-            vec![
-                run_of(&[("a", "p", 1), ("b", "p", 2)]),
-                run_of(&[("a", "p", 3), ("c", "q", 4)]),
-            ],
+            vec![run_of(&[("a", "p", 1), ("b", "p", 2)]), run_of(&[("a", "p", 3), ("c", "q", 4)])],
             vec![run_of(&[("z", "p", 5), ("a", "p", 6), ("z", "p", 7)])],
-            vec![
-                run_of(&[("a", "q", 1)]),
-                run_of(&[("b", "q", 2)]),
-                run_of(&[("a", "q", 3), ("b", "r", 1)]),
-            ],
+            vec![run_of(&[("a", "q", 1)]), run_of(&[("b", "q", 2)]), run_of(&[("a", "q", 3), ("b", "r", 1)])],
             vec![run_of(&[])],
         ];
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let key_runs = |runs: &Vec<Vec<RecordBatch>>| runs[0][0].schema();
         for runs in &inputs {
-            let input = Input {
-                name: "query_sessions",
-                schema: key_runs(runs),
-                runs: runs.clone(),
-                order,
-            };
-            let got = rt
-                .block_on(run(
-                    &MERGE_QUERY_SESSIONS,
-                    &StatisticBounds::default(),
-                    vec![input],
-                ))
-                .unwrap();
+            let input = Input { name: "query_sessions", schema: key_runs(runs), runs: runs.clone(), order };
+            let got = rt.block_on(run(&MERGE_QUERY_SESSIONS, &StatisticBounds::default(), vec![input])).unwrap();
             let got = concat_batches(&got[0].schema(), &got).unwrap();
             let want = rt.block_on(unprepared(runs.clone(), order));
             assert_eq!(got, want, "input {runs:?}");
         }
         let pool = pool().lock();
-        let prepared: usize = pool
-            .iter()
-            .filter(|(k, _)| k.starts_with("merge_query_sessions\u{0}") && k.contains("prepared"))
-            .map(|(_, v)| v.len())
-            .sum();
+        let prepared: usize = pool.iter().filter(|(k, _)| k.starts_with("merge_query_sessions\u{0}") && k.contains("prepared")).map(|(_, v)| v.len()).sum();
         assert_eq!(prepared, 1, "one plan served every run");
         for (_, entries) in pool.iter() {
             for p in entries {
-                assert!(
-                    p.slots.iter().all(|(_, s)| s.data.lock().is_none()),
-                    "a pooled plan holds no data between runs"
-                );
+                assert!(p.slots.iter().all(|(_, s)| s.data.lock().is_none()), "a pooled plan holds no data between runs");
             }
         }
     }

@@ -59,10 +59,7 @@ fn runtime_env() -> Arc<RuntimeEnv> {
         let limit = *QUERY_MEMORY_LIMIT.get_or_init(|| DEFAULT_QUERY_MEMORY_LIMIT);
         // A fair pool: every spillable operator gets its share and spills past it, rather than the
         // first one taking the whole pool.
-        RuntimeEnvBuilder::new()
-            .with_memory_pool(Arc::new(FairSpillPool::new(limit)))
-            .build_arc()
-            .expect("a memory pool and an OS temp directory")
+        RuntimeEnvBuilder::new().with_memory_pool(Arc::new(FairSpillPool::new(limit))).build_arc().expect("a memory pool and an OS temp directory")
     })
     .clone()
 }
@@ -211,4 +208,3 @@ pub fn is_sorted_by(run: &[RecordBatch], order: &[&str]) -> bool {
     }
     true
 }
-

@@ -4,20 +4,20 @@
 //! the logging policy amplifies misspecification; IPS (Eq. 22) reweights to uniform exposure, so with
 //! it θ no longer depends on the policy, and at τ = 0 (π = 1 everywhere) it can do nothing.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use parking_lot::Mutex;
 
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::simulate::{labels_from_truth, truth_theta};
-use ultr_train::eval::{bias_rmse, mean_ndcg, Labels};
 use crate::simulate::relevance::RelevanceKind;
+use crate::simulate::{labels_from_truth, truth_theta};
 use crate::simulate::{SimConfig, Simulator};
 use ultr_train::config::{TowerKind, TrainConfig};
 use ultr_train::data::{split_of, Examples, Split};
 use ultr_train::device::BackendKind;
+use ultr_train::eval::{bias_rmse, mean_ndcg, Labels};
 use ultr_train::fit::fit;
 
 /// One cell of the experiment grid.
@@ -41,7 +41,9 @@ pub fn settings() -> Vec<Setting> {
         s("embedding", 2, RelevanceKind::Linear, TowerKind::Embedding, None, 0.0, false),
         s("embedding", 2, RelevanceKind::Linear, TowerKind::Embedding, None, 1.0, false),
     ];
-    for (name, relevance, limit) in [("linear tower on mlp relevance", RelevanceKind::Mlp, None), ("omitted features (30 of 46)", RelevanceKind::Linear, Some(30))] {
+    for (name, relevance, limit) in
+        [("linear tower on mlp relevance", RelevanceKind::Mlp, None), ("omitted features (30 of 46)", RelevanceKind::Linear, Some(30))]
+    {
         for tau in [0.0, 0.333, 0.666, 1.0] {
             out.push(s(name, 3, relevance, TowerKind::Linear, limit, tau, false));
             if tau < 1.0 {
@@ -132,7 +134,8 @@ fn stream(opts: &Options, sim: SimConfig, dir: &Path) -> anyhow::Result<(Example
 }
 
 fn train_config(opts: &Options, s: &Setting, seed: u64) -> TrainConfig {
-    let mut t = TrainConfig { tower: s.tower, feature_limit: s.feature_limit, seed, max_epochs: opts.max_epochs, backend: opts.backend, ..TrainConfig::default() };
+    let mut t =
+        TrainConfig { tower: s.tower, feature_limit: s.feature_limit, seed, max_epochs: opts.max_epochs, backend: opts.backend, ..TrainConfig::default() };
     t.ips.enabled = s.ips;
     t
 }
@@ -221,7 +224,11 @@ fn population_grid(opts: &Options) -> anyhow::Result<Vec<PopulationResult>> {
         r
     });
     let mut out: Vec<PopulationResult> = per_job.into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().flatten().collect();
-    out.sort_by(|a, b| (cells.iter().position(|c| c.0 == a.name), -a.alpha, a.tau, a.ips, a.seed).partial_cmp(&(cells.iter().position(|c| c.0 == b.name), -b.alpha, b.tau, b.ips, b.seed)).expect("finite"));
+    out.sort_by(|a, b| {
+        (cells.iter().position(|c| c.0 == a.name), -a.alpha, a.tau, a.ips, a.seed)
+            .partial_cmp(&(cells.iter().position(|c| c.0 == b.name), -b.alpha, b.tau, b.ips, b.seed))
+            .expect("finite")
+    });
     Ok(out)
 }
 
@@ -343,7 +350,12 @@ fn checks(runs: &[RunResult], population: &[PopulationResult]) -> Vec<Check> {
                 (Some(p), Some(i)) => format!("; population optimum {p:.4} → {i:.4} ({:.0}% lower)", 100.0 * (1.0 - i / p)),
                 _ => String::new(),
             };
-            check(4, format!("{name}, τ = {tau}: IPS lowers RMSE by ≥ 30%"), cut >= 0.30, format!("{plain:.4} → {ips:.4} ({:.0}% lower){estimand}", 100.0 * cut));
+            check(
+                4,
+                format!("{name}, τ = {tau}: IPS lowers RMSE by ≥ 30%"),
+                cut >= 0.30,
+                format!("{plain:.4} → {ips:.4} ({:.0}% lower){estimand}", 100.0 * cut),
+            );
         }
         // What IPS does by construction (Eq. 22 reweights to uniform exposure): its θ matches τ = 1's.
         let theta_at = |tau: f64, ips: bool| mean_theta(runs, |s| s.name == name && s.tau == tau && s.ips == ips);
@@ -358,7 +370,10 @@ fn checks(runs: &[RunResult], population: &[PopulationResult]) -> Vec<Check> {
             );
         }
         let (plain, ips) = (at(0.0, false), at(0.0, true));
-        let said = runs.iter().filter(|r| r.setting.name == name && r.setting.tau == 0.0 && r.setting.ips).all(|r| r.ips_note.as_deref().is_some_and(|n| n.contains("changes nothing")));
+        let said = runs
+            .iter()
+            .filter(|r| r.setting.name == name && r.setting.tau == 0.0 && r.setting.ips)
+            .all(|r| r.ips_note.as_deref().is_some_and(|n| n.contains("changes nothing")));
         check(
             4,
             format!("{name}, τ = 0: IPS changes nothing (all π = 1) and the trainer says so"),
@@ -411,7 +426,14 @@ fn write_outputs(opts: &Options, summary: &Summary) -> anyhow::Result<()> {
             let (m, sd) = mean_sd(same.iter().map(|o| o.rmse));
             let (nd, _) = mean_sd(same.iter().map(|o| o.ndcg10));
             let (ep, _) = mean_sd(same.iter().map(|o| o.epochs as f64));
-            md.push_str(&format!("| {} | {} | {:?} | {} | {} | {m:.4} ± {sd:.4} | {nd:.4} | {ep:.1} |\n", s.claim, s.name, s.tower, s.tau, if s.ips { "yes" } else { "no" }));
+            md.push_str(&format!(
+                "| {} | {} | {:?} | {} | {} | {m:.4} ± {sd:.4} | {nd:.4} | {ep:.1} |\n",
+                s.claim,
+                s.name,
+                s.tower,
+                s.tau,
+                if s.ips { "yes" } else { "no" }
+            ));
         }
     }
     if !summary.checks.is_empty() {

@@ -71,7 +71,12 @@ pub fn lines_svg(panels: &[Series]) -> String {
     let (w, h, pad) = (360.0, 260.0, 44.0);
     let legend = panels.iter().map(|p| p.lines.len()).max().unwrap_or(0) as f64 * 14.0 + 10.0;
     let mut s = String::new();
-    let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#, w * panels.len().max(1) as f64, h + legend);
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#,
+        w * panels.len().max(1) as f64,
+        h + legend
+    );
     let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     for (i, p) in panels.iter().enumerate() {
         let ox = i as f64 * w;
@@ -102,7 +107,15 @@ pub fn lines_svg(panels: &[Series]) -> String {
             }
             if i == 0 {
                 let ly = h + 4.0 + j as f64 * 14.0;
-                let _ = write!(s, r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#, pad, pad + 20.0, pad + 26.0, ly + 4.0, escape(name));
+                let _ = write!(
+                    s,
+                    r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+                    pad,
+                    pad + 20.0,
+                    pad + 26.0,
+                    ly + 4.0,
+                    escape(name)
+                );
             }
         }
     }
@@ -130,7 +143,12 @@ pub fn heatmaps_svg(panels: &[(String, Vec<Vec<f64>>)]) -> String {
             for (k, v) in row.iter().enumerate() {
                 let x = ox + pad + k as f64 * cell;
                 let shade = (255.0 * (1.0 - (v / max).clamp(0.0, 1.0))).round() as u8;
-                let _ = write!(s, r#"<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="rgb({shade},{shade},255)"><title>a[{}][{}] = {v:.3}</title></rect>"#, j + 1, k + 1);
+                let _ = write!(
+                    s,
+                    r#"<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="rgb({shade},{shade},255)"><title>a[{}][{}] = {v:.3}</title></rect>"#,
+                    j + 1,
+                    k + 1
+                );
             }
         }
         for k in 0..m.len() {
@@ -173,7 +191,8 @@ pub fn intervals_svg(title: &str, t: &ultr_train::uncertainty::ThetaIntervals, t
     }
     for j in 0..t.converged.len() {
         let _ = write!(s, r##"<text x="{:.1}" y="{}" text-anchor="middle" fill="#666">{}</text>"##, x(j), h - pad + 14.0, j + 1);
-        let _ = write!(s, r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#1f77b4" stroke-width="2"/>"##, x(j), x(j), y(t.lower[j]), y(t.upper[j]));
+        let _ =
+            write!(s, r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#1f77b4" stroke-width="2"/>"##, x(j), x(j), y(t.lower[j]), y(t.upper[j]));
         let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#1f77b4"/>"##, x(j), y(t.converged[j]));
         let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="none" stroke="#999"/>"##, x(j) - 7.0, y(t.early_stopped[j]));
         let (cx, cy) = (x(j) + 7.0, y(t.shipped.get(j).copied().unwrap_or(t.early_stopped[j])));

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::simulate::truth_theta;
 use crate::simulate::relevance::RelevanceKind;
+use crate::simulate::truth_theta;
 use crate::simulate::SimConfig;
 use ultr_train::config::{TowerKind, TrainConfig};
 use ultr_train::fit::fit;
@@ -97,7 +97,17 @@ fn one_seed(opts: &Options, seed: u64, scratch: &Path) -> anyhow::Result<SeedRes
     let shipped = intervals.shipped.clone();
     let within = |theta: &[f64]| (0..k).map(|j| intervals.lower[j] <= theta[j] && theta[j] <= intervals.upper[j]).collect::<Vec<bool>>();
     let (shipped_within, early_stopped_within) = (within(&shipped), within(&intervals.early_stopped));
-    Ok(SeedResult { seed, truth, intervals, shipped, shipped_within, early_stopped_within, covered, covered_percentile, seconds: started.elapsed().as_secs_f64() })
+    Ok(SeedResult {
+        seed,
+        truth,
+        intervals,
+        shipped,
+        shipped_within,
+        early_stopped_within,
+        covered,
+        covered_percentile,
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 pub fn run(opts: &Options) -> anyhow::Result<Summary> {
@@ -111,11 +121,21 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
             emit(one_seed(opts, seed, scratch.path())?);
             Ok(())
         },
-        |n, r: &SeedResult| eprintln!("[{n}/{}] seed {}: covered {}/{} positions, {:.0}s", opts.seeds.len(), r.seed, r.covered.iter().skip(1).filter(|c| **c).count(), r.covered.len() - 1, r.seconds),
+        |n, r: &SeedResult| {
+            eprintln!(
+                "[{n}/{}] seed {}: covered {}/{} positions, {:.0}s",
+                opts.seeds.len(),
+                r.seed,
+                r.covered.iter().skip(1).filter(|c| **c).count(),
+                r.covered.len() - 1,
+                r.seconds
+            )
+        },
     )?;
     seeds.sort_by_key(|r| r.seed);
     let k = seeds.iter().map(|r| r.truth.len()).min().unwrap_or(0);
-    let per_position = |f: &dyn Fn(&SeedResult, usize) -> f64| -> Vec<f64> { (1..k).map(|j| seeds.iter().map(|r| f(r, j)).sum::<f64>() / seeds.len() as f64).collect() };
+    let per_position =
+        |f: &dyn Fn(&SeedResult, usize) -> f64| -> Vec<f64> { (1..k).map(|j| seeds.iter().map(|r| f(r, j)).sum::<f64>() / seeds.len() as f64).collect() };
     let coverage = per_position(&|r, j| r.covered[j] as u8 as f64);
     let percentile_coverage = per_position(&|r, j| r.covered_percentile[j] as u8 as f64);
     let summary = Summary {

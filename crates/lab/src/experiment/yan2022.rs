@@ -60,7 +60,9 @@ impl Method {
                     let model = if family == "EDot" { ModelKind::EDot } else { ModelKind::EInter };
                     out.extend(dimensions.iter().map(|&d| Method { name: format!("{family} D={d}"), dimension: d, ..plain(family, model) }));
                 }
-                "MixEM" => out.extend(temperatures.iter().map(|&t| Method { name: format!("MixEM T={t}"), temperature: t, ..plain("MixEM", ModelKind::MixEm) })),
+                "MixEM" => {
+                    out.extend(temperatures.iter().map(|&t| Method { name: format!("MixEM T={t}"), temperature: t, ..plain("MixEM", ModelKind::MixEm) }))
+                }
                 other => anyhow::bail!("unknown method `{other}` (Biased, REM, Additive, EDot, EInter, MixEM)"),
             }
         }
@@ -174,7 +176,8 @@ impl LoggingRanker {
         data.queries
             .iter()
             .map(|q| {
-                let scores: Vec<f64> = q.docs.iter().map(|d| w[0] + d.features.iter().zip(w.iter().skip(1)).map(|(x, wj)| wj * *x as f64).sum::<f64>()).collect();
+                let scores: Vec<f64> =
+                    q.docs.iter().map(|d| w[0] + d.features.iter().zip(w.iter().skip(1)).map(|(x, wj)| wj * *x as f64).sum::<f64>()).collect();
                 crate::simulate::policy::deterministic_ranking(&scores)
             })
             .collect()
@@ -201,7 +204,15 @@ pub fn mixture_clicks(mixture: [f64; 4]) -> ClickSimulator {
 
 /// Simulates `train_sessions` training sessions (and the validation/evaluation ones around them)
 /// under `clicks`, each query shown in its logging ranking's order.
-pub fn simulate(data: &Dataset, rankings: &[Vec<usize>], clicks: &ClickSimulator, seed: u64, train_sessions: u64, max_positions: usize, holdout: ultr_core::window::Holdout) -> Simulated {
+pub fn simulate(
+    data: &Dataset,
+    rankings: &[Vec<usize>],
+    clicks: &ClickSimulator,
+    seed: u64,
+    train_sessions: u64,
+    max_positions: usize,
+    holdout: ultr_core::window::Holdout,
+) -> Simulated {
     let y_max = data.max_label().unwrap_or(1.0).max(1.0) as f64;
     let shown: Vec<Vec<usize>> = rankings.iter().map(|r| r.iter().copied().take(max_positions.min(64)).collect()).collect();
     let truths: Vec<Vec<DocTruth>> = shown
@@ -237,7 +248,15 @@ pub fn simulate(data: &Dataset, rankings: &[Vec<usize>], clicks: &ClickSimulator
             lists.qd_keys.push((query.query_id.clone(), doc.doc_id.clone()));
         }
     }
-    let offsets: Vec<usize> = data.queries.iter().scan(0, |acc, q| { let o = *acc; *acc += q.docs.len(); Some(o) }).collect();
+    let offsets: Vec<usize> = data
+        .queries
+        .iter()
+        .scan(0, |acc, q| {
+            let o = *acc;
+            *acc += q.docs.len();
+            Some(o)
+        })
+        .collect();
     let mut aggregated: BTreeMap<(u32, u8, u32), (u32, u32, u32)> = BTreeMap::new();
     let mut train_lists = 0;
     for (&(q, split, bits), &m) in &patterns {
@@ -359,7 +378,9 @@ pub fn checks(dataset: &str, runs: &[RunResult], chosen: &[(String, String, Stri
     let c = |m: &str, f: &str| cell(runs, chosen, dataset, m, f);
     let has = |m: &str| mixtures.iter().any(|x| x == m);
     let mut out = Vec::new();
-    let mut push = |claim: u8, statement: &str, holds: bool, detail: String| out.push(Check { dataset: dataset.into(), claim, statement: statement.into(), holds, detail });
+    let mut push = |claim: u8, statement: &str, holds: bool, detail: String| {
+        out.push(Check { dataset: dataset.into(), claim, statement: statement.into(), holds, detail })
+    };
     // 1. Additive ≈ REM where clicks factorise: neither beats the other beyond noise.
     let mut holds = true;
     let mut text = Vec::new();
@@ -390,7 +411,12 @@ pub fn checks(dataset: &str, runs: &[RunResult], chosen: &[(String, String, Stri
         })
         .collect();
     let wins = rows.iter().filter(|r| r.1 >= 0.0).count();
-    push(3, "EInter ≥ EDot in most rows", 2 * wins > rows.len(), format!("EInter − EDot: {}", rows.iter().map(|(m, d)| format!("{m} {d:+.4}")).collect::<Vec<_>>().join(", ")));
+    push(
+        3,
+        "EInter ≥ EDot in most rows",
+        2 * wins > rows.len(),
+        format!("EInter − EDot: {}", rows.iter().map(|(m, d)| format!("{m} {d:+.4}")).collect::<Vec<_>>().join(", ")),
+    );
     // 4. Biased below Additive except 1:0:1:0 (no position bias there).
     let mut holds = true;
     let mut text = Vec::new();
@@ -423,9 +449,13 @@ pub fn run(opts: &Options, datasets: &[Data]) -> anyhow::Result<Summary> {
         let weights = crate::simulate::click::ClickModel::parse_mixture(&mixture)?;
         let ranker = LoggingRanker::fit(&data.spec.train, opts.logging_label_fraction, seed);
         let logging = ranker.ndcg5(&data.spec.test);
-        let sim = simulate(&data.spec.train, &ranker.rankings(&data.spec.train), &mixture_clicks(weights), seed, opts.train_sessions, opts.max_positions, holdout);
+        let sim =
+            simulate(&data.spec.train, &ranker.rankings(&data.spec.train), &mixture_clicks(weights), seed, opts.train_sessions, opts.max_positions, holdout);
         for method in &opts.methods {
-            emit(run_one(opts, data, &sim, &mixture, method, seed, logging).map_err(|e| e.context(format!("{} {mixture} {} seed {seed}", data.spec.name, method.name)))?);
+            emit(
+                run_one(opts, data, &sim, &mixture, method, seed, logging)
+                    .map_err(|e| e.context(format!("{} {mixture} {} seed {seed}", data.spec.name, method.name)))?,
+            );
         }
         Ok(())
     };
@@ -438,7 +468,9 @@ pub fn run(opts: &Options, datasets: &[Data]) -> anyhow::Result<Summary> {
         }
     };
     let mut runs = super::run_cells(cells, opts.jobs, work, progress)?;
-    runs.sort_by(|a, b| (a.dataset.as_str(), a.mixture.as_str(), a.method.as_str(), a.seed).cmp(&(b.dataset.as_str(), b.mixture.as_str(), b.method.as_str(), b.seed)));
+    runs.sort_by(|a, b| {
+        (a.dataset.as_str(), a.mixture.as_str(), a.method.as_str(), a.seed).cmp(&(b.dataset.as_str(), b.mixture.as_str(), b.method.as_str(), b.seed))
+    });
     let chosen = choose(&runs);
     let checks: Vec<Check> = datasets.iter().flat_map(|d| checks(&d.spec.name, &runs, &chosen, &opts.mixtures)).collect();
     let summary = Summary { runs, chosen, checks, seconds: started.elapsed().as_secs_f64() };
@@ -498,12 +530,21 @@ fn write_outputs(opts: &Options, datasets: &[Data], summary: &Summary) -> anyhow
     for d in datasets {
         let name = &d.spec.name;
         let logging: Vec<f64> = summary.runs.iter().filter(|r| &r.dataset == name && r.family == "Biased").map(|r| r.logging_ndcg5).collect();
-        md.push_str(&format!("## {name}: nDCG@5 (the logging ranker itself: {:.4})\n\n{}\n", mean_sd(&logging).0, table_markdown(name, summary, opts, |r| r.ndcg5)));
+        md.push_str(&format!(
+            "## {name}: nDCG@5 (the logging ranker itself: {:.4})\n\n{}\n",
+            mean_sd(&logging).0,
+            table_markdown(name, summary, opts, |r| r.ndcg5)
+        ));
         md.push_str(&format!("### {name}: nDCG@10\n\n{}\n", table_markdown(name, summary, opts, |r| r.ndcg10)));
-        md.push_str(&format!("### {name}: click log-likelihood per impression on evaluation sessions\n\n{}\n", table_markdown(name, summary, opts, |r| r.click_log_likelihood)));
+        md.push_str(&format!(
+            "### {name}: click log-likelihood per impression on evaluation sessions\n\n{}\n",
+            table_markdown(name, summary, opts, |r| r.click_log_likelihood)
+        ));
         let mix: Vec<&RunResult> = summary.runs.iter().filter(|r| &r.dataset == name && !r.mixing_weights.is_empty()).collect();
         if !mix.is_empty() {
-            md.push_str(&format!("### {name}: MixEM's learnt mixing weights (RCM:RCTR:DCTR:PBM, mean over seeds)\n\n| mixture | method | π |\n|---|---|---|\n"));
+            md.push_str(&format!(
+                "### {name}: MixEM's learnt mixing weights (RCM:RCTR:DCTR:PBM, mean over seeds)\n\n| mixture | method | π |\n|---|---|---|\n"
+            ));
             let mut keys: Vec<(&str, &str)> = mix.iter().map(|r| (r.mixture.as_str(), r.method.as_str())).collect();
             keys.dedup();
             for (m, method) in keys {

@@ -9,21 +9,21 @@
 //! DLA's listwise ones (a list's loss is linear in its clicks). Every method trains through the
 //! shared fit loop; the relevance tower is scored by nDCG on the test queries' labels.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use parking_lot::Mutex;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Binomial, Distribution};
 use serde::Serialize;
 
-use ultr_train::eval::mean_ndcg;
 use crate::simulate::dataset::Dataset;
+use ultr_train::artefact::Trained;
 use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::{Examples, Row, SessionSpan, Split};
 use ultr_train::device::BackendKind;
-use ultr_train::artefact::Trained;
+use ultr_train::eval::mean_ndcg;
 use ultr_train::fit::fit;
 
 /// Zhang §5.2's five logging policies: the weight w of the true label in the ranking score.
@@ -180,7 +180,15 @@ pub fn simulate(data: &Dataset, w: f64, seed: u64, train_sessions: u64, max_posi
             lists.qd_keys.push((query.query_id.clone(), doc.doc_id.clone()));
         }
     }
-    let offsets: Vec<usize> = data.queries.iter().scan(0, |acc, q| { let o = *acc; *acc += q.docs.len(); Some(o) }).collect();
+    let offsets: Vec<usize> = data
+        .queries
+        .iter()
+        .scan(0, |acc, q| {
+            let o = *acc;
+            *acc += q.docs.len();
+            Some(o)
+        })
+        .collect();
     for (q, ranking) in rankings.iter().enumerate() {
         for split in Split::ALL {
             let m = counts[q][split as usize];
@@ -199,7 +207,11 @@ pub fn simulate(data: &Dataset, w: f64, seed: u64, train_sessions: u64, max_posi
         }
     }
     let rows = Examples {
-        sessions: lists.sessions.iter().flat_map(|s| (s.start..s.start + s.len).map(move |i| SessionSpan { start: i, len: 1, hash: 0, split: s.split })).collect(),
+        sessions: lists
+            .sessions
+            .iter()
+            .flat_map(|s| (s.start..s.start + s.len).map(move |i| SessionSpan { start: i, len: 1, hash: 0, split: s.split }))
+            .collect(),
         ..lists.clone()
     };
     let evaluation = rows.filter_sessions(|s| s.split == Some(Split::Evaluation));
@@ -243,7 +255,8 @@ pub fn test_ndcg_at(trained: &Trained, test: &Dataset, device: &burn::tensor::De
             labels.insert((query.query_id.clone(), doc.doc_id.clone()), doc.label.unwrap_or(0.0) as f64);
         }
     }
-    let scores: HashMap<(String, String), f64> = trained.relevance_of_rows(&ex, device).into_iter().enumerate().map(|(i, s)| (ex.qd_keys[i].clone(), s as f64)).collect();
+    let scores: HashMap<(String, String), f64> =
+        trained.relevance_of_rows(&ex, device).into_iter().enumerate().map(|(i, s)| (ex.qd_keys[i].clone(), s as f64)).collect();
     mean_ndcg(&scores, &labels, cutoffs)
 }
 
@@ -358,8 +371,16 @@ pub fn checks(dataset: &str, runs: &[RunResult]) -> Vec<Check> {
         .collect();
     let pal = cell("PAL", 0.0);
     let within = two_tower.iter().all(|m| !beyond_noise(&cell(m, 0.0), &pal).0 && !beyond_noise(&pal, &cell(m, 0.0)).0);
-    push(3, "at Random all two-tower methods are within seed noise of PAL", (within, means.iter().map(|(m, a, s)| format!("{m} {a:.4} ± {s:.4}")).collect::<Vec<_>>().join(", ")));
-    push(4, "Biased is worse than the two-tower upper bound (PAL at Random)", detail(beyond_noise(&cell("PAL", 0.0), &cell("Biased", 0.0)), "PAL(Random) − Biased(Random)"));
+    push(
+        3,
+        "at Random all two-tower methods are within seed noise of PAL",
+        (within, means.iter().map(|(m, a, s)| format!("{m} {a:.4} ± {s:.4}")).collect::<Vec<_>>().join(", ")),
+    );
+    push(
+        4,
+        "Biased is worse than the two-tower upper bound (PAL at Random)",
+        detail(beyond_noise(&cell("PAL", 0.0), &cell("Biased", 0.0)), "PAL(Random) − Biased(Random)"),
+    );
     out
 }
 
@@ -427,7 +448,18 @@ pub fn run(opts: &Options, datasets: &[DataSpec]) -> anyhow::Result<Summary> {
                         if opts.progress {
                             eprintln!(
                                 "[{}/{total}] {} w={} {} seed {}: nDCG@5 {:.4} @10 {:.4} LL {:.4} (best epoch {} of {}, {:?}, {:.0}s)",
-                                all.len() + 1, r.dataset, r.w, r.method, r.seed, r.ndcg5, r.ndcg10, r.click_log_likelihood, r.best_epoch, r.epochs, r.stop, r.seconds
+                                all.len() + 1,
+                                r.dataset,
+                                r.w,
+                                r.method,
+                                r.seed,
+                                r.ndcg5,
+                                r.ndcg10,
+                                r.click_log_likelihood,
+                                r.best_epoch,
+                                r.epochs,
+                                r.stop,
+                                r.seconds
                             );
                         }
                         all.push(r);
@@ -444,7 +476,11 @@ pub fn run(opts: &Options, datasets: &[DataSpec]) -> anyhow::Result<Summary> {
         return Err(e);
     }
     let mut runs = results.into_inner();
-    runs.sort_by(|a, b| (a.dataset.as_str(), a.sweep, a.method.as_str(), b.w.total_cmp(&a.w), a.seed).partial_cmp(&(b.dataset.as_str(), b.sweep, b.method.as_str(), a.w.total_cmp(&b.w), b.seed)).expect("ordered"));
+    runs.sort_by(|a, b| {
+        (a.dataset.as_str(), a.sweep, a.method.as_str(), b.w.total_cmp(&a.w), a.seed)
+            .partial_cmp(&(b.dataset.as_str(), b.sweep, b.method.as_str(), a.w.total_cmp(&b.w), b.seed))
+            .expect("ordered")
+    });
     let checks: Vec<Check> = datasets.iter().flat_map(|d| checks(&d.name, &runs)).collect();
     let summary = Summary { runs, checks, seconds: started.elapsed().as_secs_f64() };
     write_outputs(opts, datasets, &summary)?;
@@ -482,7 +518,11 @@ fn write_outputs(opts: &Options, datasets: &[DataSpec], summary: &Summary) -> an
     for d in datasets {
         md.push_str(&format!("## {}: nDCG@5\n\n{}\n", d.name, table_markdown(&d.name, &summary.runs, &opts.methods, &opts.policies, |r| r.ndcg5)));
         md.push_str(&format!("### {}: nDCG@10\n\n{}\n", d.name, table_markdown(&d.name, &summary.runs, &opts.methods, &opts.policies, |r| r.ndcg10)));
-        md.push_str(&format!("### {}: click log-likelihood per impression on evaluation sessions\n\n{}\n", d.name, table_markdown(&d.name, &summary.runs, &opts.methods, &opts.policies, |r| r.click_log_likelihood)));
+        md.push_str(&format!(
+            "### {}: click log-likelihood per impression on evaluation sessions\n\n{}\n",
+            d.name,
+            table_markdown(&d.name, &summary.runs, &opts.methods, &opts.policies, |r| r.click_log_likelihood)
+        ));
         let sweeps: Vec<&RunResult> = summary.runs.iter().filter(|r| r.dataset == d.name && r.sweep).collect();
         if !sweeps.is_empty() {
             md.push_str(&format!("### {}: sensitivity at w = 1 (Zhang Figs. 6–7)\n\n| method | nDCG@5 |\n|---|---|\n", d.name));
@@ -519,7 +559,17 @@ fn ndcg_plot(datasets: &[DataSpec], summary: &Summary, methods: &[Method], polic
                 .map(|m| {
                     let ys = policies
                         .iter()
-                        .map(|&w| mean_sd(&summary.runs.iter().filter(|r| r.dataset == d.name && !r.sweep && r.method == m.name && (r.w - w).abs() < 1e-9).map(|r| r.ndcg5).collect::<Vec<_>>()).0)
+                        .map(|&w| {
+                            mean_sd(
+                                &summary
+                                    .runs
+                                    .iter()
+                                    .filter(|r| r.dataset == d.name && !r.sweep && r.method == m.name && (r.w - w).abs() < 1e-9)
+                                    .map(|r| r.ndcg5)
+                                    .collect::<Vec<_>>(),
+                            )
+                            .0
+                        })
                         .collect();
                     (m.name.clone(), ys)
                 })

@@ -24,10 +24,10 @@ use super::zhang2023::{beyond_noise, mean_sd, not_worse_by};
 /// fixed before the claim was tested this way.
 const LL_MARGIN: f64 = 5e-4;
 use crate::simulate::click::{ClickModel as ClickSimulator, ClickModelKind};
+use ultr_train::artefact::Trained;
 use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::Split;
 use ultr_train::device::BackendKind;
-use ultr_train::artefact::Trained;
 use ultr_train::fit::fit;
 use ultr_train::models::xpa::XpaVariant;
 
@@ -142,8 +142,24 @@ fn ndcg(trained: &Trained, test: &crate::simulate::dataset::Dataset, device: &bu
 }
 
 /// Trains one method on one simulated log and scores it.
-pub fn run_one(opts: &Options, data: &Data, sim: &super::yan2022::Simulated, click: &str, method: &Method, seed: u64, logging: f64) -> anyhow::Result<RunResult> {
-    let mut cfg = TrainConfig { model: method.model, tower: opts.tower, max_positions: opts.max_positions, max_epochs: opts.max_epochs, seed, backend: opts.backend, ..TrainConfig::default() };
+pub fn run_one(
+    opts: &Options,
+    data: &Data,
+    sim: &super::yan2022::Simulated,
+    click: &str,
+    method: &Method,
+    seed: u64,
+    logging: f64,
+) -> anyhow::Result<RunResult> {
+    let mut cfg = TrainConfig {
+        model: method.model,
+        tower: opts.tower,
+        max_positions: opts.max_positions,
+        max_epochs: opts.max_epochs,
+        seed,
+        backend: opts.backend,
+        ..TrainConfig::default()
+    };
     cfg.xpa.variant = method.variant;
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
     let examples = if method.model.listwise() { &sim.query_lists } else { &sim.rows };
@@ -187,7 +203,9 @@ fn cell(runs: &[RunResult], dataset: &str, click: &str, method: &str, metric: fn
 pub fn checks(dataset: &str, runs: &[RunResult], clicks: &[String]) -> Vec<Check> {
     let ll = |r: &RunResult| r.click_log_likelihood;
     let mut out = Vec::new();
-    let mut push = |claim: u8, statement: &str, holds: bool, detail: String| out.push(Check { dataset: dataset.into(), claim, statement: statement.into(), holds, detail });
+    let mut push = |claim: u8, statement: &str, holds: bool, detail: String| {
+        out.push(Check { dataset: dataset.into(), claim, statement: statement.into(), holds, detail })
+    };
     // 1. XPA's log-likelihood ≥ Pos for every click model, > for CPM. "≥" is a non-inferiority
     //    claim: the one-sided 95% lower bound of XPA − Pos lies above −LL_MARGIN.
     let mut holds = true;
@@ -198,7 +216,12 @@ pub fn checks(dataset: &str, runs: &[RunResult], clicks: &[String]) -> Vec<Check
         holds &= not_worse && (c != "CPM" || better);
         text.push(format!("{c}: XPA − Pos {diff:+.5} nats (t·se {se:.5})"));
     }
-    push(1, "XPA's click log-likelihood not below Pos by more than 0.0005 nats for every click model (one-sided 95%), above Pos for CPM beyond noise", holds, text.join("; "));
+    push(
+        1,
+        "XPA's click log-likelihood not below Pos by more than 0.0005 nats for every click model (one-sided 95%), above Pos for CPM beyond noise",
+        holds,
+        text.join("; "),
+    );
     // 2. XPA's nDCG@5 and @10 > Pos for DCM and CPM.
     let mut holds = true;
     let mut text = Vec::new();
@@ -259,7 +282,10 @@ pub fn run(opts: &Options, datasets: &[Data]) -> anyhow::Result<Summary> {
         let logging = ranker.ndcg5(&data.spec.test);
         let sim = simulate(&data.spec.train, &ranker.rankings(&data.spec.train), &clicks, seed, opts.train_sessions, opts.max_positions, holdout);
         for method in &opts.methods {
-            emit(run_one(opts, data, &sim, &click, method, seed, logging).map_err(|e| e.context(format!("{} {click} {} seed {seed}", data.spec.name, method.name)))?);
+            emit(
+                run_one(opts, data, &sim, &click, method, seed, logging)
+                    .map_err(|e| e.context(format!("{} {click} {} seed {seed}", data.spec.name, method.name)))?,
+            );
         }
         Ok(())
     };
@@ -272,7 +298,9 @@ pub fn run(opts: &Options, datasets: &[Data]) -> anyhow::Result<Summary> {
         }
     };
     let mut runs = super::run_cells(cells, opts.jobs, work, progress)?;
-    runs.sort_by(|a, b| (a.dataset.as_str(), a.click_model.as_str(), a.method.as_str(), a.seed).cmp(&(b.dataset.as_str(), b.click_model.as_str(), b.method.as_str(), b.seed)));
+    runs.sort_by(|a, b| {
+        (a.dataset.as_str(), a.click_model.as_str(), a.method.as_str(), a.seed).cmp(&(b.dataset.as_str(), b.click_model.as_str(), b.method.as_str(), b.seed))
+    });
     let checks: Vec<Check> = datasets.iter().flat_map(|d| checks(&d.spec.name, &runs, &opts.click_models)).collect();
     let summary = Summary { runs, checks, seconds: started.elapsed().as_secs_f64() };
     write_outputs(opts, datasets, &summary)?;
@@ -347,7 +375,10 @@ fn write_outputs(opts: &Options, datasets: &[Data], summary: &Summary) -> anyhow
             })
             .collect();
         if !scalars.is_empty() {
-            md.push_str(&format!("### {name}: XPA's learnt λ, w_e, w_r\n\n| clicks | method | seed | λ | w_e | w_r |\n|---|---|---|---|---|---|\n{}\n\n", scalars.join("\n")));
+            md.push_str(&format!(
+                "### {name}: XPA's learnt λ, w_e, w_r\n\n| clicks | method | seed | λ | w_e | w_r |\n|---|---|---|---|---|---|\n{}\n\n",
+                scalars.join("\n")
+            ));
         }
     }
     md.push_str("## Training throughput (impressions/s per epoch, mean over runs)\n\n| method | impressions/s |\n|---|---|\n");

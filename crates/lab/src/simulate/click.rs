@@ -83,9 +83,7 @@ impl ClickModel {
         let n = shown.len();
         let bern = |rng: &mut dyn rand::RngCore, p: f64| rng.random::<f64>() < p;
         match self.kind {
-            ClickModelKind::AdditivePbm => {
-                (0..n).map(|i| bern(rng, sigmoid(theta(i + 1) + shown[i].relevance - 2.0))).collect()
-            }
+            ClickModelKind::AdditivePbm => (0..n).map(|i| bern(rng, sigmoid(theta(i + 1) + shown[i].relevance - 2.0))).collect(),
             ClickModelKind::ExaminationPbm => (0..n).map(|i| bern(rng, self.gamma(i + 1) * shown[i].omega)).collect(),
             ClickModelKind::Dcm => {
                 let mut out = vec![false; n];

@@ -175,11 +175,7 @@ pub fn synthetic(queries: usize, docs_per_query: usize, n_features: usize, rng: 
         .map(|q| Query {
             query_id: format!("sq{q}"),
             docs: (0..docs_per_query)
-                .map(|d| Doc {
-                    doc_id: format!("sq{q}-d{d}"),
-                    label: None,
-                    features: (0..n_features).map(|_| rng.sample::<f32, _>(StandardNormal)).collect(),
-                })
+                .map(|d| Doc { doc_id: format!("sq{q}-d{d}"), label: None, features: (0..n_features).map(|_| rng.sample::<f32, _>(StandardNormal)).collect() })
                 .collect(),
         })
         .collect();
@@ -214,7 +210,8 @@ pub fn read_text(path: &Path) -> anyhow::Result<String> {
         return String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", file.display()));
     }
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(&bytes[..]), &mut text).with_context(|| format!("decompressing {}", file.display()))?;
+    std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(&bytes[..]), &mut text)
+        .with_context(|| format!("decompressing {}", file.display()))?;
     Ok(text)
 }
 

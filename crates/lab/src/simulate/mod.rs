@@ -16,11 +16,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use ultr_core::sinks::SessionSink;
 use click::{ClickModel, DocTruth};
 use dataset::Dataset;
 use policy::{RankerKind, Sampling};
 use relevance::RelevanceKind;
+use ultr_core::sinks::SessionSink;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -64,14 +64,7 @@ pub struct PolicyConfig {
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig {
-            ranker: RankerKind::Mlp,
-            alpha: 1.0,
-            sampling: Sampling::EpsilonGreedy,
-            tau: 0.0,
-            pl_temperature: 1.0,
-            policy_id: "logging-v1".into(),
-        }
+        PolicyConfig { ranker: RankerKind::Mlp, alpha: 1.0, sampling: Sampling::EpsilonGreedy, tau: 0.0, pl_temperature: 1.0, policy_id: "logging-v1".into() }
     }
 }
 
@@ -391,20 +384,14 @@ impl Simulator {
             queries.push(PreparedQuery {
                 query_id: q.query_id,
                 doc_ids: q.docs.iter().map(|d| d.doc_id.clone()).collect(),
-                features: q
-                    .docs
-                    .iter()
-                    .map(|d| serde_json::value::to_raw_value(&d.features).expect("finite f32 values serialise"))
-                    .collect(),
+                features: q.docs.iter().map(|d| serde_json::value::to_raw_value(&d.features).expect("finite f32 values serialise")).collect(),
                 truth,
                 scores: s,
                 ranking,
             });
         }
         let max_n = queries.iter().map(|q| q.doc_ids.len()).max().unwrap_or(0);
-        let positions = (1..=max_n)
-            .map(|k| PositionTruth { position: k, theta: click::theta(k), examination: config.click_model.gamma(k) })
-            .collect();
+        let positions = (1..=max_n).map(|k| PositionTruth { position: k, theta: click::theta(k), examination: config.click_model.gamma(k) }).collect();
         let truth = GroundTruth { config: config.clone(), n_features: data.n_features, label_max, positions, queries: truth_queries };
         Ok(Simulator { config, queries, truth })
     }
@@ -420,11 +407,7 @@ impl Simulator {
     /// Dense features of query `index`'s documents, in the order of `truth().queries[index].docs`
     /// (exactly the values sessions carry).
     pub fn query_features(&self, index: usize) -> Vec<Vec<f32>> {
-        self.queries[index]
-            .features
-            .iter()
-            .map(|raw| serde_json::from_str(raw.get()).expect("features were serialised from a Vec<f32>"))
-            .collect()
+        self.queries[index].features.iter().map(|raw| serde_json::from_str(raw.get()).expect("features were serialised from a Vec<f32>")).collect()
     }
 
     pub fn n_queries(&self) -> usize {
@@ -499,4 +482,3 @@ pub fn truth_theta(truth: &GroundTruth) -> Vec<f64> {
     let first = truth.positions.first().map(|p| p.theta).unwrap_or(0.0);
     truth.positions.iter().map(|p| p.theta - first).collect()
 }
-

@@ -178,14 +178,7 @@ pub fn deterministic_ranking(scores: &[f64]) -> Vec<usize> {
 }
 
 /// One session's displayed order (indices into the query's documents, position 1 first).
-pub fn sample_ranking(
-    sampling: Sampling,
-    tau: f64,
-    pl_temperature: f64,
-    scores: &[f64],
-    deterministic: &[usize],
-    rng: &mut impl Rng,
-) -> Vec<usize> {
+pub fn sample_ranking(sampling: Sampling, tau: f64, pl_temperature: f64, scores: &[f64], deterministic: &[usize], rng: &mut impl Rng) -> Vec<usize> {
     match sampling {
         Sampling::EpsilonGreedy => {
             if tau > 0.0 && rng.random::<f64>() < tau {

@@ -152,7 +152,10 @@ impl Ranking {
     }
 
     fn from_seen(ranker: &str, seen: &BTreeMap<String, BTreeMap<String, Seen>>, score: impl Fn(&Seen) -> f64) -> Ranking {
-        Ranking { ranker: ranker.to_string(), by_query: seen.iter().map(|(q, docs)| (q.clone(), docs.iter().map(|(d, s)| (d.clone(), score(s))).collect())).collect() }
+        Ranking {
+            ranker: ranker.to_string(),
+            by_query: seen.iter().map(|(q, docs)| (q.clone(), docs.iter().map(|(d, s)| (d.clone(), score(s))).collect())).collect(),
+        }
     }
 
     /// A model's relevance per row of `ex` (rows of one (query, document) share it).
@@ -320,7 +323,18 @@ pub fn evaluate(qrels: &Qrels, rankings: &[Ranking], unjudged: Unjudged, bootstr
         .enumerate()
         .map(|(i, q)| ((*q).clone(), rankings.iter().zip(&values).map(|(r, v)| (r.ranker.clone(), QueryFigures { values: v[i] })).collect()))
         .collect();
-    Ok(JudgedReport { metrics: METRICS.to_vec(), queries: n, judged_not_seen, single_grade, unjudged, unjudged_documents, judged_documents, bootstrap, rankers, per_query })
+    Ok(JudgedReport {
+        metrics: METRICS.to_vec(),
+        queries: n,
+        judged_not_seen,
+        single_grade,
+        unjudged,
+        unjudged_documents,
+        judged_documents,
+        bootstrap,
+        rankers,
+        per_query,
+    })
 }
 
 impl JudgedReport {
@@ -358,7 +372,16 @@ impl JudgedReport {
             }
             s.push_str(&format!(
                 "{:<10} {:>+.4} [{:+.4}, {:+.4}]   {:>+.4} [{:+.4}, {:+.4}]   {}/{}/{}\n",
-                r.ranker, r.minus_logged[3].estimate, r.minus_logged[3].low, r.minus_logged[3].high, r.minus_naive_ctr[3].estimate, r.minus_naive_ctr[3].low, r.minus_naive_ctr[3].high, r.wins, r.ties, r.losses
+                r.ranker,
+                r.minus_logged[3].estimate,
+                r.minus_logged[3].low,
+                r.minus_logged[3].high,
+                r.minus_naive_ctr[3].estimate,
+                r.minus_naive_ctr[3].low,
+                r.minus_naive_ctr[3].high,
+                r.wins,
+                r.ties,
+                r.losses
             ));
         }
         s
@@ -408,7 +431,8 @@ mod tests {
     fn a_ranking_equal_to_the_logged_order_ties_every_query_and_differs_by_zero() {
         let mut seen = BTreeMap::new();
         for q in 0..20 {
-            let docs: BTreeMap<String, Seen> = (0..5).map(|d| (format!("d{d}"), Seen { impressions: 10, clicks: (d * q) % 7, position_sum: 10.0 * (d + 1) as f64 })).collect();
+            let docs: BTreeMap<String, Seen> =
+                (0..5).map(|d| (format!("d{d}"), Seen { impressions: 10, clicks: (d * q) % 7, position_sum: 10.0 * (d + 1) as f64 })).collect();
             seen.insert(format!("q{q}"), docs);
         }
         let qrels = Qrels((0..20).map(|q| (format!("q{q}"), (0..5).map(|d| (format!("d{d}"), ((d + q) % 3) as i64)).collect())).collect());

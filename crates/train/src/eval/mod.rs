@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use burn::tensor::Device;
 use serde::Serialize;
 
-use crate::data::Examples;
 use crate::artefact::Trained;
+use crate::data::Examples;
 
 pub mod config;
 pub mod judged;
@@ -53,9 +53,8 @@ pub fn mean_ndcg(scores: &HashMap<(String, String), f64>, labels: &Labels, cutof
     let mut n = 0;
     for docs in by_query.values_mut() {
         let gain = |rel: f64| 2f64.powf(rel) - 1.0;
-        let dcg = |ordered: &[(&str, f64, f64)], k: usize| -> f64 {
-            ordered.iter().take(k).enumerate().map(|(i, d)| gain(d.2) / ((i + 2) as f64).log2()).sum()
-        };
+        let dcg =
+            |ordered: &[(&str, f64, f64)], k: usize| -> f64 { ordered.iter().take(k).enumerate().map(|(i, d)| gain(d.2) / ((i + 2) as f64).log2()).sum() };
         docs.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(b.0)));
         let ideal: Vec<f64> = cutoffs.iter().map(|k| dcg(docs, *k)).collect();
         if ideal.iter().all(|v| *v <= 0.0) {

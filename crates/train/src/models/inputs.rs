@@ -73,4 +73,3 @@ pub struct Lists {
     /// 1 for an item, 0 for padding.
     pub mask: Tensor<2>,
 }
-

@@ -89,7 +89,6 @@ impl Architecture {
     }
 }
 
-
 /// Checkpoints from before the model family are additive, and so is a config that names none.
 impl Default for ModelKind {
     fn default() -> Self {

@@ -63,9 +63,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for EventTime<'a> {
                 Ok(EventTime::Text(Cow::Owned(v.to_owned())))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                i64::try_from(v)
-                    .map(EventTime::Millis)
-                    .map_err(|_| tagged(Reason::BadEventTime, "epoch millis out of range"))
+                i64::try_from(v).map(EventTime::Millis).map_err(|_| tagged(Reason::BadEventTime, "epoch millis out of range"))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                 Ok(EventTime::Millis(v))

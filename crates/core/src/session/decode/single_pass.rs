@@ -24,16 +24,11 @@ pub(super) fn read(bytes: &[u8], feature_capacity: usize) -> Option<RawSession<'
 }
 
 /// Exact powers of ten: serde_json's table agrees with these up to 1e22.
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
-    1e21, 1e22,
-];
+const POW10: [f64; 23] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22];
 
 /// Reciprocals 10⁻ᵏ, each correctly rounded (a float literal is).
-const INV_POW10: [f64; 23] = [
-    1e0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15, 1e-16, 1e-17,
-    1e-18, 1e-19, 1e-20, 1e-21, 1e-22,
-];
+const INV_POW10: [f64; 23] =
+    [1e0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15, 1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22];
 
 /// A JSON number as serde_json hands it to a visitor.
 #[derive(Clone, Copy, Debug)]
@@ -62,7 +57,11 @@ impl Decimal {
         } else {
             f /= POW10[self.exponent.unsigned_abs() as usize];
         }
-        if self.negative { -f } else { f }
+        if self.negative {
+            -f
+        } else {
+            f
+        }
     }
 
     /// `self.to_f64() as f32`, bit for bit, mostly without the division: `significand × 10⁻ᵏ` is
@@ -89,7 +88,11 @@ impl Decimal {
 /// `v as f64`, through the one-instruction signed conversion when the top bit is clear (the same value).
 #[inline(always)]
 fn u64_to_f64(v: u64) -> f64 {
-    if (v as i64) >= 0 { v as i64 as f64 } else { v as f64 }
+    if (v as i64) >= 0 {
+        v as i64 as f64
+    } else {
+        v as f64
+    }
 }
 
 /// `significand` followed by the digits at `bytes[*at..]`, read eight bytes at a time: one load
@@ -273,7 +276,11 @@ impl<'a> Reader<'a> {
             } else {
                 let n = (significand as i64).wrapping_neg();
                 // serde_json turns `-0` and integers below i64::MIN into floats.
-                if n >= 0 { Number::Float(Decimal { negative, significand, exponent: 0 }) } else { Number::Signed(n) }
+                if n >= 0 {
+                    Number::Float(Decimal { negative, significand, exponent: 0 })
+                } else {
+                    Number::Signed(n)
+                }
             });
         }
         if exponent.unsigned_abs() as usize >= POW10.len() {
@@ -516,9 +523,35 @@ mod tests {
     #[test]
     fn numbers_match_serde_json_or_are_left_to_it() {
         let spellings = [
-            "0", "-0", "7", "-7", "0.5", "-0.0", "1e5", "1E+2", "2.5e-3", "123456789012345678", "18446744073709551615",
-            "18446744073709551616", "-9223372036854775808", "-9223372036854775809", "0.12345678", "0.123456789012",
-            "12345678.87654321", "1e22", "1e23", "1.5e-22", "1.5e-23", "01", "1.", ".5", "-", "1e", "1e+", "--1", "9e307",
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "0.5",
+            "-0.0",
+            "1e5",
+            "1E+2",
+            "2.5e-3",
+            "123456789012345678",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "0.12345678",
+            "0.123456789012",
+            "12345678.87654321",
+            "1e22",
+            "1e23",
+            "1.5e-22",
+            "1.5e-23",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "1e+",
+            "--1",
+            "9e307",
         ];
         for text in spellings {
             let mut reader = Reader { bytes: text.as_bytes(), at: 0, feature_capacity: 0 };
