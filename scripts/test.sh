@@ -73,6 +73,12 @@ fi
 
 # No import circle between source files (docs/testing.md, "Layering"): a second's check before the build.
 python3 scripts/import-circles.py ultr=src ultr_core=crates/core/src ultr_train=crates/train/src ultr_lab=crates/lab/src
+# The sources as rustfmt.toml formats them (a second; rustup's default profile ships rustfmt).
+if ! cargo fmt --version >/dev/null 2>&1; then
+  log "installing rustfmt"
+  rustup component add rustfmt
+fi
+cargo fmt --all --check || { echo "the sources are not formatted: run \`cargo fmt --all\`"; exit 1; }
 
 # 3. Build ultr and its tests in one cargo build (the workspace; the test broker is not part of it).
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
