@@ -15,7 +15,7 @@
 //! Positions are pooled in dyadic blocks {1}, {2,3}, {4..7}, {8..15}, … (U_B = Σ_{k∈B} U_k, one β per
 //! block): misspecification moves neighbouring positions alike (Hager Fig. 3: the bias is smooth in
 //! k, largest at the top), so 6 degrees of freedom instead of 50 keep the power that 50 separate
-//! tests would spread thin (measured on MQ2008: the same windows' z rose from about 3.3 to 4.3).
+//! tests would spread thin.
 //! The covariance of U = (U_B1..U_BK) is estimated robustly, clustered by (query, document): a
 //! document's unexplained relevance (noise no feature carries) makes its clicks overdispersed and
 //! correlated across positions, which the binomial variance would mistake for a signal. Then
@@ -25,8 +25,8 @@
 //! Per-document relevance (the embedding tower: one γ_{q,d} each) needs more: each γ̂ is a
 //! finite-sample estimate, and its error is largest for rarely shown documents, which are the low-π
 //! ones. At a given ẑ a low-π document's true γ lies nearer the mean than a high-π one's (regression
-//! to the mean), so residuals correlate with π through the model's own estimation noise: z ≈ 9–11
-//! on a stream the model fits exactly. The test is then made orthogonal to the model's own
+//! to the mean), so residuals correlate with π through the model's own estimation noise, and the test
+//! fired on a stream the model fits exactly (docs/metrics.md). The test is then made orthogonal to the model's own
 //! parameters (`Nuisance::PerDocument`): per-(q, d) offsets δ and per-position levels α are refit on
 //! the held-out rows (ẑ' = ẑ + δ_qd + α_k), and π is residualised on [1, ẑ'] per position and on the
 //! (q, d) indicators, so only π's variation *within* a document across positions is tested. That is

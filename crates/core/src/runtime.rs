@@ -16,8 +16,8 @@ pub struct RuntimeConfig {
     /// `query_id`) to windows on its own thread, while one reader decodes for all and merges their
     /// closed windows into the state's merged view. Each worker holds its own open windows' partials
     /// and buffers (about `window.reduce_rows` rows), so more workers cost memory, and the state keeps
-    /// their closed windows beside the merged view. Default 1: on a 2-core machine 2 workers measured
-    /// slower than one with 10-minute windows, faster with 10-hour ones (docs/benchmarks.md). A state
+    /// their closed windows beside the merged view. Default 1: a second worker pays only when windows
+    /// are long enough that per-window work outweighs the merge (docs/benchmarks.md, ingest). A state
     /// keeps the count it was created with.
     pub workers: Option<usize>,
 }

@@ -180,8 +180,8 @@ pub struct TrainConfig {
     pub warm_start: bool,
     /// `ultr run` trains its first model only once the closed windows hold at least this many
     /// sessions; earlier firings of the schedule are skipped. A first model fit on a few seconds of a
-    /// stream is underfit in the direction of the logging policy (the demo's, on ~6,000 sessions:
-    /// misspecification z ≈ 3 per window until the next training). 0: train on any closed window.
+    /// stream is underfit in the direction of the logging policy, which the misspecification signal
+    /// then reports until the next training. 0: train on any closed window.
     pub min_sessions: u64,
     /// The observation tower of `gradient_reversal` and `observation_dropout`.
     pub observation_tower: ObservationTowerConfig,
