@@ -63,7 +63,7 @@ pub(crate) struct RowTerms {
 /// logit has no additive per-position parameter (a session model, or position through a tower).
 pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<Option<PositionRefit>> {
     let positions = trained.meta.architecture.max_positions;
-    if trained.meta.architecture.model.listwise() || !trained.model.clone().shift_position_logits(&vec![0.0; positions]) {
+    if !trained.model.has_position_logits() {
         return Ok(None);
     }
     let device = cfg.backend.device()?;
@@ -294,6 +294,25 @@ fn newton_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// For every model of the registry, `has_position_logits` (which decides whether the θ refit
+    /// runs) agrees with `shift_position_logits` (which the refit then calls): a model that claims θ_k
+    /// accepts the shift, and one that does not refuses it.
+    #[test]
+    fn every_model_says_whether_the_refit_applies_as_its_shift_does() {
+        let device = crate::device::BackendKind::Flex.device().unwrap();
+        for kind in crate::models::ModelKind::ALL {
+            let config = TrainConfig { model: *kind, ..TrainConfig::default() };
+            let arch = config.architecture();
+            let mut model = crate::models::AnyModel::new(&arch, 4, 0, 10, &device);
+            let claims = model.has_position_logits();
+            assert_eq!(claims, model.shift_position_logits(&vec![0.0; arch.max_positions]), "{kind:?}");
+        }
+        assert!(crate::models::ModelKind::ALL.iter().any(|k| {
+            let arch = TrainConfig { model: *k, ..TrainConfig::default() }.architecture();
+            crate::models::AnyModel::new(&arch, 4, 0, 10, &device).has_position_logits()
+        }));
+    }
 
     /// The shift solves the per-position score equation: after it, the weighted expected clicks at
     /// each position equal the weighted clicks (an independent check of the Newton iteration).

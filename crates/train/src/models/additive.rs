@@ -64,6 +64,10 @@ impl Model for Additive {
         Additive { embedding: grow_embedding(self.embedding, vocabulary, device), ..self }
     }
 
+    fn has_position_logits(&self) -> bool {
+        true
+    }
+
     /// θ_k += δ_k (positions beyond `delta` unchanged).
     fn shift_position_logits(&mut self, delta: &[f32]) -> bool {
         let theta = self.theta.val();

@@ -57,6 +57,12 @@ pub trait Model: Module + Sized {
     /// Grows the γ embedding to `vocabulary` entries (new pairs start at 0) for a warm start.
     fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self;
 
+    /// Whether the click logit is additive in a per-position parameter θ_k, which
+    /// `shift_position_logits` moves: the θ refit after early stopping (`refit.rs`) applies only then.
+    fn has_position_logits(&self) -> bool {
+        false
+    }
+
     /// Adds `delta[k−1]` to the click logit of every impression at position k, if its click logit
     /// is additive in a per-position parameter (`θ_k`); false (and unchanged) otherwise. The
     /// refit of the bias tower after early stopping (`fit::refit`) uses it.

@@ -154,6 +154,11 @@ macro_rules! registry {
                 match self { $( AnyModel::$kind(m) => AnyModel::$kind(m.grow_embedding(vocabulary, device)), )* }
             }
 
+            /// Whether the logit has a per-position θ_k to refit (see `Model::has_position_logits`).
+            pub fn has_position_logits(&self) -> bool {
+                match self { $( AnyModel::$kind(m) => m.has_position_logits(), )* }
+            }
+
             /// Adds `delta[k−1]` to every click logit at position k (see `Model::shift_position_logits`).
             pub fn shift_position_logits(&mut self, delta: &[f32]) -> bool {
                 match self { $( AnyModel::$kind(m) => m.shift_position_logits(delta), )* }
