@@ -212,8 +212,8 @@ impl Survey {
                 cfg.model.name()
             );
         }
-        if cfg.model.needs_labels(&cfg.model_sections()) && !self.labels {
-            anyhow::bail!("key `train.gradient_reversal.adversarial_label` = \"true_label\" needs relevance labels, which only a simulation's examples carry");
+        if let Some(setting) = cfg.model.needs_labels(&cfg.model_sections()).filter(|_| !self.labels) {
+            anyhow::bail!("{setting} needs relevance labels, which only a simulation's examples carry");
         }
         Ok(())
     }

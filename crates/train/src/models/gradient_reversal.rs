@@ -89,7 +89,31 @@ impl Model for GradientReversal {
         self.observation.objective_sum(b, &Objective { eta: settings.eta, label: settings.adversarial_label, dropout: settings.dropout })
     }
 
-    fn needs_labels(settings: &GradientReversalConfig) -> bool {
-        settings.eta > 0.0 && settings.adversarial_label == AdversarialLabel::TrueLabel
+    fn needs_labels(settings: &GradientReversalConfig) -> Option<String> {
+        (settings.eta > 0.0 && settings.adversarial_label == AdversarialLabel::TrueLabel)
+            .then(|| "key `train.gradient_reversal.adversarial_label` = \"true_label\"".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TrainConfig;
+    use crate::models::ModelKind;
+
+    /// The registry names the setting that needs relevance labels (fit's refusal quotes it): the
+    /// `true_label` adversary with η > 0, and nothing for its default (clicks), for η = 0, or for a
+    /// model without that section.
+    #[test]
+    fn the_setting_that_needs_labels_is_named_by_the_model_that_has_it() {
+        let mut config = TrainConfig::default();
+        let sections = |c: &TrainConfig| c.model_sections();
+        assert_eq!(ModelKind::GradientReversal.needs_labels(&sections(&config)), None);
+        config.gradient_reversal.adversarial_label = AdversarialLabel::TrueLabel;
+        let named = ModelKind::GradientReversal.needs_labels(&sections(&config)).expect("true_label needs labels");
+        assert!(named.contains("train.gradient_reversal.adversarial_label") && named.contains("true_label"), "{named}");
+        assert_eq!(ModelKind::Additive.needs_labels(&sections(&config)), None);
+        config.gradient_reversal.eta = 0.0;
+        assert_eq!(ModelKind::GradientReversal.needs_labels(&sections(&config)), None);
     }
 }

@@ -101,9 +101,10 @@ pub trait Model: Module + Sized {
         None
     }
 
-    /// Whether training with these settings needs the examples' relevance labels (simulations).
-    fn needs_labels(_settings: &Self::Settings) -> bool {
-        false
+    /// The setting (`key = value`) that makes training need the examples' relevance labels, which
+    /// only simulations carry; None when these settings do not need them.
+    fn needs_labels(_settings: &Self::Settings) -> Option<String> {
+        None
     }
 
     /// Checks its sections against the shared dimensions; errors name the key.

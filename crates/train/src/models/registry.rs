@@ -65,8 +65,9 @@ macro_rules! registry {
                 match self { $( ModelKind::$kind => <$file::$ty as Model>::POSITION_PARAMETERS, )* }
             }
 
-            /// Training with these sections needs the examples' relevance labels (simulations).
-            pub fn needs_labels(self, sections: &ModelSections) -> bool {
+            /// The setting that makes training with these sections need relevance labels (see
+            /// `Model::needs_labels`).
+            pub fn needs_labels(self, sections: &ModelSections) -> Option<String> {
                 let _ = sections;
                 match self { $( ModelKind::$kind => <$file::$ty as Model>::needs_labels(&or_default!($( sections.$settings.clone() )?)), )* }
             }
