@@ -312,6 +312,9 @@ pub struct Hager2025Args {
     train_sessions: u64,
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
+    /// Policy strengths τ of the misspecified cells (must hold 0 and 1).
+    #[arg(long, value_delimiter = ',', default_values_t = ultr_lab::experiment::hager2025::TAUS.to_vec())]
+    taus: Vec<f64>,
     #[arg(long, default_value_t = 50)]
     max_epochs: usize,
     /// Runs in parallel.
@@ -582,6 +585,7 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
         data,
         train_sessions: a.train_sessions,
         seeds: a.seeds.clone(),
+        taus: a.taus.clone(),
         max_epochs: a.max_epochs,
         jobs: a.jobs,
         backend: a.backend,
