@@ -434,7 +434,7 @@ struct Shard {
     pending: Pending,
     resume: ResumeOffsets,
     /// Offsets this shard's state already covered when restored; records below them are skipped.
-    covered: ResumeOffsets,
+    covered: shards::Covered,
     decoder: crate::ingest::DecoderState,
 }
 
@@ -472,7 +472,7 @@ impl Shard {
                 }
             }
         }
-        let covered = manifest.resume.clone();
+        let covered = shards::Covered::new(manifest.resume.clone());
         Ok(Shard {
             index,
             shards,
@@ -507,24 +507,6 @@ impl Shard {
         }
     }
 
-    /// True while `(stream, partition, offset)` is below what the restored state covered.
-    fn is_covered(&mut self, stream: &str, partition: i32, offset: i64) -> bool {
-        // Looked up by the borrowed name: this runs per session while anything is covered.
-        let Some(parts) = self.covered.0.get_mut(stream) else { return false };
-        match parts.get(&partition) {
-            Some(&upto) if offset < upto => true,
-            Some(_) => {
-                // Offsets only grow within a partition: nothing after this is covered.
-                parts.remove(&partition);
-                if parts.is_empty() {
-                    self.covered.0.remove(stream);
-                }
-                false
-            }
-            None => false,
-        }
-    }
-
     /// One batch: the dead letters (shard 0), this shard's sessions into windows, every session's
     /// time into the clocks. Returns whether windows closed.
     fn process(&mut self, b: &Broadcast) -> anyhow::Result<bool> {
@@ -535,7 +517,10 @@ impl Shard {
         let batch = &b.batch;
         if self.dead.is_some() {
             for letter in &batch.dead_letters {
-                if self.is_covered(&letter.position.stream, letter.position.partition, letter.position.offset) {
+                // A lookup that leaves `covered` as it is: the letters of a batch come before its
+                // sessions, and a letter past the crash point must not end the skipping of the
+                // sessions before it (they were counted again as duplicates: issue 56's kill test).
+                if self.covered.holds(&letter.position.stream, letter.position.partition, letter.position.offset) {
                     continue;
                 }
                 self.dead.as_mut().expect("shard 0").write(letter)?;
@@ -547,7 +532,7 @@ impl Shard {
             .iter()
             .zip(&b.owners)
             .map(|(o, owner)| {
-                if self.is_covered(&o.stream, o.partition, o.offset) {
+                if self.covered.skip(&o.stream, o.partition, o.offset) {
                     Role::Covered
                 } else if *owner as usize == self.index || self.shards == 1 {
                     Role::Mine

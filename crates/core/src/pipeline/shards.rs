@@ -120,6 +120,43 @@ pub fn earliest_decoder<'a>(mut states: impl Iterator<Item = &'a DecoderState>) 
     out
 }
 
+/// The offsets a shard's restored state already covered: records below them were counted before
+/// the crash and are skipped when the reader, gone back to the earliest shard's position, sends
+/// them again.
+#[derive(Debug, Default)]
+pub struct Covered(ResumeOffsets);
+
+impl Covered {
+    pub fn new(resume: ResumeOffsets) -> Covered {
+        Covered(resume)
+    }
+
+    /// Whether `(stream, partition, offset)` was covered; a lookup that changes nothing, so it may
+    /// be asked in any order (a batch's dead letters are checked before its sessions).
+    pub fn holds(&self, stream: &str, partition: i32, offset: i64) -> bool {
+        self.0 .0.get(stream).and_then(|parts| parts.get(&partition)).is_some_and(|&upto| offset < upto)
+    }
+
+    /// The same for a batch's sessions, asked in offset order within each partition: the first
+    /// offset at or above a partition's bound ends that partition's skipping (offsets only grow
+    /// within a partition), so a run past its crash point no longer looks anything up.
+    pub fn skip(&mut self, stream: &str, partition: i32, offset: i64) -> bool {
+        // Looked up by the borrowed name: this runs per session while anything is covered.
+        let Some(parts) = self.0 .0.get_mut(stream) else { return false };
+        match parts.get(&partition) {
+            Some(&upto) if offset < upto => true,
+            Some(_) => {
+                parts.remove(&partition);
+                if parts.is_empty() {
+                    self.0 .0.remove(stream);
+                }
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +178,19 @@ mod tests {
             counts[shard_of(&format!("q{q}"), 3) as usize] += 1;
         }
         assert!(counts.iter().all(|&c| (850..1150).contains(&c)), "{counts:?}");
+    }
+
+    /// A restored shard covered partition 0 up to offset 100. A batch from 95 to 104 holds a
+    /// malformed record at 102: its dead letter is checked first (`holds`: not covered, so it is
+    /// written), and the sessions 95–99 are still skipped after it, 100–104 are not. Before the fix
+    /// the letter's check ended the skipping, and 95–99 counted again as duplicate sessions.
+    #[test]
+    fn a_dead_letter_past_the_crash_point_does_not_uncover_the_sessions_before_it() {
+        let mut covered = Covered::new(ResumeOffsets([("k".to_string(), BTreeMap::from([(0, 100)]))].into()));
+        assert!(!covered.holds("k", 0, 102), "the letter at 102 is new");
+        assert!(covered.holds("k", 0, 97), "a letter at 97 was written before the crash");
+        let skipped: Vec<bool> = (95..105).map(|offset| covered.skip("k", 0, offset)).collect();
+        assert_eq!(skipped, [true, true, true, true, true, false, false, false, false, false]);
+        assert!(!covered.skip("k", 1, 3), "a partition the state never read is not covered");
     }
 }
