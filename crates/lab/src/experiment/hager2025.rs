@@ -32,11 +32,10 @@ pub struct Setting {
     pub ips: bool,
 }
 
-/// The grid: claims 1–4 of the issue (Hager Figs. 2–4).
 /// The grid's policy strengths by default: no swaps, two partial randomisations, uniform.
 pub const TAUS: [f64; 4] = [0.0, 0.333, 0.666, 1.0];
 
-/// The grid's settings with the policy strengths `taus` for the claim-3 and claim-4 cells (the
+/// The grid: claims 1–4 of the issue (Hager Figs. 2–4), with the policy strengths `taus` for the claim-3 and claim-4 cells (the
 /// embedding cells of claim 2 are at τ = 0 and 1 always).
 pub fn settings(taus: &[f64]) -> Vec<Setting> {
     let s = |name: &str, claim, relevance, tower, feature_limit, tau, ips| Setting { name: name.into(), claim, relevance, tower, feature_limit, tau, ips };
