@@ -85,7 +85,9 @@ TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 # Test harness targets (`cargo test --release` builds them in the `bench` profile: the unit-test builds
 # of each crate, tests/laboratory, tests/deployment, and the bench binary, which the test command only
 # compiles) at opt-level 1: they call into the libraries and the `ultr` binary, which keep the release
-# profile's opt-level 3. `cargo bench` outside this script keeps opt-level 3 (docs/testing.md).
+# profile's opt-level 3. `cargo bench` outside this script keeps opt-level 3 (docs/testing.md). The
+# unit-test builds of ultr-core, ultr-train and ultr-lab are at opt-level 0 whatever this says
+# (Cargo.toml's package overrides), and so is the SQL front end in every build.
 export CARGO_PROFILE_BENCH_OPT_LEVEL="${CARGO_PROFILE_BENCH_OPT_LEVEL:-1}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 NEXTEST=(cargo nextest run --workspace --release)

@@ -164,32 +164,64 @@ impl Remote {
     }
 
     /// Replaces `dir` with the copy under `prefix` without writing (a reader of the merged view).
+    /// Only what changed is downloaded: the objects the last fetch into `dir` wrote and the record
+    /// still names under the same key stay (an object is written once, so the same key is the same
+    /// bytes); every other file in `dir` is removed, as a fresh download would leave it. Returns
+    /// false when there is no copy.
     pub fn fetch(&self, prefix: &str, dir: &Path) -> anyhow::Result<bool> {
         let Some((record, _)) = self.record(prefix)? else { return Ok(false) };
-        self.download(prefix, &record, dir)?;
+        let fetched = dir.join(FETCHED);
+        let previous: BTreeMap<String, StoredObject> =
+            fs::read(&fetched).ok().and_then(|b| serde_json::from_slice(&b).ok()).filter(|_| dir.join(MANIFEST).exists()).unwrap_or_default();
+        if previous.is_empty() {
+            self.download(prefix, &record, dir)?;
+        } else {
+            // The list goes first: a fetch that fails half-way leaves no list, and the next one
+            // downloads everything.
+            fs::remove_file(&fetched).with_context(|| format!("removing {}", fetched.display()))?;
+            prune(dir, dir, &record.objects)?;
+            for (rel, object) in &record.objects {
+                let kept = previous.get(rel) == Some(object) && fs::metadata(dir.join(rel)).is_ok_and(|m| m.len() == object.bytes);
+                if !kept {
+                    self.download_object(prefix, rel, object, dir)?;
+                }
+            }
+            self.write_manifest(&record, dir)?;
+        }
+        fs::write(&fetched, serde_json::to_vec(&record.objects)?).with_context(|| format!("writing {}", fetched.display()))?;
         Ok(true)
     }
 
     fn download(&self, prefix: &str, record: &Record, dir: &Path) -> anyhow::Result<()> {
         clear_dir(dir)?;
         for (rel, object) in &record.objects {
-            let bytes = self
-                .get(&format!("{prefix}/{}", object.key))?
-                .with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
-            anyhow::ensure!(
-                bytes.len() as u64 == object.bytes,
-                "{prefix}/{} in {} is {} bytes but its record says {}",
-                object.key,
-                self.url,
-                bytes.len(),
-                object.bytes
-            );
-            let local = dir.join(rel);
-            if let Some(parent) = local.parent() {
-                fs::create_dir_all(parent)?;
-            }
-            fs::write(&local, bytes).with_context(|| format!("writing {}", local.display()))?;
+            self.download_object(prefix, rel, object, dir)?;
         }
+        self.write_manifest(record, dir)
+    }
+
+    /// The object holding state file `rel`, checked against its recorded length, written to `dir`.
+    fn download_object(&self, prefix: &str, rel: &str, object: &StoredObject, dir: &Path) -> anyhow::Result<()> {
+        let bytes = self
+            .get(&format!("{prefix}/{}", object.key))?
+            .with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
+        anyhow::ensure!(
+            bytes.len() as u64 == object.bytes,
+            "{prefix}/{} in {} is {} bytes but its record says {}",
+            object.key,
+            self.url,
+            bytes.len(),
+            object.bytes
+        );
+        let local = dir.join(rel);
+        if let Some(parent) = local.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&local, bytes).with_context(|| format!("writing {}", local.display()))
+    }
+
+    /// The record's manifest into `dir` (atomically), beside the state folders, then `dir` synced.
+    fn write_manifest(&self, record: &Record, dir: &Path) -> anyhow::Result<()> {
         for sub in ["windows", "open", "late"] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -368,6 +400,28 @@ fn clear_dir(dir: &Path) -> anyhow::Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
 }
 
+/// Removes every file under `dir` (and the folders left empty) that is not the manifest or a state
+/// file `objects` names; `root` is the copy's top folder.
+fn prune(root: &Path, dir: &Path, objects: &BTreeMap<String, StoredObject>) -> anyhow::Result<()> {
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            prune(root, &path, objects)?;
+            let _ = fs::remove_dir(&path); // only when empty
+            continue;
+        }
+        let rel = path.strip_prefix(root).expect("under the copy").to_string_lossy().replace('\\', "/");
+        if rel != MANIFEST && !objects.contains_key(&rel) {
+            fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// In a fetched copy: the objects that fetch wrote there (path → object), so the next fetch
+/// downloads only what changed.
+const FETCHED: &str = ".fetched-objects.json";
+
 /// The dead-letter file a partition's state carries (letters go with the records they replace).
 pub const DEAD_LETTERS: &str = "dead-letters.jsonl";
 
@@ -378,3 +432,85 @@ pub fn partition_prefix(topic: &str, partition: i32) -> String {
 
 /// The prefix of the merged view.
 pub const MERGED_PREFIX: &str = "merged";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    /// Writes `files` (state path, object key, bytes) and a record naming them under `prefix`.
+    fn publish(remote: &Remote, prefix: &str, manifest: &Manifest, files: &[(&str, &str, &[u8])]) {
+        let mut objects = BTreeMap::new();
+        for (rel, key, bytes) in files {
+            remote.put(&format!("{prefix}/{key}"), bytes.to_vec()).unwrap();
+            objects.insert(rel.to_string(), StoredObject { key: key.to_string(), bytes: bytes.len() as u64 });
+        }
+        let record = Record { epoch: 1, objects, manifest: manifest.clone() };
+        remote.put(&format!("{prefix}/{RECORD}"), serde_json::to_vec(&record).unwrap()).unwrap();
+    }
+
+    /// Every file under `dir` (path relative to it → bytes), the fetch's own list left out.
+    fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+        fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+            for e in fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(root, &p, out);
+                } else if !p.ends_with(FETCHED) {
+                    out.insert(p.strip_prefix(root).unwrap().to_string_lossy().into_owned(), fs::read(&p).unwrap());
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(dir, dir, &mut out);
+        out
+    }
+
+    /// A second fetch leaves the folder exactly as a fresh download of the new copy would (a file
+    /// the copy dropped and a stray local file gone, a new one there), and rewrites no file whose
+    /// object is unchanged (its modification time, set to 2001, stays).
+    #[test]
+    fn a_fetch_downloads_only_changed_objects_and_leaves_the_copy_exactly() {
+        let root = tempfile::tempdir().unwrap();
+        let store = root.path().join("store");
+        fs::create_dir_all(&store).unwrap();
+        let config = ObjectStoreConfig {
+            url: format!("file://{}", store.display()),
+            options: BTreeMap::new(),
+            compact_interval: default_compact_interval(),
+            lease_ttl: default_lease_ttl(),
+        };
+        let remote = Remote::open(&config).unwrap();
+        let spec = crate::window::operator::WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 0, idle_timeout_ms: 0 };
+        let holdout = crate::window::Holdout { validation: 0.1, evaluation: 0.1 };
+        let manifest = super::super::StateStore::open(&root.path().join("fresh"), "test", spec, holdout).unwrap().manifest().clone();
+
+        publish(
+            &remote,
+            "merged",
+            &manifest,
+            &[("windows/w1/a.parquet", "e1/windows/w1/a.parquet", b"aaaa"), ("windows/w2/b.parquet", "e1/windows/w2/b.parquet", b"bb")],
+        );
+        let dir = root.path().join("reader");
+        assert!(remote.fetch("merged", &dir).unwrap());
+        let a = dir.join("windows/w1/a.parquet");
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        fs::File::options().write(true).open(&a).unwrap().set_modified(old).unwrap();
+        fs::create_dir_all(dir.join("models")).unwrap();
+        fs::write(dir.join("models/stray.json"), b"{}").unwrap();
+
+        publish(
+            &remote,
+            "merged",
+            &manifest,
+            &[("windows/w1/a.parquet", "e1/windows/w1/a.parquet", b"aaaa"), ("windows/w3/c.parquet", "e2/windows/w3/c.parquet", b"ccc")],
+        );
+        assert!(remote.fetch("merged", &dir).unwrap());
+        assert_eq!(fs::metadata(&a).unwrap().modified().unwrap(), old, "the unchanged object was downloaded again");
+        assert!(!dir.join("windows/w2").exists(), "the dropped window's folder is gone");
+        let fresh = root.path().join("fresh-reader");
+        assert!(remote.fetch("merged", &fresh).unwrap());
+        assert_eq!(files(&dir), files(&fresh));
+        assert_eq!(files(&dir).get("windows/w3/c.parquet").map(Vec::as_slice), Some(&b"ccc"[..]));
+    }
+}
