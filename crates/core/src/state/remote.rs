@@ -290,23 +290,10 @@ impl Remote {
             for table in w.files.keys() {
                 let rel = format!("windows/{}/{table}.parquet", w.dir);
                 let object = record.objects.get(&rel).with_context(|| format!("{prefix}/{RECORD} in {} names no object for {rel}", self.url))?;
-                let local = dir.join(&rel);
-                if fs::metadata(&local).map(|m| m.len() == object.bytes).unwrap_or(false) {
+                if fs::metadata(dir.join(&rel)).map(|m| m.len() == object.bytes).unwrap_or(false) {
                     continue;
                 }
-                let bytes = self
-                    .get(&format!("{prefix}/{}", object.key))?
-                    .with_context(|| format!("{prefix}/{} in {} is named by its record but missing", object.key, self.url))?;
-                anyhow::ensure!(
-                    bytes.len() as u64 == object.bytes,
-                    "{prefix}/{} in {} is {} bytes but its record says {}",
-                    object.key,
-                    self.url,
-                    bytes.len(),
-                    object.bytes
-                );
-                fs::create_dir_all(local.parent().expect("a window file has a folder"))?;
-                fs::write(&local, bytes).with_context(|| format!("writing {}", local.display()))?;
+                self.download_object(prefix, &rel, object, dir)?;
             }
         }
         for e in fs::read_dir(dir.join("windows"))?.flatten() {
