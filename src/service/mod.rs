@@ -70,7 +70,8 @@ struct MonitorInbox {
 }
 
 /// The monitor on its own thread: identifiability, cumulative views and residual scoring of the
-/// newest manifest; it also re-checks every few seconds, so a newly promoted model is scored.
+/// newest manifest; it also re-checks every few seconds, so a newly promoted model is scored. After
+/// each look it rests as long as the look took, so it never takes more than half of one core.
 struct MonitorThread {
     inbox: Arc<MonitorInbox>,
     stop: Arc<AtomicBool>,
@@ -98,8 +99,16 @@ impl MonitorThread {
                     break;
                 }
                 if let Some(manifest) = &current {
+                    let started = std::time::Instant::now();
                     // Errors are counted by observe_recorded (ultr_monitor_errors_total).
                     let _ = monitor.observe_recorded(&state_dir, manifest);
+                    // Rest as long as the look took (one with nothing new takes microseconds), at most a
+                    // minute: the monitor takes at most half of one core however fast windows close, and
+                    // the windows that close meanwhile are scored together at the next look.
+                    let rest_until = started + started.elapsed().min(Duration::from_secs(60)) * 2;
+                    while !stop2.load(Ordering::SeqCst) && std::time::Instant::now() < rest_until {
+                        std::thread::sleep(Duration::from_millis(50).min(rest_until.saturating_duration_since(std::time::Instant::now())));
+                    }
                 }
             }
         })?;

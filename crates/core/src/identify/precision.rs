@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::{Array as _, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, UInt32Type};
 use serde::Serialize;
@@ -68,36 +68,42 @@ impl ThetaPrecision {
 /// (query, document) → its cells at positions 1..=`max_position`, contexts merged, from the
 /// cumulative propensity table (query_id, doc_id, position, impressions, clicks).
 pub fn cells_of(propensity: &[RecordBatch], max_position: u32) -> Vec<Cells> {
-    let mut merged: HashMap<(String, String), BTreeMap<usize, (f64, f64)>> = HashMap::new();
-    for b in propensity {
-        let (Some(q), Some(d), Some(k), Some(n), Some(c)) = (
-            b.column_by_name("query_id"),
-            b.column_by_name("doc_id"),
-            b.column_by_name("position"),
-            b.column_by_name("impressions"),
-            b.column_by_name("clicks"),
-        ) else {
-            continue;
-        };
-        let (Ok(q), Ok(d), Ok(n), Ok(c)) = (cast(q, &DataType::Utf8), cast(d, &DataType::Utf8), cast(n, &DataType::Float64), cast(c, &DataType::Float64))
-        else {
-            continue;
-        };
+    // The columns as Utf8 and Float64, held here so that the merge below keys on borrowed strings.
+    let columns: Vec<_> = propensity
+        .iter()
+        .filter_map(|b| {
+            let (q, d, k, n, c) = (
+                b.column_by_name("query_id")?,
+                b.column_by_name("doc_id")?,
+                b.column_by_name("position")?,
+                b.column_by_name("impressions")?,
+                b.column_by_name("clicks")?,
+            );
+            Some((
+                cast(q, &DataType::Utf8).ok()?,
+                cast(d, &DataType::Utf8).ok()?,
+                k.clone(),
+                cast(n, &DataType::Float64).ok()?,
+                cast(c, &DataType::Float64).ok()?,
+            ))
+        })
+        .collect();
+    let mut merged: HashMap<(&str, &str), BTreeMap<usize, (f64, f64)>> = HashMap::new();
+    for (q, d, k, n, c) in &columns {
         let (q, d, k, n, c) =
             (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>(), n.as_primitive::<Float64Type>(), c.as_primitive::<Float64Type>());
-        for i in 0..b.num_rows() {
+        for i in 0..q.len() {
             let position = k.value(i);
             if position == 0 || position > max_position || n.value(i) <= 0.0 {
                 continue;
             }
-            let cell = merged.entry((q.value(i).to_string(), d.value(i).to_string())).or_default().entry(position as usize - 1).or_default();
+            let cell = merged.entry((q.value(i), d.value(i))).or_default().entry(position as usize - 1).or_default();
             cell.0 += c.value(i);
             cell.1 += n.value(i);
         }
     }
-    let mut out: Vec<((String, String), Cells)> =
-        merged.into_iter().map(|(key, cells)| (key, cells.into_iter().map(|(k, (c, n))| (k, c, n)).collect())).collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0)); // a fixed order: the fit's sums do not depend on hashing
+    let mut out: Vec<((&str, &str), Cells)> = merged.into_iter().map(|(key, cells)| (key, cells.into_iter().map(|(k, (c, n))| (k, c, n)).collect())).collect();
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0)); // a fixed order: the fit's sums do not depend on hashing
     out.into_iter().map(|(_, cells)| cells).collect()
 }
 
@@ -171,38 +177,77 @@ fn pearson_dispersion(pairs: &[&Cells], gamma: &[f64], theta: &[f64]) -> f64 {
     }
 }
 
-/// Maximum likelihood by alternating Newton steps on γ (per pair) and θ_2..θ_K (θ_1 = 0). A pair
-/// without clicks (or with only clicks) runs toward a bound where its weights vanish, as its
-/// information does; the bound keeps the numbers finite.
+/// Maximum likelihood: per iteration one Newton step on each γ at the current θ, then a Newton step
+/// on θ_2..θ_K (θ_1 = 0) against the profile information, the γ's eliminated: the joint Newton step,
+/// which converges quadratically where steps on γ alone and θ alone, alternating, converge linearly
+/// and slowly (docs/benchmarks.md, "The monitor's θ-precision fit"). Where that information is singular (a position no informative pair links to the others)
+/// the step falls back to each θ_k's own curvature. A pair without clicks (or with only clicks) has
+/// its maximum at γ = ∓∞, where its weights, and so its information, vanish: it is held at the bound
+/// and left out of the steps.
 fn fit(pairs: &[&Cells], k: usize) -> (Vec<f64>, Vec<f64>) {
     const BOUND: f64 = 20.0;
     let mut theta = vec![0.0; k];
-    let mut gamma = vec![0.0; pairs.len()];
+    let mut gamma = Vec::with_capacity(pairs.len());
+    let mut free = Vec::with_capacity(pairs.len());
+    for cells in pairs {
+        let (c, n) = cells.iter().fold((0.0, 0.0), |(c, n), &(_, ci, ni)| (c + ci, n + ni));
+        let bound = if c <= 0.0 {
+            Some(-BOUND)
+        } else if c >= n {
+            Some(BOUND)
+        } else {
+            None
+        };
+        gamma.push(bound.unwrap_or(0.0));
+        free.push(bound.is_none());
+    }
+    let mut cell_terms: Vec<(usize, f64, f64)> = Vec::with_capacity(k);
     for _ in 0..500 {
-        for (g, cells) in gamma.iter_mut().zip(pairs) {
-            let (mut grad, mut hess) = (0.0, 0.0);
+        let mut information = vec![0.0; k * k];
+        let (mut profile_grad, mut grad, mut hess) = (vec![0.0; k], vec![0.0; k], vec![0.0; k]);
+        for ((g, cells), _) in gamma.iter_mut().zip(pairs).zip(&free).filter(|(_, free)| **free) {
+            let (mut r_sum, mut w_sum) = (0.0, 0.0);
             for &(j, c, n) in cells.iter() {
                 let p = sigmoid(*g + theta[j]);
-                grad += c - n * p;
-                hess += n * p * (1.0 - p);
+                r_sum += c - n * p;
+                w_sum += n * p * (1.0 - p);
             }
-            *g = (*g + grad / hess.max(1e-12)).clamp(-BOUND, BOUND);
-        }
-        let (mut grad, mut hess) = (vec![0.0; k], vec![0.0; k]);
-        for (g, cells) in gamma.iter().zip(pairs) {
+            *g = (*g + r_sum / w_sum.max(1e-12)).clamp(-BOUND, BOUND);
+            // Residuals r and weights w at the new γ: the θ step's gradient and information.
+            cell_terms.clear();
+            let (mut r_sum, mut w_sum) = (0.0, 0.0);
             for &(j, c, n) in cells.iter() {
-                let p = sigmoid(g + theta[j]);
-                grad[j] += c - n * p;
-                hess[j] += n * p * (1.0 - p);
+                let p = sigmoid(*g + theta[j]);
+                let (r, w) = (c - n * p, n * p * (1.0 - p));
+                cell_terms.push((j, r, w));
+                grad[j] += r;
+                hess[j] += w;
+                r_sum += r;
+                w_sum += w;
+            }
+            for &(a, r, wa) in &cell_terms {
+                profile_grad[a] += r;
+                information[a * k + a] += wa;
+                if w_sum > 0.0 {
+                    profile_grad[a] -= wa * r_sum / w_sum;
+                    for &(b, _, wb) in &cell_terms {
+                        information[a * k + b] -= wa * wb / w_sum;
+                    }
+                }
             }
         }
+        let active: Vec<usize> = (1..k).filter(|&j| hess[j] > 1e-12).collect();
+        let m = active.len();
+        let mut sub: Vec<f64> = active.iter().flat_map(|&r| active.iter().map(move |&c| (r, c))).map(|(r, c)| information[r * k + c]).collect();
+        let steps: Vec<f64> = match invert(&mut sub, m) {
+            Some(inverse) => (0..m).map(|i| (0..m).map(|l| inverse[i * m + l] * profile_grad[active[l]]).sum()).collect(),
+            None => active.iter().map(|&j| grad[j] / hess[j]).collect(),
+        };
         let mut largest = 0f64;
-        for j in 1..k {
-            if hess[j] > 1e-12 {
-                let step = (grad[j] / hess[j]).clamp(-1.0, 1.0);
-                theta[j] = (theta[j] + step).clamp(-BOUND, BOUND);
-                largest = largest.max(step.abs());
-            }
+        for (&j, step) in active.iter().zip(steps) {
+            let step = step.clamp(-1.0, 1.0);
+            theta[j] = (theta[j] + step).clamp(-BOUND, BOUND);
+            largest = largest.max(step.abs());
         }
         if largest < 1e-9 {
             break;
