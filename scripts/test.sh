@@ -171,20 +171,22 @@ else
   # of cargo's lock. The benches go first: they share the target dir (and its lock) with the tests,
   # so they are done before the laboratory's nextest needs that lock; the broker builds in a target
   # dir of its own and may go on into the laboratory phase. The benches link the libraries built
-  # above (release) and, like the tests, are compiled at the harness opt-level set above (a compile
-  # check here; `cargo bench` keeps 3). A build that fails fails the run (docs/testing.md).
+  # above (release); the bench binary itself is compiled at opt-level 0 here, a compile check that
+  # runs nothing (`cargo bench` keeps 3). A build that fails fails the run (docs/testing.md).
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20 && cargo build --workspace --release --bench '*' && build_test_broker
+    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*' && build_test_broker
   ) >"$BG_LOG" 2>&1 &
   bg_pid=$!
   "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4
   phase "tests/deployment (less the sqlite-broker tests)"
   # The laboratory and the unit tests start at once; the tests that need the sqlite/SCRAM broker
-  # start beside them as soon as it is built (a second nextest, two at a time).
+  # start beside them as soon as it is built (a second nextest, two at a time). The laboratory runs
+  # at the broker build's priority: CPU-bound both, they share the cores, so the broker is built
+  # and its tests (mostly waiting on a broker) run while the laboratory does, not after it.
   log "cargo nextest run --release: tests/laboratory and the unit tests (the sqlite-broker tests join once the broker is built)"
-  "${NEXTEST[@]}" -E "not binary(deployment)" &
+  nice -n 19 "${NEXTEST[@]}" -E "not binary(deployment)" &
   lab_pid=$!
   if ! wait "$bg_pid"; then
     kill "$lab_pid" 2>/dev/null || true
