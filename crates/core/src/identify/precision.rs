@@ -180,10 +180,10 @@ fn pearson_dispersion(pairs: &[&Cells], gamma: &[f64], theta: &[f64]) -> f64 {
 /// Maximum likelihood: per iteration one Newton step on each γ at the current θ, then a Newton step
 /// on θ_2..θ_K (θ_1 = 0) against the profile information, the γ's eliminated: the joint Newton step,
 /// which converges quadratically where steps on γ alone and θ alone, alternating, converge linearly
-/// and slowly (docs/benchmarks.md, "The monitor's θ-precision fit"). Where that information is singular (a position no informative pair links to the others)
-/// the step falls back to each θ_k's own curvature. A pair without clicks (or with only clicks) has
-/// its maximum at γ = ∓∞, where its weights, and so its information, vanish: it is held at the bound
-/// and left out of the steps.
+/// and slowly (docs/benchmarks.md, "The monitor's θ-precision fit"). Where that information is
+/// singular (a position no informative pair links to the others) the step falls back to each θ_k's
+/// own curvature. A pair without clicks (or with only clicks) has its maximum at γ = ∓∞, where its
+/// weights, and so its information, vanish: it is held at the bound and left out of the steps.
 fn fit(pairs: &[&Cells], k: usize) -> (Vec<f64>, Vec<f64>) {
     const BOUND: f64 = 20.0;
     let mut theta = vec![0.0; k];
