@@ -105,7 +105,7 @@ impl MonitorThread {
                     // Rest as long as the look took (one with nothing new takes microseconds), at most a
                     // minute: the monitor takes at most half of one core however fast windows close, and
                     // the windows that close meanwhile are scored together at the next look.
-                    let rest_until = started + started.elapsed().min(Duration::from_secs(60)) * 2;
+                    let rest_until = std::time::Instant::now() + started.elapsed().min(Duration::from_secs(60));
                     while !stop2.load(Ordering::SeqCst) && std::time::Instant::now() < rest_until {
                         std::thread::sleep(Duration::from_millis(50).min(rest_until.saturating_duration_since(std::time::Instant::now())));
                     }
