@@ -15,6 +15,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 
 use super::SessionSink;
 
+/// How long a flush waits without any delivery completing before it fails.
+const FLUSH_STALL: Duration = Duration::from_secs(60);
+
 /// Counts delivery outcomes reported by librdkafka.
 #[derive(Default)]
 pub struct DeliveryCounter {
@@ -132,8 +135,26 @@ impl SessionSink for KafkaSink {
         send_record(&self.producer, &mut self.sent, BaseRecord::to(&self.topic).key(key).payload(payload))
     }
 
+    /// Waits until every record is delivered. It gives up only when no delivery completes for
+    /// `FLUSH_STALL` in a row: a slow broker that keeps acknowledging is waited for, whatever the
+    /// backlog, and an unreachable one fails the flush after that long.
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.producer.flush(Duration::from_secs(60)).context("flushing Kafka producer")?;
+        let mut in_flight = self.producer.in_flight_count();
+        let mut stalled_since = std::time::Instant::now();
+        loop {
+            match self.producer.flush(Duration::from_secs(5)) {
+                Ok(()) => break,
+                Err(e) => {
+                    let now = self.producer.in_flight_count();
+                    if now < in_flight {
+                        (in_flight, stalled_since) = (now, std::time::Instant::now());
+                    } else if stalled_since.elapsed() >= FLUSH_STALL {
+                        return Err(e)
+                            .with_context(|| format!("flushing Kafka producer: no delivery for {} s, {now} records in flight", FLUSH_STALL.as_secs()));
+                    }
+                }
+            }
+        }
         let failed = self.counter.failed.load(Ordering::Relaxed);
         anyhow::ensure!(failed == 0, "{failed} Kafka deliveries failed");
         Ok(())
