@@ -433,7 +433,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
     // A last merge covers this instance's final checkpoints (when it holds the lease).
     let Member { mut total, mut merged_writer, lease_ttl, .. } = member;
     drop(consumer);
-    compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer, &mut total, observer)?;
+    compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer).report(root, &mut total, observer);
     lease::release(&remote, &me)?;
     Ok(total)
 }
@@ -490,32 +490,57 @@ struct Member<'a> {
 impl Member<'_> {
     /// Polls the group until the observer stops it, a task fails, or (with `idle_exit`) every
     /// partition is read to its end.
+    ///
+    /// Compaction rounds run on a thread of their own, one at a time: a merge can take longer than
+    /// `session.timeout.ms`, and a member that stops polling for that long misses the group's
+    /// rebalances, is dropped, and holds every other member's join back meanwhile.
     fn serve(&mut self, observer: &mut dyn ScaleObserver) -> anyhow::Result<()> {
-        loop {
-            // Serves the group's callbacks (assignments start tasks, revocations stop them).
-            if let Some(Err(e)) = self.consumer.poll(Duration::from_millis(100)) {
-                tracing::debug!("group member: {e}");
+        let (config, remote, root, me, lease_ttl) = (self.config, self.remote, self.root, self.me, self.lease_ttl);
+        std::thread::scope(|scope| {
+            let mut round: Option<std::thread::ScopedJoinHandle<'_, (Round, Option<Writer>)>> = None;
+            let result = loop {
+                if round.as_ref().is_some_and(|r| r.is_finished()) {
+                    let (done, writer) = round.take().expect("checked above").join().map_err(|_| anyhow::anyhow!("a compaction round panicked"))?;
+                    self.merged_writer = writer;
+                    done.report(root, &mut self.total, observer);
+                    observer.on_lease(done.leader);
+                }
+                if round.is_none() && self.last_compaction.is_none_or(|t| t.elapsed() >= self.compact_every) {
+                    self.last_compaction = Some(Instant::now());
+                    self.total.lag = lag(self.consumer, self.shared);
+                    let mut writer = self.merged_writer.take();
+                    round = Some(scope.spawn(move || (compaction_round(config, remote, root, me, lease_ttl, &mut writer), writer)));
+                }
+                match self.poll_once(observer) {
+                    Ok(false) => {}
+                    Ok(true) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            };
+            // The round in flight finishes; its hold on the merged view serves the last round.
+            if let Some(Ok((_, writer))) = round.map(|r| r.join()) {
+                self.merged_writer = writer;
             }
-            if let Some(f) = self.shared.failure.lock().take() {
-                bail!(f);
-            }
-            commit_durable(self.consumer, self.shared, &mut self.committed);
-            probe_brokers(self.consumer, &self.shared.health, &self.shared.kafka.topics, &mut self.last_probe);
-            self.reap_ended();
-            count(&mut self.total, &mut self.ended, self.shared);
-            self.restart_fenced();
-            if self.last_compaction.is_none_or(|t| t.elapsed() >= self.compact_every) {
-                self.last_compaction = Some(Instant::now());
-                self.total.lag = lag(self.consumer, self.shared);
-                let leader =
-                    compaction_round(self.config, self.remote, self.root, self.me, self.lease_ttl, &mut self.merged_writer, &mut self.total, observer)?;
-                observer.on_lease(leader);
-            }
-            observer.on_progress(&self.total);
-            if observer.should_stop() || self.read_to_the_end() {
-                return Ok(());
-            }
+            result
+        })
+    }
+
+    /// One turn of the loop besides compaction: serves the group's callbacks (assignments start
+    /// tasks, revocations stop them), commits durable offsets, and says whether to stop.
+    fn poll_once(&mut self, observer: &mut dyn ScaleObserver) -> anyhow::Result<bool> {
+        if let Some(Err(e)) = self.consumer.poll(Duration::from_millis(100)) {
+            tracing::debug!("group member: {e}");
         }
+        if let Some(f) = self.shared.failure.lock().take() {
+            bail!(f);
+        }
+        commit_durable(self.consumer, self.shared, &mut self.committed);
+        probe_brokers(self.consumer, &self.shared.health, &self.shared.kafka.topics, &mut self.last_probe);
+        self.reap_ended();
+        count(&mut self.total, &mut self.ended, self.shared);
+        self.restart_fenced();
+        observer.on_progress(&self.total);
+        Ok(observer.should_stop() || self.read_to_the_end())
     }
 
     /// Tasks whose source ended (idle_exit) are reaped; their partitions stay assigned.
@@ -576,25 +601,35 @@ impl Member<'_> {
     }
 }
 
-/// Takes or renews the lease; the holder compacts, the others fetch the merged view. Returns
-/// whether this instance holds the lease. A failing store is a warning here (the partition tasks
-/// fail on their own when they cannot copy their state).
-fn compaction_round(
-    config: &PipelineConfig,
-    remote: &Remote,
-    root: &Path,
-    me: &str,
-    lease_ttl: i64,
-    merged_writer: &mut Option<Writer>,
-    total: &mut RunReport,
-    observer: &mut dyn ScaleObserver,
-) -> anyhow::Result<bool> {
+/// What one compaction round did: whether this instance holds the compactor lease, and whether the
+/// merged view here changed (compacted here, or fetched from the lease holder).
+struct Round {
+    leader: bool,
+    changed: bool,
+}
+
+impl Round {
+    /// Hands a changed merged view, with its watermark, to the observer.
+    fn report(&self, root: &Path, total: &mut RunReport, observer: &mut dyn ScaleObserver) {
+        if self.changed {
+            let merged = merged_dir(root);
+            if let Ok(m) = ultr_core::state::read_manifest(&merged) {
+                total.watermark_ms = m.operator.watermark;
+            }
+            observer.on_merged(&merged, total);
+        }
+    }
+}
+
+/// Takes or renews the lease; the holder compacts, the others fetch the merged view. A failing
+/// store is a warning here (the partition tasks fail on their own when they cannot copy their state).
+fn compaction_round(config: &PipelineConfig, remote: &Remote, root: &Path, me: &str, lease_ttl: i64, merged_writer: &mut Option<Writer>) -> Round {
     let now = chrono::Utc::now().timestamp_millis();
     let leader = match lease::try_acquire(remote, me, lease_ttl, now) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!("compactor lease: {e:#}");
-            return Ok(false);
+            return Round { leader: false, changed: false };
         }
     };
     let merged = merged_dir(root);
@@ -614,17 +649,14 @@ fn compaction_round(
             Err(e) => Err(e),
         }
     };
-    match outcome {
-        Ok(true) => {
-            if let Ok(m) = ultr_core::state::read_manifest(&merged) {
-                total.watermark_ms = m.operator.watermark;
-            }
-            observer.on_merged(&merged, total);
+    let changed = match outcome {
+        Ok(changed) => changed,
+        Err(e) => {
+            tracing::warn!("merged view: {e:#}");
+            false
         }
-        Ok(false) => {}
-        Err(e) => tracing::warn!("merged view: {e:#}"),
-    }
-    Ok(leader)
+    };
+    Round { leader, changed }
 }
 
 /// Why a partition's state in the store is not yet the end of a bounded run, if it is not: it must
