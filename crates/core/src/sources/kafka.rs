@@ -38,7 +38,8 @@ pub struct KafkaSourceConfig {
     /// starts. `queued.max.messages.kbytes` defaults to 4096 here (see `DEFAULT_QUEUED_MAX_KBYTES`).
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
-    /// Stop (end of stream) after this long without a message; unset runs forever.
+    /// Stop (end of stream) after waiting this long without a message (the pipeline's own work
+    /// between polls does not count); unset runs forever.
     #[serde(default)]
     pub idle_exit_ms: Option<u64>,
 }
@@ -133,7 +134,10 @@ pub fn classify(error: &KafkaError) -> (&'static str, bool) {
 pub struct KafkaSource {
     consumer: BaseConsumer<StateSeekingContext>,
     idle_exit: Option<Duration>,
-    last_message: Instant,
+    /// When the polls started coming back empty: idle is time spent waiting for a message, not
+    /// the pipeline's own work between polls (a slow checkpoint once counted as idle and ended a
+    /// run mid-stream).
+    idle_since: Option<Instant>,
     /// Everything before these offsets is in the state (durable or in memory): skip it, and seek
     /// to it when a partition is (re)assigned.
     position: Position,
@@ -207,7 +211,7 @@ impl KafkaSource {
             commits: true,
             consumer,
             idle_exit: config.idle_exit_ms.map(Duration::from_millis),
-            last_message: Instant::now(),
+            idle_since: None,
             position,
             streams: BTreeMap::new(),
             health,
@@ -289,7 +293,7 @@ impl RecordSource for KafkaSource {
                 }
             };
             self.health.ok();
-            self.last_message = Instant::now();
+            self.idle_since = None;
             let stream = self.streams.entry(msg.topic().to_string()).or_insert_with(|| format!("kafka:{}", msg.topic()).into()).clone();
             if let Some(resume) = position.get(&stream, msg.partition()) {
                 if msg.offset() < resume {
@@ -308,8 +312,9 @@ impl RecordSource for KafkaSource {
         if !out.is_empty() {
             return Ok(Poll::Records(out));
         }
+        let idle_since = *self.idle_since.get_or_insert_with(Instant::now);
         match self.idle_exit {
-            Some(limit) if self.last_message.elapsed() >= limit => Ok(Poll::End),
+            Some(limit) if idle_since.elapsed() >= limit => Ok(Poll::End),
             _ => Ok(Poll::Idle),
         }
     }
