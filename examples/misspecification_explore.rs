@@ -75,7 +75,7 @@ fn explore_mixture() {
 /// (Yan's mixture marginal) side by side. Whether the stream itself sits at the test's null under
 /// the truth, and how far the model is from it.
 fn explore_mixture_oracle() {
-    use ultr::monitor::misspecification::{score_test, Nuisance};
+    use ultr::train::misspecification::{score_test, Nuisance};
     let dir = tempfile::tempdir().unwrap();
     let model: &'static str = Box::leak(env_or("EXPLORE_MODEL", "additive".to_string()).into_boxed_str());
     let spw: u64 = env_or("EXPLORE_SPW", 15_000);

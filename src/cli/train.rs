@@ -351,7 +351,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
     })?;
     if let Some(t) = &outcome.theta_intervals {
         let truth = ground_truth(&config, &None).ok().flatten().map(|g| truth_theta(&g));
-        let svg = ultr_lab::experiment::plot::intervals_svg(&format!("checkpoint {}", outcome.id), t, truth.as_deref());
+        let svg = t.svg(&format!("checkpoint {}", outcome.id), truth.as_deref());
         std::fs::write(outcome.models_dir.join(&outcome.id).join("theta_intervals.svg"), svg)?;
     }
     if args.json {

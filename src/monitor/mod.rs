@@ -5,7 +5,6 @@
 pub mod board;
 pub mod drift;
 pub mod metrics;
-pub mod misspecification;
 pub mod residuals;
 pub mod rules_time;
 
@@ -17,14 +16,13 @@ use crate::config::PipelineConfig;
 use crate::pipeline::RunReport;
 use drift::{psi, PageHinkley};
 use metrics::Metrics;
-use misspecification::{score_test, MisspecificationTest, Nuisance};
 use residuals::{summarize, ResidualSummary, BINS};
 use ultr_core::state::Manifest;
 use ultr_train::artefact::Trained;
 use ultr_train::checkpoint::ModelStore;
-use ultr_train::config::TowerKind;
 use ultr_train::data::examples_for_windows;
 use ultr_train::data::{split_of, Split};
+use ultr_train::misspecification::{score_test, MisspecificationTest, Nuisance};
 
 /// At most this many windows are scored in one checkpoint (the newest).
 const MAX_WINDOWS_SCORED_AT_ONCE: usize = 8;
@@ -415,8 +413,8 @@ impl Monitor {
                 }
             }
             // A per-document tower's own estimation noise correlates with π; the test takes its
-            // per-document levels out (see misspecification.rs).
-            let nuisance = if model.meta.architecture.tower == TowerKind::Embedding { Nuisance::PerDocument } else { Nuisance::PositionLogit };
+            // per-document levels out (see `ultr_train::misspecification`).
+            let nuisance = if model.meta.architecture.tower.pair_embedding() { Nuisance::PerDocument } else { Nuisance::PositionLogit };
             let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation, nuisance);
             self.report_window(&w, summary, test, whole_window);
         }

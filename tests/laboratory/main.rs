@@ -16,6 +16,7 @@ mod ingest_workers;
 mod logged_propensity;
 mod malformed_records;
 mod misspecification;
+mod misspecification_statistics;
 mod model_interface;
 mod production_ingest;
 mod results_scripts;

@@ -316,6 +316,23 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let listing =
         String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
     assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  mixem/linear  "), "{listing}");
+    // XPA too reads the stored sessions (its examination attends over the session's items).
+    let config = pipeline(dir.path(), "xpa", "model = \"xpa\"\n");
+    let out =
+        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    assert_eq!(out.status.code(), Some(0), "xpa: {}", String::from_utf8_lossy(&out.stderr));
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "XPA and DLA read the same stored sessions");
+    let theta: Vec<f64> = outcome["theta"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    assert!(theta.iter().all(|t| t.is_finite()), "XPA: e_pos(p_k) − e_pos(p_1) = {theta:?}");
+    let listing =
+        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
+    assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  xpa/linear  "), "{listing}");
+    // Every model of the registry was trained above: a new model fails here until it is added.
+    let trained: Vec<&str> = models.iter().map(|(name, ..)| *name).chain(["dla", "mixem", "xpa"]).collect();
+    for kind in ultr_train::models::ModelKind::ALL {
+        assert!(trained.contains(&kind.name()), "model `{}` of the registry is not trained by this test", kind.name());
+    }
     // An unknown key in a model's section is refused by name.
     let config = pipeline(dir.path(), "typo", "model = \"gradient_reversal\"\n[train.gradient_reversal]\netaa = 0.5\n");
     let out = ultr().args(["train", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();

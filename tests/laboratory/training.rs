@@ -73,15 +73,21 @@ fn hager2025_orderings_on_a_small_grid() {
         assert!((rmse(name, 0.0, true) - rmse(name, 0.0, false)).abs() < 0.01);
     }
     // The trained estimates converge to the population optimum (the exact infinite-session fit):
-    // where swaps identify θ (τ > 0), each linear-tower run lies within sampling error of it.
+    // where swaps identify θ (τ > 0), each linear-tower run (the cells the population optimum is
+    // computed for) lies within sampling error of it.
     let mut worst: f64 = 0.0;
-    for r in summary.runs.iter().filter(|r| r.setting.tower == TowerKind::Linear && r.setting.tau > 0.0) {
+    let mut compared = 0;
+    for r in summary.runs.iter().filter(|r| r.setting.tau > 0.0) {
         let s = &r.setting;
-        let p = summary.population.iter().find(|p| p.name == s.name && p.alpha == 1.0 && p.tau == s.tau && p.ips == s.ips && p.seed == r.seed).unwrap();
+        let Some(p) = summary.population.iter().find(|p| p.name == s.name && p.alpha == 1.0 && p.tau == s.tau && p.ips == s.ips && p.seed == r.seed) else {
+            continue;
+        };
+        compared += 1;
         let gap = r.theta.iter().zip(&p.theta).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         eprintln!("{:<32} τ={:<5} ips={:<5} max |θ − θ_population| {gap:.4}", s.name, s.tau, s.ips);
         worst = worst.max(gap);
     }
+    assert!(compared > 0, "no linear-tower run has a population optimum to compare with");
     assert!(worst < 0.12, "a trained θ is {worst} from the population optimum");
     for f in ["results.csv", "summary.md", "summary.json", "theta.svg", "population.csv"] {
         assert!(dir.path().join(f).exists(), "{f}");

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{Architecture, TowerKind};
+use super::config::Architecture;
 use super::data::Examples;
 use super::models::AnyModel;
 
@@ -107,7 +107,7 @@ impl Trained {
 
     pub fn check_compatible_with(&self, n_features: usize, n_bias_features: usize) -> anyhow::Result<()> {
         let a = &self.meta.architecture;
-        if a.tower != TowerKind::Embedding && n_features < self.meta.n_features {
+        if a.tower.reads_features() && n_features < self.meta.n_features {
             anyhow::bail!("the model reads {} features but the data has {}", self.meta.n_features, n_features);
         }
         if a.bias_feature_tower && n_bias_features != self.meta.n_bias_features {

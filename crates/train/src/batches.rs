@@ -7,9 +7,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::artefact::ModelMeta;
-use super::config::{AggregatedEpoch, TowerKind, TrainConfig};
+use super::config::{AggregatedEpoch, TrainConfig};
 use super::data::Examples;
-use super::models::{BatchTensors, Lists};
+use super::models::{BatchTensors, InputShape, Lists};
 
 /// Cuts `order` into consecutive batches holding at least `target` impressions each (the last may
 /// hold fewer); a span is never split.
@@ -34,7 +34,8 @@ pub fn batches<'a>(order: &'a [usize], span_impressions: &[u64], target: u64) ->
 /// w·n: n·BCE(z, c/n) = −c·log σ(z) − (n−c)·log(1−σ(z)), exactly the raw impressions' summed loss.
 /// Returns the tensors and the impressions they stand for.
 pub fn make_batch(ex: &Examples, chosen: &[usize], weights: &[f32], qd_map: &[u32], meta: &ModelMeta, device: &Device) -> (BatchTensors, usize) {
-    build_batch(ex, chosen, weights, qd_map, meta, None, device, true, meta.architecture.model.listwise())
+    let spec = BatchSpec { shape: meta.architecture.model.input_shape(), count_weighted: true, inputs: None };
+    build_batch(ex, chosen, weights, qd_map, meta, device, spec)
 }
 
 /// Every distinct feature row of `ex` as the tower reads it (first `n_features`, standardised),
@@ -88,8 +89,8 @@ pub(crate) fn aggregated_rows(ex: &Examples) -> bool {
 
 /// An epoch walks each aggregated row of a pointwise model once (`aggregated_epoch = "rows"`)
 /// instead of drawing rows ∝ impressions.
-pub(crate) fn walks_rows_once(cfg: &TrainConfig, listwise: bool, aggregated: bool) -> bool {
-    aggregated && !listwise && cfg.aggregated_epoch == AggregatedEpoch::Rows
+pub(crate) fn walks_rows_once(cfg: &TrainConfig, shape: InputShape, aggregated: bool) -> bool {
+    aggregated && !shape.lists() && cfg.aggregated_epoch == AggregatedEpoch::Rows
 }
 
 /// Optimizer steps in an epoch over `spans` training spans holding `impressions`.
@@ -114,21 +115,32 @@ pub(crate) fn one_pass_batches(train: &[usize], seed: u64, epoch: usize, chunk: 
     order[(len * round / visits) as usize..(len * (round + 1) / visits) as usize].chunks(per_step.max(1)).map(<[usize]>::to_vec).collect()
 }
 
-/// `count_weighted`: a row's weight is w·n (its impressions' summed loss); otherwise w (its
-/// impressions' mean loss, for rows drawn ∝ n). `inputs`: `tower_inputs`, when computed. `listwise`:
-/// every span becomes a list of `width` slots (its rows by position, then padding with weight 0).
-#[allow(clippy::too_many_arguments)]
+/// How `build_batch` lays out and weighs a batch.
+#[derive(Clone, Copy)]
+pub(crate) struct BatchSpec<'a> {
+    /// `Lists`: every span becomes a list of `width` slots (its rows by position, then padding with
+    /// weight 0); `Rows`: the spans' rows in order.
+    pub shape: InputShape,
+    /// A row's weight is w·n (its impressions' summed loss); otherwise w (its impressions' mean
+    /// loss, for rows drawn ∝ n).
+    pub count_weighted: bool,
+    /// `tower_inputs`, when computed.
+    pub inputs: Option<&'a [f32]>,
+}
+
+/// The device tensors of sessions `chosen` of `ex`, laid out and weighed as `spec` says, and the
+/// impressions they stand for.
 pub(crate) fn build_batch(
     ex: &Examples,
     chosen: &[usize],
     weights: &[f32],
     qd_map: &[u32],
     meta: &ModelMeta,
-    inputs: Option<&[f32]>,
     device: &Device,
-    count_weighted: bool,
-    listwise: bool,
+    spec: BatchSpec,
 ) -> (BatchTensors, usize) {
+    let BatchSpec { shape, count_weighted, inputs } = spec;
+    let listwise = shape.lists();
     let width = if listwise { chosen.iter().map(|&s| ex.sessions[s].len).max().unwrap_or(1).max(1) } else { 0 };
     let n: usize = if listwise { chosen.len() * width } else { chosen.iter().map(|&s| ex.sessions[s].len).sum() };
     let mut rows = BatchRows::with_capacity(ex, meta, n, listwise);
@@ -172,7 +184,7 @@ struct BatchRows {
 
 impl BatchRows {
     fn with_capacity(ex: &Examples, meta: &ModelMeta, n: usize, listwise: bool) -> BatchRows {
-        let embedding = meta.architecture.tower == TowerKind::Embedding;
+        let embedding = meta.architecture.tower.pair_embedding();
         let bias_tower = meta.architecture.bias_feature_tower;
         let with_labels = !ex.doc_labels.is_empty();
         BatchRows {

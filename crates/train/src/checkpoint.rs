@@ -10,7 +10,7 @@ use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use super::artefact::{ModelMeta, Trained};
-use super::config::{TowerKind, TrainConfig};
+use super::config::TrainConfig;
 use super::export;
 use super::fit::StopReason;
 use super::models::AnyModel;
@@ -190,7 +190,7 @@ impl ModelStore {
         let dir = self.dir.join(id);
         let meta: ModelMeta = serde_json::from_str(&fs::read_to_string(dir.join(META)).with_context(|| format!("reading {}", dir.join(META).display()))?)
             .with_context(|| format!("{}: not a model description from this version of ultr", dir.join(META).display()))?;
-        let vocabulary: Vec<(String, String)> = if meta.architecture.tower == TowerKind::Embedding {
+        let vocabulary: Vec<(String, String)> = if meta.architecture.tower.pair_embedding() {
             serde_json::from_str(&fs::read_to_string(dir.join(VOCABULARY))?).with_context(|| format!("{}", dir.join(VOCABULARY).display()))?
         } else {
             vec![(String::new(), String::new())]
@@ -207,7 +207,7 @@ impl ModelStore {
         fs::create_dir_all(&tmp)?;
         trained.model.save(&tmp.join(RECORD))?;
         write_json(&tmp.join(META), &trained.meta)?;
-        if trained.meta.architecture.tower == TowerKind::Embedding {
+        if trained.meta.architecture.tower.pair_embedding() {
             write_json(&tmp.join(VOCABULARY), &trained.vocabulary)?;
         }
         write_export(&tmp, trained)?;

@@ -245,10 +245,9 @@ impl TrainConfig {
     /// The IPS weighting training applies: `[train.ips]` as configured, but off with the embedding
     /// tower. With a free γ per (query, document), the clicks' likelihood given where the logging
     /// policy put each pair is the model's own, so the weights correct nothing; they only add
-    /// variance, and on sparse pairs they bias θ steeper (on 3,000 simulated sessions over MQ2008's
-    /// queries θ_4 − θ_1 came out −1.80 weighted against −1.35 unweighted, truth −1.39).
+    /// variance, and on sparse pairs they bias θ steeper (docs/propensities.md).
     pub fn applied_ips(&self) -> IpsConfig {
-        IpsConfig { enabled: self.ips.enabled && self.tower != TowerKind::Embedding, ..self.ips.clone() }
+        IpsConfig { enabled: self.ips.enabled && self.tower.reads_features(), ..self.ips.clone() }
     }
 
     /// Why the configured IPS weights are not applied, when `applied_ips` turned them off.
@@ -274,7 +273,7 @@ impl TrainConfig {
         if self.uncertainty.enabled {
             self.uncertainty.validate()?;
         }
-        if self.tower == TowerKind::Mlp {
+        if self.tower.has_hidden_layers() {
             positive(self.hidden_layers, "hidden_layers")?;
             positive(self.hidden_units, "hidden_units")?;
         }
@@ -348,8 +347,8 @@ impl TrainConfig {
             embedding_model: None,
             xpa: None,
             tower: self.tower,
-            hidden_layers: if self.tower == TowerKind::Mlp { self.hidden_layers } else { 0 },
-            hidden_units: if self.tower == TowerKind::Mlp { self.hidden_units } else { 0 },
+            hidden_layers: if self.tower.has_hidden_layers() { self.hidden_layers } else { 0 },
+            hidden_units: if self.tower.has_hidden_layers() { self.hidden_units } else { 0 },
             feature_limit: self.feature_limit,
             bias_feature_tower: self.bias_feature_tower,
             max_positions: self.max_positions,
@@ -373,13 +372,9 @@ impl TrainConfig {
         }
     }
 
-    /// The name metrics and reports give the configured model: the tower's name for the additive
-    /// model (as before the model family), `<model>/<tower>` otherwise.
+    /// The name metrics and reports give the configured model (`Model::label`).
     pub fn model_label(&self) -> String {
-        match self.model {
-            ModelKind::Additive => self.tower.name().to_string(),
-            m => format!("{}/{}", m.name(), self.tower.name()),
-        }
+        self.model.label(self.tower)
     }
 }
 

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::artefact::{Normalizer, Trained};
 use super::config::TowerKind;
-use super::models::{AnyModel, Mlp};
+use super::models::Mlp;
 
 pub const EXPORT: &str = "relevance.json";
 pub const FORMAT: &str = "ultr.relevance-tower";
@@ -88,13 +88,10 @@ fn dense_layers(mlp: &Mlp) -> Vec<DenseLayer> {
 pub fn to_export(trained: &Trained) -> RelevanceExport {
     let (embedding, mlp) = trained.model.relevance_parts();
     let layers = mlp.as_ref().map(dense_layers).unwrap_or_default();
-    let click = match &trained.model {
-        AnyModel::Additive(m) => Some(ClickExport {
-            theta: tensor_values(m.theta.val()).into_iter().map(f64::from).collect(),
-            bias_tower: m.bias_mlp.as_ref().map(|b| BiasTowerExport { n_bias_features: trained.meta.n_bias_features, layers: dense_layers(b) }),
-        }),
-        _ => None,
-    };
+    let click = trained.model.click_graph().map(|(theta, bias)| ClickExport {
+        theta: tensor_values(theta).into_iter().map(f64::from).collect(),
+        bias_tower: bias.as_ref().map(|b| BiasTowerExport { n_bias_features: trained.meta.n_bias_features, layers: dense_layers(b) }),
+    });
     let embedding = match &embedding {
         Some(e) => {
             let values = tensor_values(e.val());

@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use super::artefact::{ModelMeta, Normalizer, Trained};
 pub use super::batches::make_batch;
-use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_steps, one_pass_batches, tower_inputs, walks_rows_once};
+use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_steps, one_pass_batches, tower_inputs, walks_rows_once, BatchSpec};
 use super::chunks::ExampleChunks;
-use super::config::{TowerKind, TrainConfig};
+use super::config::TrainConfig;
 use super::data::{split_of, Examples, Split};
-use super::models::AnyModel;
+use super::models::{AnyModel, InputShape};
 use super::scoring::weighted_loss_sum;
 pub use super::scoring::LossSums;
 use super::weights::{weights_of, WeightReport, WeightTotals};
@@ -172,7 +172,7 @@ impl Survey {
         self.train_impressions += train;
         self.validation_impressions += split.impressions(ex, &split.validation);
         self.validation_weight += split.weight(ex, &split.validation, &w);
-        self.steps += epoch_steps(cfg, walks_rows_once(cfg, cfg.model.listwise(), aggregated_rows(ex)), split.train.len(), train);
+        self.steps += epoch_steps(cfg, walks_rows_once(cfg, cfg.model.input_shape(), aggregated_rows(ex)), split.train.len(), train);
         Ok(())
     }
 
@@ -191,21 +191,21 @@ impl Survey {
             anyhow::bail!("every one of {} impressions was clicked: a click model has nothing to fit", self.impressions);
         }
         let n_features = self.n_features.unwrap_or(0);
-        if cfg.tower != TowerKind::Embedding && n_features == 0 {
+        if cfg.tower.reads_features() && n_features == 0 {
             anyhow::bail!(
                 "key `train.tower` = {:?} needs item features, but the stream carries none (ids and clicks only): set `[train] tower = \"embedding\"`, a relevance per (query, document) learned from the clicks",
                 cfg.tower
             );
         }
         if let Some(limit) = cfg.feature_limit {
-            if limit > n_features && cfg.tower != TowerKind::Embedding {
+            if limit > n_features && cfg.tower.reads_features() {
                 anyhow::bail!("key `train.feature_limit` = {limit} but the data has only {n_features} features");
             }
         }
         if cfg.bias_feature_tower && self.n_bias_features.unwrap_or(0) == 0 {
             anyhow::bail!("key `train.bias_feature_tower` is set but the stream carries no bias features");
         }
-        if cfg.model.listwise() && self.rows_only {
+        if cfg.model.input_shape().lists() && self.rows_only {
             anyhow::bail!(
                 "train.model = \"{}\" is trained on whole sessions, but these examples are rows aggregated per (query, document, position): \
                  a session's items are no longer together",
@@ -289,10 +289,10 @@ impl<'a> Chunk<'a> {
     fn new(ex: Cow<'a, Examples>, cfg: &TrainConfig, trained: &Trained, for_training: bool) -> Chunk<'a> {
         // Missing propensities were checked over all chunks. A session model (DLA, MixEM, XPA) takes
         // no IPS weights: its rows weigh 1.
-        let listwise = trained.meta.architecture.model.listwise();
-        let weights = if listwise { vec![1f32; ex.rows.len()] } else { weights_of(&ex.rows, &cfg.applied_ips()).0 };
+        let shape = trained.meta.architecture.model.input_shape();
+        let weights = if shape.ips_weighted() { weights_of(&ex.rows, &cfg.applied_ips()).0 } else { vec![1f32; ex.rows.len()] };
         let qd_map = trained.qd_map(&ex);
-        let inputs = (for_training && trained.meta.architecture.tower != TowerKind::Embedding).then(|| tower_inputs(&ex, &trained.meta));
+        let inputs = (for_training && trained.meta.architecture.tower.reads_features()).then(|| tower_inputs(&ex, &trained.meta));
         let split = Slices::of(&ex, cfg);
         let span_impressions: Vec<u64> = ex.sessions.iter().map(|s| ex.rows[s.start..s.start + s.len].iter().map(|r| r.impressions as u64).sum()).collect();
         // A span's multiplicity: its rows' count (aggregated rows, counted lists) or 1 (raw sessions).
@@ -306,10 +306,10 @@ impl<'a> Chunk<'a> {
             })
             .collect();
         let train_impressions = split.impressions(&ex, &split.train);
-        let aggregated = listwise || aggregated_rows(&ex);
+        let aggregated = shape.lists() || aggregated_rows(&ex);
         let train_rows: usize = split.train.iter().map(|&s| ex.sessions[s].len).sum();
         let mean_list = (train_rows as f64 / split.train.len().max(1) as f64).max(1.0);
-        let one_pass = walks_rows_once(cfg, listwise, aggregated);
+        let one_pass = walks_rows_once(cfg, shape, aggregated);
         let steps = epoch_steps(cfg, one_pass, split.train.len(), train_impressions);
         Chunk {
             weights,
@@ -388,7 +388,7 @@ pub fn fit_chunks(
     let infer_device = cfg.backend.device()?;
     device.seed(cfg.seed);
     let (mut trained, warm) = initial_model(init, cfg, &survey, &infer_device)?;
-    if arch.tower == TowerKind::Embedding {
+    if arch.tower.pair_embedding() {
         trained = grow_vocabulary(trained, pairs, &infer_device);
     }
     let val_denominator = if cfg.ips.self_normalize { survey.validation_weight } else { survey.validation_impressions as f64 };
@@ -399,7 +399,7 @@ pub fn fit_chunks(
         trained: &trained,
         device,
         infer_device: infer_device.clone(),
-        listwise: arch.model.listwise(),
+        shape: arch.model.input_shape(),
         objective: cfg.model_sections(),
         rng: ChaCha8Rng::seed_from_u64(cfg.seed),
         // Its ETA assumes every epoch runs; early stopping ends sooner.
@@ -460,7 +460,7 @@ fn survey_data(data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<(S
     let mut pairs: Vec<(String, String)> = Vec::new();
     let mut survey_chunk = |ex: &Examples| -> anyhow::Result<()> {
         survey.add(ex, cfg)?;
-        if cfg.tower == TowerKind::Embedding {
+        if cfg.tower.pair_embedding() {
             pairs.extend(ex.qd_keys.iter().cloned());
         }
         Ok(())
@@ -497,8 +497,10 @@ fn initial_model(init: Option<&Trained>, cfg: &TrainConfig, survey: &Survey, inf
         t.check_compatible_with(data_features, n_bias_features)?;
         return Ok((t.clone(), true));
     }
-    let n_features = if arch.tower == TowerKind::Embedding { 0 } else { cfg.feature_limit.unwrap_or(data_features) };
-    let normalizer = (arch.tower != TowerKind::Embedding)
+    let n_features = if arch.tower.pair_embedding() { 0 } else { cfg.feature_limit.unwrap_or(data_features) };
+    let normalizer = arch
+        .tower
+        .reads_features()
         .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.train_impressions as u64));
     // The caller knows the stream's feature schema (train_from_state sets it).
     let meta = ModelMeta { architecture: arch.clone(), n_features, n_bias_features, normalizer, feature_schema: None };
@@ -531,7 +533,7 @@ struct Run<'a> {
     trained: &'a Trained,
     device: Device,
     infer_device: Device,
-    listwise: bool,
+    shape: InputShape,
     objective: crate::models::ModelSections,
     rng: ChaCha8Rng,
     bar: Option<indicatif::ProgressBar>,
@@ -645,7 +647,7 @@ impl Run<'_> {
         if round == 0 && !chunk.one_pass {
             chunk.order.shuffle(&mut self.rng);
         }
-        let per_step = if self.listwise { chunk.lists_per_step } else { cfg.batch_rows };
+        let per_step = if self.shape.lists() { chunk.lists_per_step } else { cfg.batch_rows };
         if chunk.one_pass {
             one_pass_batches(&chunk.split.train, cfg.seed, epoch, c, round, visits, per_step)
         } else if chunk.aggregated {
@@ -667,10 +669,8 @@ impl Run<'_> {
             &chunk.weights,
             &chunk.qd_map,
             &self.trained.meta,
-            chunk.inputs.as_deref(),
             &self.device,
-            !chunk.aggregated || chunk.one_pass,
-            self.listwise,
+            BatchSpec { shape: self.shape, count_weighted: !chunk.aggregated || chunk.one_pass, inputs: chunk.inputs.as_deref() },
         );
         // Count-weighted rows (raw, or aggregated in one pass) are normalised like impressions.
         let drawn_rows = chunk.aggregated && !chunk.one_pass;

@@ -15,6 +15,7 @@ pub mod export;
 pub mod fit;
 pub mod ips_propensity;
 pub mod logged_order_prior;
+pub mod misspecification;
 pub mod models;
 pub mod onnx;
 pub mod refit;
@@ -175,7 +176,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         (Some((_, Ok(t))), Some(_)) => Some(t),
         _ => None,
     };
-    let (mut trained, report) = if cfg.model.listwise() {
+    let (mut trained, report) = if cfg.model.input_shape().lists() {
         // Listwise models read whole sessions (the windows' session stores); the gate still scores
         // every model on the same aggregated evaluation rows.
         let lists = rt

@@ -5,8 +5,8 @@
 //! Why: a free γ per pair, started at 0 and shrunk toward 0 by early stopping, ignores what the
 //! production ranker knew. On a log where most shown documents are never clicked, their γ order them
 //! by how often they were shown without a click, and the debiased model ranks below naive
-//! click-through (on CLARA 2 the logged order scores nDCG@10 0.90 against the editors' labels, naive
-//! click-through 0.78, the bare γ 0.68). Naive click-through keeps the logging policy's knowledge
+//! click-through and the logged order against editors' labels (`results/clara2`). Naive
+//! click-through keeps the logging policy's knowledge
 //! through position; a model that removes position removes it too (Hager §8's confounding, seen
 //! from the ranking side). The pair's mean position under the logging policy is a property of the
 //! document for its query, not of one impression, so a prior on it leaves θ's identification (the
@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::artefact::Trained;
 use super::chunks::ExampleChunks;
-use super::config::{TowerKind, TrainConfig};
+use super::config::TrainConfig;
 use super::data::{split_of, Examples, Split};
 use super::refit::{newton_one, RowTerms};
 use super::weights::weights_of;
@@ -75,7 +75,7 @@ const ROUND_TOLERANCE: f64 = 1e-5;
 /// prior is off (`[train] logged_order_prior = []`), the tower is not the embedding, or the model's
 /// relevance is not a γ table in an additive logit.
 pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<Option<LoggedOrderPrior>> {
-    if cfg.logged_order_prior.is_empty() || trained.meta.architecture.tower != TowerKind::Embedding || trained.meta.architecture.model.listwise() {
+    if cfg.logged_order_prior.is_empty() || !trained.meta.architecture.tower.pair_embedding() || trained.meta.architecture.model.input_shape().lists() {
         return Ok(None);
     }
     let Some(mut gamma) = trained.model.pair_relevance() else { return Ok(None) };
@@ -360,8 +360,8 @@ impl Problem {
 /// The weighted least-squares projection of `values` onto non-increasing sequences (pool adjacent
 /// violators): ρ by mean logged position may not rise with depth, since the prior encodes the
 /// logging policy's order, better pairs higher. Without it ρ compensated an over-steep θ at deep
-/// positions (ρ = +1.6 at mean position 4.5 against −0.3 at 2.0 in a sparse simulated log) and
-/// ranked rarely clicked deep pairs above the top ones.
+/// positions (rising with depth on a sparse simulated log, `results/regimes`) and ranked rarely
+/// clicked deep pairs above the top ones.
 fn non_increasing(values: &[f64], weights: &[f64]) -> Vec<f64> {
     // Blocks of (mean, weight, length), merged while a block's mean exceeds its predecessor's.
     let mut blocks: Vec<(f64, f64, usize)> = Vec::with_capacity(values.len());

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 
-use super::config::{ModelKind, TowerKind};
 use super::export::{DenseLayer, RelevanceExport};
 
 pub const RELEVANCE_ONNX: &str = "relevance.onnx";
@@ -213,12 +212,12 @@ impl Graph {
 
 /// Why a checkpoint has no ONNX relevance tower, or `None` when it has one.
 pub fn relevance_unsupported(export: &RelevanceExport) -> Option<String> {
-    match export.tower {
-        TowerKind::Embedding => {
-            Some("an embedding tower is a lookup by (query_id, doc_id), not a function of features: serve it from relevance.json's `embedding` table".into())
-        }
-        _ if export.layers.is_empty() => Some("the export has no layers".into()),
-        _ => None,
+    if export.tower.pair_embedding() {
+        Some("an embedding tower is a lookup by (query_id, doc_id), not a function of features: serve it from relevance.json's `embedding` table".into())
+    } else if export.layers.is_empty() {
+        Some("the export has no layers".into())
+    } else {
+        None
     }
 }
 
@@ -265,9 +264,10 @@ pub fn click_onnx(export: &RelevanceExport) -> anyhow::Result<Vec<u8>> {
     if let Some(why) = relevance_unsupported(export) {
         anyhow::bail!("no ONNX click model: {why}");
     }
-    let click = export.click.as_ref().filter(|_| export.model == ModelKind::Additive).ok_or_else(|| {
-        anyhow::anyhow!("no ONNX click model for model {:?}: only the additive model's click logit θ_k + b(z) + r(x) is a plain graph", export.model.name())
-    })?;
+    let click = export
+        .click
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no ONNX click model for model {:?}: its click logit is not the plain graph θ_k + b(z) + r(x)", export.model.name()))?;
     let mut g = Graph::default();
     let r = g.relevance(export, None);
     let k = click.theta.len() as i64;
@@ -302,7 +302,7 @@ pub fn write_onnx(dir: &Path, export: &RelevanceExport) -> anyhow::Result<Vec<&'
     }
     std::fs::write(dir.join(RELEVANCE_ONNX), relevance_onnx(export)?)?;
     written.push(RELEVANCE_ONNX);
-    if export.model == ModelKind::Additive && export.click.is_some() {
+    if export.click.is_some() {
         std::fs::write(dir.join(CLICK_ONNX), click_onnx(export)?)?;
         written.push(CLICK_ONNX);
     }

@@ -2,8 +2,8 @@
 //! training rows, the relevance the model ships left as early stopping left it.
 //!
 //! Early stopping protects the relevance tower from over-fitting, but it stops θ too: started at 0,
-//! θ moves slowly and the early-stopped θ_k − θ_1 is flattened toward 0 (on the simulator by +0.08
-//! at k = 2 to +0.40 at k = 10, where the converged fit is unbiased to 0.025). The refit maximises
+//! θ moves slowly and the early-stopped θ_k − θ_1 is flattened toward 0, more at deeper positions,
+//! where the converged fit is unbiased (figures: docs/models.md, "Sparse logs"). The refit maximises
 //! the weighted click log-likelihood Σ w·[c·ℓ − n·log(1 + e^ℓ)] in θ with the fit's own IPS weights:
 //!
 //! - **A feature tower** (linear, MLP): r(x) is shared by every document, so it is held fixed as an
@@ -77,7 +77,7 @@ pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg:
         }
     }
     let before = trained.position_bias();
-    let (delta, refit, iterations, not_estimable) = if trained.meta.architecture.tower == super::config::TowerKind::Embedding {
+    let (delta, refit, iterations, not_estimable) = if trained.meta.architecture.tower.pair_embedding() {
         profiled_shifts(&terms, &relevance, positions, &before)
     } else {
         let (delta, refit, iterations) = newton_shifts(&terms, positions);
@@ -168,12 +168,11 @@ const ROUND_TOLERANCE: f64 = 1e-5;
 /// The prior on every pair's relevance u_p in the profiled refit: u_p ~ N(μ, 1) with μ free, a
 /// random effect rather than a free one. With a free u per pair, a log of a few impressions per pair
 /// hits the incidental-parameter bias of fixed-effect logit (with two observations per pair the
-/// estimate tends to twice the truth): on the sparse simulated regime θ_10 − θ_1 came out −7.4 where
-/// the examination model's truth is about −4.6, and the model ranked 0.13–0.2 nDCG@10 below naive
-/// click-through (`results/regimes`). Centred on the shipped γ instead, θ depended on how long
-/// gradient training ran (−5.3 after 50 epochs, −6.1 after 1,541); centred on a mean per bucket of
-/// the pair's logged position (Mundlak's device against the policy's confounding), the bucket
-/// means took up the position effect on a policy that rarely swaps and θ_10 − θ_1 came out −6.9.
+/// estimate tends to twice the truth), and θ comes out far steeper than the truth on a sparse log.
+/// Centred on the shipped γ instead, θ depended on how long gradient training ran; centred on a
+/// mean per bucket of the pair's logged position (Mundlak's device against the policy's
+/// confounding), the bucket means took up the position effect on a policy that rarely swaps. The
+/// figures of all three: docs/models.md, "Sparse logs", and `results/regimes`.
 /// Unit scale on the logit, as the random walk on θ below: one rule for every parameter the data
 /// may not pin (docs/models.md). Where pairs carry hundreds of impressions the data outweigh it.
 const PAIR_PRECISION: f64 = 1.0;

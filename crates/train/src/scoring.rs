@@ -4,7 +4,7 @@
 use burn::tensor::{Device, Tensor};
 
 use super::artefact::{ModelMeta, Trained};
-use super::batches::build_batch;
+use super::batches::{build_batch, BatchSpec};
 use super::data::Examples;
 use super::models::{AnyModel, BatchTensors};
 
@@ -15,11 +15,11 @@ impl Trained {
         let qd_map = self.qd_map(ex);
         let ones = vec![1f32; ex.rows.len()];
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
-        let as_lists = self.meta.architecture.model.session_logits();
+        let spec = BatchSpec { shape: self.meta.architecture.model.scoring_shape(false), count_weighted: true, inputs: None };
         let mut out = vec![0f32; ex.rows.len()];
         let mut slot_rows: Vec<usize> = Vec::new();
         for chunk in sessions.chunks(EVAL_SESSIONS) {
-            let (b, _) = build_batch(ex, chunk, &ones, &qd_map, &self.meta, None, device, true, as_lists);
+            let (b, _) = build_batch(ex, chunk, &ones, &qd_map, &self.meta, device, spec);
             let values = output(&self.model, &b).into_data().try_to_vec::<f32>().expect("f32 outputs");
             // The row behind each output slot: spans in order, by position within a list, then padding.
             slot_rows.clear();
@@ -28,7 +28,7 @@ impl Trained {
                 let span = ex.sessions[s];
                 let first = slot_rows.len();
                 slot_rows.extend(span.start..span.start + span.len);
-                if as_lists {
+                if spec.shape.lists() {
                     slot_rows[first..].sort_by_key(|&i| ex.rows[i].position);
                     slot_rows.extend(std::iter::repeat_n(usize::MAX, width - span.len));
                 }
@@ -107,10 +107,9 @@ pub(crate) fn weighted_loss_sum(
     fit_loss: bool,
 ) -> f64 {
     let mut total = 0f64;
-    let model_kind = meta.architecture.model;
-    let listwise = (fit_loss && model_kind.listwise()) || model_kind.session_logits();
+    let spec = BatchSpec { shape: meta.architecture.model.scoring_shape(fit_loss), count_weighted: true, inputs: None };
     for chunk in chosen.chunks(EVAL_SESSIONS) {
-        let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, None, device, true, listwise);
+        let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, device, spec);
         let sum = if fit_loss { model.fit_loss_sum(&b) } else { model.click_loss_sum(&b) };
         total += sum.into_scalar::<f32>() as f64;
     }

@@ -61,8 +61,8 @@ const BLOCK_EPOCHS: usize = 50;
 
 /// The configuration of the converged estimator: no early stopping, no weight decay, one step per
 /// epoch on the exact gradient of all training rows (`full_batch`) at 10× the learning rate.
-/// Minibatch SGD's jitter of θ (≈ 0.05 on 10,000 sessions with 512 rows per step) was as large as
-/// θ's standard error, so the "converged" estimate depended on the seed; the full gradient does not.
+/// Minibatch SGD's jitter of θ was as large as θ's standard error, so the "converged" estimate
+/// depended on the seed; the full gradient does not.
 pub fn converged_config(cfg: &TrainConfig) -> TrainConfig {
     TrainConfig {
         early_stopping: false,
@@ -160,7 +160,7 @@ pub fn converge(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, positio
 /// outside the interval of a different estimator. Feature towers keep the gradient fit (their
 /// refit holds r(x) fixed, a different problem).
 fn profiled(cfg: &TrainConfig) -> bool {
-    cfg.tower == super::config::TowerKind::Embedding && !cfg.model.listwise()
+    cfg.tower.pair_embedding() && !cfg.model.input_shape().lists()
 }
 
 /// `ex` with every row's (impressions, clicks) replaced by `draw`'s (rows drawn empty are dropped;
@@ -241,7 +241,11 @@ pub fn theta_intervals(
     before_refit: Option<&[f64]>,
     positions: usize,
 ) -> anyhow::Result<ThetaIntervals> {
-    anyhow::ensure!(!cfg.model.listwise(), "θ intervals resample aggregated rows; the session model `{}` trains on whole sessions", cfg.model.name());
+    anyhow::ensure!(
+        !cfg.model.input_shape().lists(),
+        "θ intervals resample aggregated rows; the session model `{}` trains on whole sessions",
+        cfg.model.name()
+    );
     let (converged, converged_after_epochs, settled) = converge(ex, cfg, u, positions)?;
     let replicate_cfg = TrainConfig { max_epochs: u.epochs, ..converged_config(cfg) };
     let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
@@ -309,6 +313,64 @@ pub fn theta_intervals(
             if profiled(cfg) { "refit the same way".to_string() } else { format!("warm-started, trained {} epochs and annealed", u.epochs) }
         ),
     })
+}
+
+impl ThetaIntervals {
+    /// An SVG of θ_k − θ_1 with intervals: the converged estimate (dots) and its interval (bars), the shipped
+    /// estimate (crosses), the early-stopped one before the θ refit (grey rings, where it differs), and
+    /// the truth where a simulation knows it (a line).
+    pub fn svg(&self, title: &str, truth: Option<&[f64]>) -> String {
+        use std::fmt::Write as _;
+        let t = self;
+        let escape = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        let (w, h, pad) = (560.0, 320.0, 44.0);
+        let k = t.converged.len().max(2);
+        let truth: Vec<f64> = truth.map(|v| v.iter().take(k).copied().collect()).unwrap_or_default();
+        let all = t.lower.iter().chain(&t.upper).chain(&t.early_stopped).chain(&t.shipped).chain(&t.converged).chain(&truth).copied().filter(|v| v.is_finite());
+        let (lo, hi) = all.fold((0f64, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let (lo, hi) = (lo - 0.1, hi + 0.1);
+        let x = |j: usize| pad + (j as f64 + 0.5) * (w - pad - 12.0) / k as f64;
+        let y = |v: f64| 30.0 + (hi - v) / (hi - lo) * (h - 30.0 - pad);
+        let mut s = String::new();
+        let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#);
+        let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let _ = write!(
+            s,
+            r##"<text x="8" y="16" font-size="13">{}: θ_k − θ_1, converged (dot) with {:.0}% interval, shipped (×), early-stopped before the refit (○){}</text>"##,
+            escape(title),
+            100.0 * t.level,
+            if truth.is_empty() { "" } else { ", truth (line)" }
+        );
+        let _ = write!(s, r##"<rect x="{pad}" y="30" width="{}" height="{}" fill="none" stroke="#bbb"/>"##, w - pad - 12.0, h - 30.0 - pad);
+        let mut tick = hi.floor();
+        while tick >= lo {
+            let _ = write!(s, r##"<text x="{}" y="{:.1}" text-anchor="end" fill="#666">{tick}</text>"##, pad - 4.0, y(tick) + 4.0);
+            let _ = write!(s, r##"<line x1="{pad}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#eee"/>"##, w - 12.0, y(tick), y(tick));
+            tick -= 0.5;
+        }
+        for j in 0..t.converged.len() {
+            let _ = write!(s, r##"<text x="{:.1}" y="{}" text-anchor="middle" fill="#666">{}</text>"##, x(j), h - pad + 14.0, j + 1);
+            let _ = write!(
+                s,
+                r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#1f77b4" stroke-width="2"/>"##,
+                x(j),
+                x(j),
+                y(t.lower[j]),
+                y(t.upper[j])
+            );
+            let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#1f77b4"/>"##, x(j), y(t.converged[j]));
+            let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="none" stroke="#999"/>"##, x(j) - 7.0, y(t.early_stopped[j]));
+            let (cx, cy) = (x(j) + 7.0, y(t.shipped.get(j).copied().unwrap_or(t.early_stopped[j])));
+            let _ = write!(s, r##"<path d="M{:.1},{:.1}l6,6m0,-6l-6,6" stroke="#d62728" stroke-width="1.5"/>"##, cx - 3.0, cy - 3.0);
+        }
+        if !truth.is_empty() {
+            let line = truth.iter().enumerate().map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v))).collect::<Vec<_>>().join(" ");
+            let _ = write!(s, r##"<polyline points="{line}" fill="none" stroke="#000" stroke-width="1" stroke-dasharray="4,3"/>"##);
+        }
+        let _ = write!(s, r##"<text x="{}" y="{}" text-anchor="middle" fill="#666">position k</text>"##, pad + (w - pad) / 2.0, h - 8.0);
+        s.push_str("</svg>\n");
+        s
+    }
 }
 
 #[cfg(test)]

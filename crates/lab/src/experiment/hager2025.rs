@@ -351,8 +351,8 @@ fn checks(runs: &[RunResult], population: &[PopulationResult]) -> Vec<Check> {
         let r = mean_rmse(runs, |s| s.name == name);
         check(1, format!("{name}, τ = 0: bias RMSE ≤ 0.05"), r <= 0.05, format!("{r:.4}"));
     }
-    let e0 = mean_rmse(runs, |s| s.tower == TowerKind::Embedding && s.tau == 0.0);
-    let e1 = mean_rmse(runs, |s| s.tower == TowerKind::Embedding && s.tau == 1.0);
+    let e0 = mean_rmse(runs, |s| s.tower.pair_embedding() && s.tau == 0.0);
+    let e1 = mean_rmse(runs, |s| s.tower.pair_embedding() && s.tau == 1.0);
     check(2, "embedding tower, τ = 0: RMSE ≥ 0.3 (unidentified)".into(), e0 >= 0.3, format!("{e0:.4}"));
     check(2, "embedding tower, τ = 1: RMSE ≤ 0.05".into(), e1 <= 0.05, format!("{e1:.4}"));
     for name in ["linear tower on mlp relevance", "omitted features (30 of 46)"] {

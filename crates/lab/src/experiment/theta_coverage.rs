@@ -233,7 +233,7 @@ fn write_outputs(opts: &Options, s: &Summary) -> anyhow::Result<()> {
     }
     std::fs::write(opts.out.join("summary.md"), md)?;
     if let Some(first) = s.seeds.first() {
-        let svg = super::plot::intervals_svg(&format!("seed {}", first.seed), &first.intervals, Some(&first.truth));
+        let svg = first.intervals.svg(&format!("seed {}", first.seed), Some(&first.truth));
         std::fs::write(opts.out.join("intervals.svg"), svg)?;
     }
     Ok(())

@@ -317,7 +317,7 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
 pub fn run_one(opts: &Options, data: &Data, sim: &Simulated, mixture: &str, method: &Method, seed: u64, logging_ndcg5: f64) -> anyhow::Result<RunResult> {
     let cfg = train_config(opts, method, seed);
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
-    let examples = if method.model.listwise() { &sim.lists } else { &sim.rows };
+    let examples = method.model.input_shape().select(&sim.rows, &sim.lists);
     let (trained, report) = fit(examples, &cfg, None, false)?;
     let device = cfg.backend.device()?;
     let (ndcg5, ndcg10, _) = test_ndcg(&trained, &data.spec.test, &device);

@@ -229,9 +229,10 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
         backend: opts.backend,
         ..TrainConfig::default()
     };
+    // Each model reads only its own section, so the method's settings go to both.
     cfg.gradient_reversal.eta = method.eta;
-    cfg.gradient_reversal.dropout = if method.model == ModelKind::GradientReversal { method.dropout } else { 0.0 };
-    cfg.observation_dropout.rate = if method.model == ModelKind::ObservationDropout { method.dropout } else { cfg.observation_dropout.rate };
+    cfg.gradient_reversal.dropout = method.dropout;
+    cfg.observation_dropout.rate = method.dropout;
     cfg
 }
 
@@ -263,7 +264,7 @@ pub fn test_ndcg_at(trained: &Trained, test: &Dataset, device: &burn::tensor::De
 /// Trains one method on one simulated log and scores it.
 pub fn run_one(opts: &Options, data: &DataSpec, sim: &Simulated, w: f64, method: &Method, seed: u64, sweep: bool) -> anyhow::Result<RunResult> {
     let cfg = train_config(opts, method, seed);
-    let examples = if method.model.listwise() { &sim.lists } else { &sim.rows };
+    let examples = method.model.input_shape().select(&sim.rows, &sim.lists);
     let (trained, report) = fit(examples, &cfg, None, false)?;
     let device = cfg.backend.device()?;
     let (ndcg5, ndcg10, test_queries) = test_ndcg(&trained, &data.test, &device);

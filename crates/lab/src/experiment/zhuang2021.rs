@@ -162,7 +162,7 @@ pub fn run_one(
     };
     cfg.xpa.variant = method.variant;
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
-    let examples = if method.model.listwise() { &sim.query_lists } else { &sim.rows };
+    let examples = method.model.input_shape().select(&sim.rows, &sim.query_lists);
     let (trained, report) = fit(examples, &cfg, None, false)?;
     let device = cfg.backend.device()?;
     let evaluation = sim.lists.filter_sessions(|s| s.split == Some(Split::Evaluation));

@@ -68,6 +68,15 @@ impl Model for Additive {
         true
     }
 
+    fn click_graph(&self) -> Option<(Tensor<1>, Option<Mlp>)> {
+        Some((self.theta.val(), self.bias_mlp.clone()))
+    }
+
+    /// The tower's name alone, as reports named the additive model before the model family.
+    fn label(tower: super::inputs::TowerKind) -> String {
+        tower.name().to_string()
+    }
+
     /// θ_k += δ_k (positions beyond `delta` unchanged).
     fn shift_position_logits(&mut self, delta: &[f32]) -> bool {
         let theta = self.theta.val();

@@ -25,6 +25,22 @@ impl TowerKind {
         }
     }
 
+    /// Whether the relevance is one free γ per (query, document) pair, learned from the clicks
+    /// (a vocabulary in the checkpoint), rather than a function of the item's features.
+    pub fn pair_embedding(self) -> bool {
+        matches!(self, TowerKind::Embedding)
+    }
+
+    /// Whether the tower reads the item's features (and so needs them, and their normaliser).
+    pub fn reads_features(self) -> bool {
+        !self.pair_embedding()
+    }
+
+    /// Whether `hidden_layers` and `hidden_units` shape this tower.
+    pub fn has_hidden_layers(self) -> bool {
+        matches!(self, TowerKind::Mlp)
+    }
+
     /// What identifies θ for this tower (Hager §4): swaps for per-document relevance, swaps or
     /// feature overlap for a function of features.
     pub fn identification(self) -> ultr_core::identify::Identification {
@@ -32,6 +48,37 @@ impl TowerKind {
             TowerKind::Embedding => ultr_core::identify::Identification::Swaps,
             TowerKind::Linear | TowerKind::Mlp => ultr_core::identify::Identification::SwapsOrFeatureOverlap,
         }
+    }
+}
+
+/// How a model reads its training examples (`Model::LISTWISE`): what the shared training path
+/// batches, weighs and hands it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputShape {
+    /// Independent rows (aggregated per query, document and position where the data allows), each
+    /// with its IPS weight.
+    Rows,
+    /// Whole sessions, each laid out as a list top position first and padded; a session weighs 1.
+    Lists,
+}
+
+impl InputShape {
+    /// `rows` or `lists`, whichever this shape reads.
+    pub fn select<'a, T: ?Sized>(self, rows: &'a T, lists: &'a T) -> &'a T {
+        match self {
+            InputShape::Rows => rows,
+            InputShape::Lists => lists,
+        }
+    }
+
+    /// Whether a batch of this shape lays its rows out as lists of whole sessions.
+    pub fn lists(self) -> bool {
+        self == InputShape::Lists
+    }
+
+    /// Whether its rows carry IPS weights (a whole session weighs 1).
+    pub fn ips_weighted(self) -> bool {
+        self == InputShape::Rows
     }
 }
 

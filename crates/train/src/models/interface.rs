@@ -54,6 +54,19 @@ pub trait Model: Module + Sized {
     /// The serving relevance as parameters (for the export): γ per pair, or one scalar MLP.
     fn relevance_parts(&self) -> (Option<Param<Tensor<1>>>, Option<Mlp>);
 
+    /// Its click logit as a plain graph of (features, position) for the export: θ_k per position
+    /// and the bias tower b(z), the logit being θ_k + b(z) + r(x). None (the default) where the click
+    /// logit needs more than that: the session (XPA, DLA's listwise propensities), a mixture
+    /// (MixEM), posteriors (REM), or no position at all.
+    fn click_graph(&self) -> Option<(Tensor<1>, Option<Mlp>)> {
+        None
+    }
+
+    /// The name metrics and reports give it with `tower`: `<model>/<tower>`.
+    fn label(tower: super::inputs::TowerKind) -> String {
+        format!("{}/{}", Self::NAME, tower.name())
+    }
+
     /// Grows the γ embedding to `vocabulary` entries (new pairs start at 0) for a warm start.
     fn grow_embedding(self, vocabulary: usize, device: &Device) -> Self;
 

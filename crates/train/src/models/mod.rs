@@ -19,7 +19,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-pub use inputs::{BatchTensors, Dimensions, Lists, TowerKind};
+pub use inputs::{BatchTensors, Dimensions, InputShape, Lists, TowerKind};
 pub use interface::Model;
 pub use tower::{bce_with_logits, Mlp};
 

@@ -40,9 +40,17 @@ macro_rules! registry {
                 match self { $( ModelKind::$kind => <$file::$ty as Model>::SUMMARY, )* }
             }
 
-            /// Trained on whole sessions, not on independent rows; takes no IPS weights.
-            pub fn listwise(self) -> bool {
-                match self { $( ModelKind::$kind => <$file::$ty as Model>::LISTWISE, )* }
+            /// How it reads its training examples: whole sessions as lists (no IPS weights) or
+            /// independent rows.
+            pub fn input_shape(self) -> InputShape {
+                let lists = match self { $( ModelKind::$kind => <$file::$ty as Model>::LISTWISE, )* };
+                if lists { InputShape::Lists } else { InputShape::Rows }
+            }
+
+            /// The layout a batch it scores needs: lists where its click logits need the session,
+            /// or where `fit_loss` asks for its own listwise training loss; rows otherwise.
+            pub fn scoring_shape(self, fit_loss: bool) -> InputShape {
+                if self.session_logits() || (fit_loss && self.input_shape().lists()) { InputShape::Lists } else { InputShape::Rows }
             }
 
             /// Its click logits are click probabilities (the gate's baseline comparison applies).
@@ -59,6 +67,11 @@ macro_rules! registry {
             /// at a canonical position.
             pub fn embedding_interaction(self) -> bool {
                 match self { $( ModelKind::$kind => <$file::$ty as Model>::EMBEDDING_INTERACTION, )* }
+            }
+
+            /// The name metrics and reports give this model with `tower` (see `Model::label`).
+            pub fn label(self, tower: TowerKind) -> String {
+                match self { $( ModelKind::$kind => <$file::$ty as Model>::label(tower), )* }
             }
 
             fn position_parameters(self) -> bool {
@@ -148,6 +161,12 @@ macro_rules! registry {
             /// The position a serving system must assume for `relevance`, 1-based.
             pub fn canonical_position(&self) -> Option<usize> {
                 match self { $( AnyModel::$kind(m) => m.canonical_position(), )* }
+            }
+
+            /// θ_k and b(z) where the click logit is the plain graph θ_k + b(z) + r(x) (see
+            /// `Model::click_graph`).
+            pub fn click_graph(&self) -> Option<(Tensor<1>, Option<Mlp>)> {
+                match self { $( AnyModel::$kind(m) => m.click_graph(), )* }
             }
 
             /// Grows the embedding to `vocabulary` entries (new pairs start at 0) for a warm start.

@@ -34,6 +34,18 @@ pub enum XpaVariant {
     Item,
 }
 
+impl XpaVariant {
+    /// Whether e_pos of the attended positions, w_e·e_pos(p̃), enters the examination.
+    fn attends_positions(self) -> bool {
+        matches!(self, XpaVariant::Full | XpaVariant::Position)
+    }
+
+    /// Whether the attended items' relevance, w_r·r(x̃), enters the examination.
+    fn attends_items(self) -> bool {
+        matches!(self, XpaVariant::Full | XpaVariant::Item)
+    }
+}
+
 /// `[train.xpa]` (model = "xpa").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -77,8 +89,9 @@ pub struct Xpa {
     pub examination_output: Linear,
     /// w_e, w_r.
     pub cross_weights: Param<Tensor<1>>,
-    /// 0 full, 1 position, 2 item (from the architecture).
-    pub variant: usize,
+    /// Which cross-positional terms enter (from the architecture; not a parameter).
+    #[module(skip)]
+    pub variant: XpaVariant,
 }
 
 impl Model for Xpa {
@@ -98,11 +111,7 @@ impl Model for Xpa {
             examination_hidden: LinearConfig::new(d, shape.hidden_units).init(device),
             examination_output: LinearConfig::new(shape.hidden_units, 1).init(device),
             cross_weights: Param::from_tensor(Tensor::zeros([2], device)),
-            variant: match shape.variant {
-                XpaVariant::Full => 0,
-                XpaVariant::Position => 1,
-                XpaVariant::Item => 2,
-            },
+            variant: shape.variant,
         }
     }
 
@@ -117,11 +126,11 @@ impl Model for Xpa {
         let a = self.attention(p.reshape([count, width, d]), lists.mask.clone());
         let w = self.cross_weights.val();
         let mut e = own;
-        if self.variant != 2 {
+        if self.variant.attends_positions() {
             let attended = a.clone().matmul(self.position.val().select(0, b.positions.clone()).reshape([count, width, d])).reshape([count * width, d]);
             e = e + self.examination_of(attended) * w.clone().slice([0..1]).expand([count * width]);
         }
-        if self.variant != 1 {
+        if self.variant.attends_items() {
             let attended_items = self.attended_relevance(b, a, count, width);
             e = e + attended_items * w.slice([1..2]).expand([count * width]);
         }
