@@ -331,3 +331,69 @@ fn imported_click_log_reaches_the_topic_as_the_file_has_it() {
     assert_eq!(kafka_rows.len(), 2000);
     assert!(kafka_rows == file_rows, "the topic and the file differ");
 }
+
+/// Regression (CI, 2026-11-29: a replay's reference run ended at 783,420 of ~1M impressions): a read
+/// with `idle_exit_ms` does not end while its broker stalls with records still below the high
+/// watermark. A private broker holds 3,000 records; the consumer fetches a few KiB at a time; after
+/// the first records arrive the broker is SIGSTOPped for three idle periods (2 s each), then resumed.
+/// The read must end with all 3,000 records, each once.
+#[test]
+fn an_idle_exit_waits_out_a_stalled_broker_below_the_high_watermark() {
+    use std::time::{Duration, Instant};
+    use ultr::sinks::SessionSink;
+    use ultr::sources::{Poll, RecordSource};
+
+    const RECORDS: usize = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let broker = common::brokers::tansu(dir.path(), "stall", port, port, "memory://tansu/", false);
+    let brokers = format!("127.0.0.1:{port}");
+    let topic = unique("ultr-stall");
+    ensure_topic(&brokers, &topic, 1).unwrap();
+    // Record batches of 10 (a fetch returns at least one whole batch, whatever its byte limit).
+    let mut sink = KafkaSink::new(&brokers, &topic, &[("batch.num.messages".to_string(), "10".to_string())].into()).unwrap();
+    let payload = vec![b'x'; 1_000];
+    for i in 0..RECORDS {
+        sink.send(&i.to_string(), &payload).unwrap();
+    }
+    sink.flush().unwrap();
+
+    // Small fetches and a small prefetch queue: most records are still on the broker when it stops.
+    let properties = [("fetch.message.max.bytes", "4096"), ("queued.max.messages.kbytes", "8")];
+    let config = KafkaSourceConfig {
+        brokers: brokers.clone(),
+        group_id: unique("ultr-stall"),
+        topics: vec![topic.clone()],
+        properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        idle_exit_ms: Some(2_000),
+    };
+    let mut source = KafkaSource::new(&config, Default::default()).unwrap();
+    let pid = broker.0.id().to_string();
+    let signal = |name: &str| assert!(std::process::Command::new("kill").args([name, &pid]).status().unwrap().success());
+    let (mut offsets, mut stopped_at, mut stopped_once) = (Vec::new(), None::<Instant>, false);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "the read did not end within 120 s ({} records)", offsets.len());
+        if stopped_at.is_some_and(|at| at.elapsed() >= Duration::from_secs(6)) {
+            signal("-CONT");
+            stopped_at = None;
+        }
+        match source.poll(50).unwrap() {
+            Poll::Records(records) => offsets.extend(records.iter().map(|r| r.position.offset)),
+            Poll::Idle => {}
+            Poll::End => break,
+        }
+        if !stopped_once && !offsets.is_empty() && offsets.len() < RECORDS {
+            signal("-STOP");
+            (stopped_at, stopped_once) = (Some(Instant::now()), true);
+        }
+    }
+    if stopped_at.is_some() {
+        signal("-CONT");
+    }
+    assert!(stopped_once, "the broker was never stopped (everything arrived in the first poll)");
+    let read = offsets.len();
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert_eq!((read, offsets.len()), (RECORDS, RECORDS), "(records read, distinct offsets) after the stall");
+}

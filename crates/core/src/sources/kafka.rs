@@ -39,7 +39,8 @@ pub struct KafkaSourceConfig {
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// Stop (end of stream) after waiting this long without a message (the pipeline's own work
-    /// between polls does not count); unset runs forever.
+    /// between polls does not count) while every assigned partition is read to its high watermark;
+    /// records still below a watermark (a stalled broker) restart the wait. Unset runs forever.
     #[serde(default)]
     pub idle_exit_ms: Option<u64>,
 }
@@ -244,6 +245,55 @@ impl KafkaSource {
         Ok(())
     }
 
+    /// How many records of the assigned partitions lie between where reading stands and the high
+    /// watermarks: what `idle_exit_ms` must not abandon. Reading stands at the later of the state's
+    /// offset and the consumer's own position (which passes transaction markers the state never
+    /// sees). The watermark is the one the last fetch response carried (no broker round trip, so a
+    /// stalled broker still answers), else one fetched now; a partition with neither counts as read.
+    fn records_behind(&self, position: &ResumeOffsets) -> i64 {
+        let Ok(assignment) = self.consumer.assignment() else { return 0 };
+        let consumed: BTreeMap<(String, i32), i64> = self
+            .consumer
+            .position()
+            .map(|list| {
+                list.elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut behind = 0;
+        for el in assignment.elements() {
+            let (topic, partition) = (el.topic(), el.partition());
+            let high = match self.cached_high_watermark(topic, partition) {
+                Some(high) => high,
+                None => match self.consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) {
+                    Ok((_, high)) => high,
+                    Err(_) => continue,
+                },
+            };
+            let state = position.get(&format!("kafka:{topic}"), partition).unwrap_or(0);
+            let read = consumed.get(&(topic.to_string(), partition)).copied().unwrap_or(0).max(state);
+            behind += (high - read).max(0);
+        }
+        behind
+    }
+
+    /// The high watermark of `topic[partition]` as of the last fetch response, without asking the
+    /// broker (librdkafka's `rd_kafka_get_watermark_offsets`); None before the first response.
+    fn cached_high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        let topic = std::ffi::CString::new(topic).ok()?;
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: the client pointer lives as long as `self.consumer`; the topic is a NUL-terminated
+        // string that outlives the call; librdkafka only writes the two offsets.
+        let err =
+            unsafe { rdkafka::bindings::rd_kafka_get_watermark_offsets(self.consumer.client().native_ptr(), topic.as_ptr(), partition, &mut low, &mut high) };
+        (err == rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+    }
+
     /// Consumer lag per (topic, partition): high watermark minus the next offset we will read.
     pub fn lag(&self, position: &ResumeOffsets) -> BTreeMap<(String, i32), i64> {
         let mut out = BTreeMap::new();
@@ -314,7 +364,16 @@ impl RecordSource for KafkaSource {
         }
         let idle_since = *self.idle_since.get_or_insert_with(Instant::now);
         match self.idle_exit {
-            Some(limit) if idle_since.elapsed() >= limit => Ok(Poll::End),
+            Some(limit) if idle_since.elapsed() >= limit => {
+                let behind = self.records_behind(&self.position.lock().clone());
+                if behind > 0 {
+                    // A stalled broker, not the stream's end: wait another full period.
+                    tracing::warn!(behind, "no record for {limit:?}, but {behind} records lie below the high watermarks; waiting on");
+                    self.idle_since = Some(Instant::now());
+                    return Ok(Poll::Idle);
+                }
+                Ok(Poll::End)
+            }
             _ => Ok(Poll::Idle),
         }
     }
