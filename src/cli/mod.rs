@@ -311,8 +311,7 @@ struct ImportArgs {
 }
 
 fn import(args: &ImportArgs) -> anyhow::Result<()> {
-    use std::io::{BufRead, Read, Write};
-    use ultr_core::sources::click_log::{ClickLogImporter, ImportSummary, Imported, TimeMapping};
+    use ultr_core::sources::click_log::TimeMapping;
     let base = chrono::DateTime::parse_from_rfc3339(&args.base_time)
         .with_context(|| format!("--base-time {:?}: not RFC 3339 (e.g. 2026-01-01T00:00:00Z)", args.base_time))?;
     let time = TimeMapping {
@@ -322,67 +321,11 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
             TimeUnit::S => 1000.0,
         },
     };
-    let mut file = std::fs::File::open(&args.log).with_context(|| format!("opening {}", args.log.display()))?;
-    let mut magic = [0u8; 2];
-    let gzip = file.read(&mut magic)? == 2 && magic == [0x1f, 0x8b];
-    let file = std::fs::File::open(&args.log)?;
-    let mut reader: Box<dyn BufRead> = if gzip {
-        Box::new(std::io::BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file)))
-    } else {
-        Box::new(std::io::BufReader::with_capacity(1 << 20, file))
-    };
     let mut sink = args.sink.open()?;
-    let mut dead = std::io::BufWriter::new(std::fs::File::create(&args.dead_letter).with_context(|| format!("creating {}", args.dead_letter.display()))?);
-    let source = format!("file:{}", args.log.display());
-    let mut importer = ClickLogImporter::new(time, &args.policy_id);
-    let mut summary = ImportSummary::default();
-    let mut emit = |out: &mut Vec<Imported>, sink: &mut dyn SessionSink, dead: &mut dyn Write| -> anyhow::Result<()> {
-        for item in out.drain(..) {
-            summary.add(&item);
-            match item {
-                Imported::Session { key, json, .. } => sink.send(&key, json.as_bytes())?,
-                Imported::Refused { offset, reason, detail, text, .. } => {
-                    let letter = ultr_core::sinks::dead_letter::DeadLetterLine {
-                        reason: reason.as_str().to_string(),
-                        detail,
-                        source: source.clone(),
-                        partition: 0,
-                        offset: offset as i64,
-                        payload_bytes: text.len() as u64,
-                        payload_sha256: ultr_core::sinks::dead_letter::sha256_hex(text.as_bytes()),
-                        payload: Some(text),
-                        payload_base64: None,
-                        truncated: false,
-                    };
-                    serde_json::to_writer(&mut *dead, &letter)?;
-                    dead.write_all(b"\n")?;
-                }
-            }
-        }
-        Ok(())
-    };
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    let mut offset = 0u64;
-    loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", args.log.display()))?;
-        if n == 0 {
-            break;
-        }
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        match std::str::from_utf8(line) {
-            Ok(text) => importer.push_line(text, offset, &mut out),
-            Err(_) => importer.push_undecodable(line, offset, &mut out),
-        }
-        offset += n as u64;
-        emit(&mut out, sink.as_mut(), &mut dead)?;
-    }
-    importer.finish(&mut out);
-    emit(&mut out, sink.as_mut(), &mut dead)?;
-    sink.flush()?;
-    dead.flush()?;
-    summary.lines = importer.lines();
+    // A fresh file per import, like the sessions it sits beside.
+    std::fs::File::create(&args.dead_letter).with_context(|| format!("creating {}", args.dead_letter.display()))?;
+    let mut dead = ultr_core::sinks::dead_letter::DeadLetterSink::file(&args.dead_letter)?;
+    let summary = ultr_core::import::import_click_log(&args.log, time, &args.policy_id, sink.as_mut(), &mut dead)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
@@ -396,7 +339,6 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
 
 /// Where `simulate` and `import` send sessions: a JSONL file (`-` for stdout) or a Kafka topic,
 /// created with `partitions` when missing.
-/// Where `simulate` and `import` write sessions: a JSONL file or a Kafka topic.
 #[derive(Args)]
 struct SessionSinkArgs {
     /// JSONL output (`.gz` for gzip); `-` for stdout.

@@ -173,6 +173,46 @@ fn import_puts_each_click_on_the_latest_page_that_showed_it_and_refuses_bad_line
     assert_eq!(decoded["dead_letters"], serde_json::json!({}));
 }
 
+/// Regression (issue 57: `ultr import` wrote its dead letters by hand, uncapped, with non-UTF-8
+/// lines stored lossily and hashed after conversion): a line that is not UTF-8 and a line longer
+/// than the dead-letter cap (256 KiB) are refused into dead letters that carry the log's own bytes
+/// (base64 for the first; the first 256 KiB and `truncated` for the second), the whole line's
+/// length, and the SHA-256 of its original bytes (computed here with `sha2`); the valid page imports.
+#[test]
+fn import_dead_letters_keep_the_original_bytes_capped_with_their_hash() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let page = b"1\t0\tQ\t11\t0\ta\tb".to_vec();
+    let not_utf8 = b"1\t1\tQ\t12\t0\t\xff\xfe\tz".to_vec();
+    let long = [b"1\t2\tX\t".to_vec(), vec![b'y'; 300 << 10]].concat();
+    let log = dir.path().join("search.log");
+    std::fs::write(&log, [page.clone(), not_utf8.clone(), long.clone(), Vec::new()].join(&b'\n')).unwrap();
+    let (out, dead) = (dir.path().join("sessions.jsonl"), dir.path().join("import-dead.jsonl"));
+    let summary: serde_json::Value = serde_json::from_str(&run(ultr()
+        .arg("import")
+        .arg(&log)
+        .args(["--base-time", "2026-01-01T00:00:00Z", "--json", "--out"])
+        .arg(&out)
+        .arg("--dead-letter")
+        .arg(&dead)))
+    .unwrap();
+    assert_eq!((summary["sessions"].as_u64(), summary["refused"]["malformed_log_line"].as_u64()), (Some(1), Some(2)));
+    let letters: Vec<serde_json::Value> = std::fs::read_to_string(&dead).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(letters.len(), 2);
+    let sha = |b: &[u8]| sha2::Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let first = &letters[0];
+    assert_eq!(first["offset"].as_u64(), Some(page.len() as u64 + 1));
+    assert!(first["payload"].is_null(), "a non-UTF-8 line is not stored as text: {first}");
+    let decoded = ultr::sinks::dead_letter::read_dead_letters(&dead).unwrap()[0].original_bytes().unwrap();
+    assert_eq!(decoded, not_utf8);
+    assert_eq!((first["payload_bytes"].as_u64(), first["payload_sha256"].as_str()), (Some(not_utf8.len() as u64), Some(sha(&not_utf8).as_str())));
+    let second = &letters[1];
+    assert_eq!(second["offset"].as_u64(), Some((page.len() + not_utf8.len() + 2) as u64));
+    assert_eq!(second["truncated"], true);
+    assert_eq!(second["payload"].as_str().unwrap().as_bytes(), &long[..256 << 10]);
+    assert_eq!((second["payload_bytes"].as_u64(), second["payload_sha256"].as_str()), (Some(long.len() as u64), Some(sha(&long).as_str())));
+}
+
 /// The figures `ultr eval --qrels` reports for `ranker`, by metric.
 fn means(report: &serde_json::Value, ranker: &str) -> BTreeMap<String, f64> {
     let metrics = report["judged"]["metrics"].as_array().unwrap();

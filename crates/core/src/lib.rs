@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod identify;
+pub mod import;
 pub mod ingest;
 pub mod math;
 pub mod pipeline;

@@ -208,22 +208,30 @@ impl DeadLetterSink {
         }
     }
 
+    /// Writes a refused record and counts it by reason.
     pub fn write(&mut self, letter: &DeadLetter) -> anyhow::Result<()> {
         self.counts.add(letter.reason);
-        let (kept, truncated) = capped(&letter.payload, self.max_payload_bytes);
-        let sha = sha256_hex(&letter.payload);
+        self.write_labelled(letter.reason.as_str(), &letter.detail, &letter.payload, &letter.position)
+    }
+
+    /// Writes a letter whose reason is not a decode [`Reason`] (`ultr import`'s refused log lines),
+    /// in the same form: payload capped, its length and SHA-256 those of the whole original bytes.
+    /// Not counted in [`DeadLetterSink::counts`].
+    pub fn write_labelled(&mut self, reason: &str, detail: &str, payload: &[u8], position: &SourcePosition) -> anyhow::Result<()> {
+        let (kept, truncated) = capped(payload, self.max_payload_bytes);
+        let sha = sha256_hex(payload);
         match &mut self.target {
             Target::File { out, .. } => {
                 let text = std::str::from_utf8(kept).ok();
                 let line = DeadLetterLine {
-                    reason: letter.reason.as_str().to_string(),
-                    detail: letter.detail.clone(),
-                    source: letter.position.stream.to_string(),
-                    partition: letter.position.partition,
-                    offset: letter.position.offset,
+                    reason: reason.to_string(),
+                    detail: detail.to_string(),
+                    source: position.stream.to_string(),
+                    partition: position.partition,
+                    offset: position.offset,
                     payload: text.map(str::to_string),
                     payload_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(kept)),
-                    payload_bytes: letter.payload.len() as u64,
+                    payload_bytes: payload.len() as u64,
                     payload_sha256: sha,
                     truncated,
                 };
@@ -231,9 +239,9 @@ impl DeadLetterSink {
                 out.write_all(b"\n")?;
             }
             Target::Kafka(sink) => {
-                let source = letter.position.to_string();
-                let length = letter.payload.len().to_string();
-                let mut detail = letter.detail.clone();
+                let source = position.to_string();
+                let length = payload.len().to_string();
+                let mut detail = detail.to_string();
                 if detail.len() > 4096 {
                     let mut end = 4096;
                     while !detail.is_char_boundary(end) {
@@ -242,7 +250,7 @@ impl DeadLetterSink {
                     detail.truncate(end);
                 }
                 let mut headers = OwnedHeaders::new()
-                    .insert(Header { key: "ultr.reason", value: Some(letter.reason.as_str()) })
+                    .insert(Header { key: "ultr.reason", value: Some(reason) })
                     .insert(Header { key: "ultr.detail", value: Some(detail.as_str()) })
                     .insert(Header { key: "ultr.source", value: Some(source.as_str()) })
                     .insert(Header { key: "ultr.payload_bytes", value: Some(length.as_str()) })

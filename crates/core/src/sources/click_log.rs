@@ -2,7 +2,7 @@
 //! and NAVER's released logs, CLARA 2 among them) turned into the session contract: one result page
 //! is one session (the mapping: `docs/click-log-import.md`).
 //!
-//! Pure logic: lines in, contract records and refusals out; `ultr import` does the reading and
+//! Pure logic: lines in, contract records and refusals out; `crate::import` does the reading and
 //! writing. A log session's pages are held until the session ends, because a click may come after a
 //! later page and belongs to the latest page that showed its URL.
 
@@ -43,8 +43,9 @@ pub struct TimeMapping {
 pub enum Imported {
     /// A session-contract record (one JSON line), keyed by its query id.
     Session { key: String, json: String, items: usize, clicks: usize },
-    /// A refused line or page: where it starts in the log (1-based line, byte offset), its text.
-    Refused { line: u64, offset: u64, reason: ImportReason, detail: String, text: String },
+    /// A refused line or page: where it starts in the log (1-based line, byte offset), its bytes as
+    /// the log has them.
+    Refused { line: u64, offset: u64, reason: ImportReason, detail: String, payload: Vec<u8> },
 }
 
 struct Page {
@@ -94,7 +95,7 @@ impl ClickLogImporter {
     pub fn push_line(&mut self, text: &str, offset: u64, out: &mut Vec<Imported>) {
         self.line += 1;
         let line = self.line;
-        let refuse = |detail: String| Imported::Refused { line, offset, reason: ImportReason::MalformedLine, detail, text: text.to_string() };
+        let refuse = |detail: String| Imported::Refused { line, offset, reason: ImportReason::MalformedLine, detail, payload: text.as_bytes().to_vec() };
         let trimmed = text.trim_end_matches(['\r', '\n']);
         // Released logs pad click lines with empty fields to the width of query lines.
         let mut fields: Vec<&str> = trimmed.split('\t').collect();
@@ -177,7 +178,7 @@ impl ClickLogImporter {
                         offset,
                         reason: ImportReason::ClickWithoutPage,
                         detail: format!("line {line}: a click on URL {url} that no earlier page of session {session} showed"),
-                        text: text.to_string(),
+                        payload: text.as_bytes().to_vec(),
                     }),
                 }
             }
@@ -189,13 +190,7 @@ impl ClickLogImporter {
     pub fn push_undecodable(&mut self, bytes: &[u8], offset: u64, out: &mut Vec<Imported>) {
         self.line += 1;
         let line = self.line;
-        out.push(Imported::Refused {
-            line,
-            offset,
-            reason: ImportReason::MalformedLine,
-            detail: format!("line {line}: not UTF-8"),
-            text: String::from_utf8_lossy(bytes).into_owned(),
-        });
+        out.push(Imported::Refused { line, offset, reason: ImportReason::MalformedLine, detail: format!("line {line}: not UTF-8"), payload: bytes.to_vec() });
     }
 
     /// Lines fed so far.
@@ -212,8 +207,13 @@ impl ClickLogImporter {
     }
 
     fn page_record(&self, session: &str, page: Page) -> Imported {
-        let refused =
-            |reason: ImportReason, detail: String| Imported::Refused { line: page.line, offset: page.offset, reason, detail, text: page.text.clone() };
+        let refused = |reason: ImportReason, detail: String| Imported::Refused {
+            line: page.line,
+            offset: page.offset,
+            reason,
+            detail,
+            payload: page.text.clone().into_bytes(),
+        };
         // A page that shows one URL twice is written as shown (a click on the URL marks its first
         // occurrence); the decoder drops the repeat or refuses the page (`[decode] duplicate_doc_id`).
         let event_ms = (page.time as f64 * self.time.unit_ms).round();

@@ -22,22 +22,7 @@ pub struct FileSource {
 impl FileSource {
     /// Opens `path` (gzip is detected by its magic bytes) and skips to `start_offset`.
     pub fn open(path: &Path, start_offset: u64) -> anyhow::Result<Self> {
-        let mut file = File::open(path).with_context(|| format!("opening session file {}", path.display()))?;
-        let mut magic = [0u8; 2];
-        let n = file.read(&mut magic)?;
-        file.seek(SeekFrom::Start(0))?;
-        let gzip = n == 2 && magic == [0x1f, 0x8b];
-        let mut reader: Box<dyn BufRead + Send> = if gzip {
-            Box::new(BufReader::with_capacity(1 << 20, MultiGzDecoder::new(file)))
-        } else {
-            file.seek(SeekFrom::Start(start_offset))?;
-            Box::new(BufReader::with_capacity(1 << 20, file))
-        };
-        if gzip && start_offset > 0 {
-            // gzip cannot seek: decompress and discard up to the resume point.
-            let skipped = std::io::copy(&mut (&mut reader).take(start_offset), &mut std::io::sink())?;
-            anyhow::ensure!(skipped == start_offset, "{} ends before resume offset {start_offset}", path.display());
-        }
+        let reader = open_lines(path, start_offset)?;
         Ok(FileSource { reader, stream: stream_name(path).into(), offset: start_offset, line: Vec::new() })
     }
 
@@ -45,6 +30,28 @@ impl FileSource {
     pub fn stream(&self) -> &str {
         &self.stream
     }
+}
+
+/// `path`'s text from byte `start_offset` of the decompressed text: gzip (by its magic bytes)
+/// decompressed, a plain file as it is.
+pub fn open_lines(path: &Path, start_offset: u64) -> anyhow::Result<Box<dyn BufRead + Send>> {
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut magic = [0u8; 2];
+    let n = file.read(&mut magic).with_context(|| format!("reading {}", path.display()))?;
+    file.seek(SeekFrom::Start(0))?;
+    let gzip = n == 2 && magic == [0x1f, 0x8b];
+    let mut reader: Box<dyn BufRead + Send> = if gzip {
+        Box::new(BufReader::with_capacity(1 << 20, MultiGzDecoder::new(file)))
+    } else {
+        file.seek(SeekFrom::Start(start_offset))?;
+        Box::new(BufReader::with_capacity(1 << 20, file))
+    };
+    if gzip && start_offset > 0 {
+        // gzip cannot seek: decompress and discard up to the resume point.
+        let skipped = std::io::copy(&mut (&mut reader).take(start_offset), &mut std::io::sink())?;
+        anyhow::ensure!(skipped == start_offset, "{} ends before resume offset {start_offset}", path.display());
+    }
+    Ok(reader)
 }
 
 pub fn stream_name(path: &Path) -> String {
