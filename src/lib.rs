@@ -26,4 +26,5 @@ pub mod demo;
 pub mod monitor;
 pub mod pipeline;
 pub mod scale_out;
+pub mod score;
 pub mod service;

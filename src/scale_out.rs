@@ -318,6 +318,31 @@ pub fn partition_prefixes(remote: &Remote) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+/// `ultr compact`: one merge of the store's partition states into `root`'s merged view, holding the
+/// compactor lease for it. Waits up to `wait` for an instance that holds the lease; after that the
+/// error names the holder. The lease is released whether or not the merge succeeds.
+pub fn compact_holding_the_lease(
+    config: &PipelineConfig,
+    store: &ultr_core::state::remote::ObjectStoreConfig,
+    root: &Path,
+    wait: Duration,
+) -> anyhow::Result<CompactReport> {
+    let ttl = store.lease_ttl.ms();
+    let remote = Remote::open(store)?;
+    let me = instance_id();
+    let deadline = Instant::now() + wait;
+    while !lease::try_acquire(&remote, &me, ttl, chrono::Utc::now().timestamp_millis())? {
+        if Instant::now() >= deadline {
+            let holder = lease::holder(&remote, chrono::Utc::now().timestamp_millis())?;
+            bail!("the compactor lease in {} is held by {holder:?}; it compacts, or try again after its lease_ttl", remote.url);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let result = ultr_core::state::lock::DirLock::acquire(root, "state directory").and_then(|_lock| compact_once(config, &remote, root, &mut None));
+    lease::release(&remote, &me)?;
+    result
+}
+
 /// A name for this instance in the lease.
 pub fn instance_id() -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());

@@ -613,21 +613,7 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
-    let ttl = store.lease_ttl.ms();
-    let remote = ultr_core::state::remote::Remote::open(store)?;
-    let me = crate::scale_out::instance_id();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait.max(0) as u64);
-    while !ultr_core::state::lease::try_acquire(&remote, &me, ttl, chrono::Utc::now().timestamp_millis())? {
-        if std::time::Instant::now() >= deadline {
-            let holder = ultr_core::state::lease::holder(&remote, chrono::Utc::now().timestamp_millis())?;
-            anyhow::bail!("the compactor lease in {} is held by {holder:?}; it compacts, or try again after its lease_ttl", remote.url);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
-    let _lock = ultr_core::state::lock::DirLock::acquire(&state, "state directory")?;
-    let result = crate::scale_out::compact_once(&config, &remote, &state, &mut None);
-    ultr_core::state::lease::release(&remote, &me)?;
-    let report = result?;
+    let report = crate::scale_out::compact_holding_the_lease(&config, store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -553,83 +553,13 @@ fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Items to score, as examples with one pseudo-session per query (positions do not matter for r(x)).
-fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples> {
-    use ultr_train::data::{Row, SessionSpan};
-    let mut ex = Examples { n_features, ..Examples::default() };
-    let add_query = |ex: &mut Examples, query: &str, docs: Vec<(String, Vec<f32>)>| -> anyhow::Result<()> {
-        let start = ex.rows.len();
-        for (doc, features) in docs {
-            if features.len() < n_features {
-                anyhow::bail!("{}: query {query} doc {doc} has {} features, the model reads {n_features}", input.display(), features.len());
-            }
-            let qd = ex.qd_keys.len() as u32;
-            ex.qd_keys.push((query.to_string(), doc));
-            ex.docs.extend_from_slice(&features[..n_features]);
-            let d = if n_features == 0 { qd } else { (ex.docs.len() / n_features - 1) as u32 };
-            ex.rows.push(Row { doc: d, qd, position: 1, impressions: 1, clicks: 0, propensity: 1.0 });
-        }
-        ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: 0, split: None });
-        Ok(())
-    };
-    let is_jsonl = input.extension().is_some_and(|e| e == "jsonl" || e == "gz");
-    if is_jsonl {
-        let mut ingest = ultr_core::ingest::Ingest::new(ultr_core::sources::file::FileSource::open(input, 0)?, Default::default(), 4096);
-        let dead_path = input.with_extension("score-dead-letters.jsonl");
-        let mut dead = ultr_core::sinks::dead_letter::DeadLetterSink::file(&dead_path)?;
-        let mut batches = Vec::new();
-        ingest.drain(&mut dead, |b| batches.push(b.impressions.clone()))?;
-        for batch in batches {
-            use datafusion::arrow::array::{Array, AsArray};
-            let q = batch.column_by_name("query_id").context("query_id")?.as_string::<i32>().clone();
-            let d = batch.column_by_name("doc_id").context("doc_id")?.as_string::<i32>().clone();
-            let f = batch.column_by_name("features").context("features")?.as_list::<i32>().clone();
-            let mut i = 0;
-            while i < batch.num_rows() {
-                let mut j = i;
-                let mut docs = Vec::new();
-                while j < batch.num_rows() && q.value(j) == q.value(i) {
-                    let values =
-                        if f.is_null(j) { Vec::new() } else { f.value(j).as_primitive::<datafusion::arrow::datatypes::Float32Type>().values().to_vec() };
-                    docs.push((d.value(j).to_string(), values));
-                    j += 1;
-                }
-                add_query(&mut ex, q.value(i), docs)?;
-                i = j;
-            }
-        }
-    } else {
-        let data = dataset::load_svmlight(&[input])?;
-        for q in data.queries {
-            add_query(&mut ex, &q.query_id, q.docs.into_iter().map(|d| (d.doc_id, d.features)).collect())?;
-        }
-    }
-    Ok(ex)
-}
-
 pub fn score(args: &ScoreArgs) -> anyhow::Result<()> {
-    let device = args.backend.device()?;
-    let (store_dir, id) = if args.model.join(ultr_train::checkpoint::CURRENT).exists() {
-        let store = ModelStore::open(&args.model)?;
-        let id = store.current_id()?.context("no current model")?;
-        (args.model.clone(), id)
-    } else {
-        let id = args.model.file_name().context("--model names no checkpoint")?.to_string_lossy().into_owned();
-        (args.model.parent().map(Path::to_path_buf).unwrap_or_default(), id)
-    };
-    let trained = ModelStore::open(&store_dir)?.load(&id, &device)?;
-    let ex = scoring_examples(&args.input, trained.meta.n_features)?;
-    let scores = trained.relevance_of_rows(&ex, &device);
     let mut out: Box<dyn Write> = if args.out.as_os_str() == "-" {
         Box::new(std::io::BufWriter::new(std::io::stdout()))
     } else {
         Box::new(std::io::BufWriter::new(std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?))
     };
-    writeln!(out, "query_id\tdoc_id\tscore")?;
-    for (r, s) in ex.rows.iter().zip(scores) {
-        let (q, d) = &ex.qd_keys[r.qd as usize];
-        writeln!(out, "{q}\t{d}\t{s:.6}")?;
-    }
+    crate::score::score(&args.model, &args.input, args.backend, &mut out)?;
     out.flush()?;
     Ok(())
 }
