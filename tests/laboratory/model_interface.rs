@@ -158,6 +158,20 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
+/// Trains `name` (a model that reads the stored sessions) with `--force` (its click logits are not
+/// calibrated for the gate's comparison), asserts that it became the current model, and returns
+/// `ultr train --json`'s outcome.
+fn train_on_sessions(dir: &Path, state: &Path, name: &str, section: &str) -> serde_json::Value {
+    let config = pipeline(dir, name, &format!("model = \"{name}\"\n{section}"));
+    let out =
+        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    let listing =
+        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
+    assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains(&format!("  {name}/linear  ")), "{name}: {listing}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn pipeline(dir: &Path, name: &str, train: &str) -> PathBuf {
     pipeline_seeded(dir, name, train, 3)
 }
@@ -289,11 +303,7 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     assert!(err.contains("`einter`") && err.contains("`gradient_reversal`"), "{err}");
     // DLA trains on whole sessions: the windows' session stores. Its click logits are uncalibrated,
     // so the gate (click BCE against the current model) needs --force here.
-    let config = pipeline(dir.path(), "dla", "model = \"dla\"\n");
-    let out =
-        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-    assert_eq!(out.status.code(), Some(0), "dla: {}", String::from_utf8_lossy(&out.stderr));
-    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcome = train_on_sessions(dir.path(), &state, "dla", "");
     let sessions = outcome["fit"]["train_sessions"].as_u64().unwrap();
     assert!(sessions > 1000, "DLA trained on {sessions} stored sessions");
     // On 20,000 sessions DLA resolves the fall of examination with depth (φ_10 − φ_1 ≈ −1.3) but not
@@ -301,33 +311,16 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     let phi10 = outcome["theta"][9].as_f64().unwrap();
     eprintln!("DLA from the session stores: {sessions} training lists, φ_k − φ_1 = {}", outcome["theta"]);
     assert!(phi10 < -0.5, "DLA: φ_10 − φ_1 = {phi10}");
-    let listing =
-        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
-    assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  dla/linear  "), "{listing}");
     // MixEM too trains on the stored sessions (its E-step weighs each whole session).
-    let config = pipeline(dir.path(), "mixem", "model = \"mixem\"\n[train.mixem]\ntemperature = 1.0\n");
-    let out =
-        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-    assert_eq!(out.status.code(), Some(0), "mixem: {}", String::from_utf8_lossy(&out.stderr));
-    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcome = train_on_sessions(dir.path(), &state, "mixem", "[train.mixem]\ntemperature = 1.0\n");
     assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "MixEM and DLA read the same stored sessions");
     let e10 = outcome["theta"][9].as_f64().unwrap();
     assert!(e10 < -0.3, "MixEM: e_10 − e_1 = {e10}");
-    let listing =
-        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
-    assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  mixem/linear  "), "{listing}");
     // XPA too reads the stored sessions (its examination attends over the session's items).
-    let config = pipeline(dir.path(), "xpa", "model = \"xpa\"\n");
-    let out =
-        ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(&state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-    assert_eq!(out.status.code(), Some(0), "xpa: {}", String::from_utf8_lossy(&out.stderr));
-    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcome = train_on_sessions(dir.path(), &state, "xpa", "");
     assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "XPA and DLA read the same stored sessions");
     let theta: Vec<f64> = outcome["theta"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
     assert!(theta.iter().all(|t| t.is_finite()), "XPA: e_pos(p_k) − e_pos(p_1) = {theta:?}");
-    let listing =
-        String::from_utf8(ultr().args(["models", "--dir"]).arg(state.join("models")).output_within(crate::common::CHILD_DEADLINE).unwrap().stdout).unwrap();
-    assert!(listing.lines().find(|l| l.starts_with('*')).unwrap().contains("  xpa/linear  "), "{listing}");
     // Every model of the registry was trained above: a new model fails here until it is added.
     let trained: Vec<&str> = models.iter().map(|(name, ..)| *name).chain(["dla", "mixem", "xpa"]).collect();
     for kind in ultr_train::models::ModelKind::ALL {
