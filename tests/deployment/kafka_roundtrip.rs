@@ -397,3 +397,69 @@ fn an_idle_exit_waits_out_a_stalled_broker_below_the_high_watermark() {
     offsets.dedup();
     assert_eq!((read, offsets.len()), (RECORDS, RECORDS), "(records read, distinct offsets) after the stall");
 }
+
+/// `partitions_behind` (what keeps a partition the broker serves late from going idle) names exactly
+/// the fetched partitions with records not yet returned. A two-partition topic holds 2,000 records;
+/// the source returns at most 40 per poll through small fetches. After each poll, the reference is
+/// computed apart from the source: the broker's high watermark per partition (asked by a consumer of
+/// the test's own) against the highest offset returned so far. For every partition that has returned
+/// a record (so librdkafka holds its watermark), the source's answer must match the reference; at
+/// some poll a partition must be behind; after the last record, none.
+#[test]
+fn partitions_behind_names_the_partitions_with_unread_records() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+    use ultr::sinks::SessionSink;
+    use ultr::sources::{Poll, RecordSource};
+
+    const RECORDS: usize = 2_000;
+    let topic = unique("ultr-behind");
+    ensure_topic(&brokers(), &topic, 2).unwrap();
+    let mut sink = KafkaSink::new(&brokers(), &topic, &[("batch.num.messages".to_string(), "10".to_string())].into()).unwrap();
+    let payload = vec![b'x'; 500];
+    for i in 0..RECORDS {
+        sink.send(&i.to_string(), &payload).unwrap();
+    }
+    sink.flush().unwrap();
+    let probe: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
+    let high: BTreeMap<i32, i64> = (0..2).map(|p| (p, probe.fetch_watermarks(&topic, p, Duration::from_secs(10)).unwrap().1)).collect();
+    assert!(high.values().all(|h| *h > 0), "both partitions hold records: {high:?}");
+
+    let properties = [("fetch.message.max.bytes", "4096"), ("queued.max.messages.kbytes", "8")];
+    let config = KafkaSourceConfig {
+        brokers: brokers(),
+        group_id: unique("ultr-behind"),
+        topics: vec![topic.clone()],
+        properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        idle_exit_ms: Some(2_000),
+    };
+    let mut source = KafkaSource::new(&config, Default::default()).unwrap();
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let (mut read, mut polls_with_one_behind) = (0usize, 0usize);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "the read did not end within 120 s ({read} records)");
+        match source.poll(40).unwrap() {
+            Poll::Records(records) => {
+                read += records.len();
+                for r in &records {
+                    let n = next.entry(r.position.partition).or_insert(0);
+                    *n = (*n).max(r.position.offset + 1);
+                }
+            }
+            Poll::Idle => continue,
+            Poll::End => break,
+        }
+        let reported: Vec<String> = source.partitions_behind();
+        for (p, n) in &next {
+            let key = format!("kafka:{topic}[{p}]");
+            let behind = *n < high[p];
+            assert_eq!(reported.contains(&key), behind, "partition {p}: returned up to offset {n}, high watermark {}, reported {reported:?}", high[p]);
+        }
+        polls_with_one_behind += usize::from(!reported.is_empty());
+    }
+    assert_eq!(read, RECORDS);
+    assert!(polls_with_one_behind > 0, "no poll found a partition behind: the check never ran");
+    assert!(source.partitions_behind().is_empty(), "after the last record: {:?}", source.partitions_behind());
+}

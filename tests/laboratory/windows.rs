@@ -376,35 +376,68 @@ fn a_bounded_session_store_keeps_the_smallest_patterns_with_exact_counts() {
 /// Regression: with several Kafka partitions, the first-read partition alone advanced the watermark,
 /// so every other partition's early sessions were declared late. An assigned partition that has not
 /// produced yet must hold the watermark back.
-#[test]
-fn an_assigned_silent_partition_holds_the_watermark() {
+/// A batch of one-item sessions from `kafka:t[partition]`, one per event time, at offsets 0, 1, ….
+fn partition_batch(partition: i32, times: &[i64]) -> ultr::ingest::DecodedBatch {
     use std::sync::Arc;
     use ultr::ingest::{DecodedBatch, SessionOrigin};
     use ultr::session::Decoder;
 
+    let mut d = Decoder::new(DecodeLimits::default());
+    let mut origins = Vec::new();
+    for (i, t) in times.iter().enumerate() {
+        let s = Session { id: format!("p{partition}-{t}-{i}"), query: "q".into(), time: *t, context: None, items: vec![("d".into(), 1, false, [0.0, 0.0])] };
+        d.decode(s.json().as_bytes()).unwrap();
+        origins.push(SessionOrigin { stream: Arc::from("kafka:t"), partition, offset: i as i64, rows: 1, repeated_items: 0 });
+    }
+    DecodedBatch { impressions: d.finish(), records: times.len(), sessions: times.len(), dead_letters: vec![], resume: Default::default(), origins }
+}
+
+#[test]
+fn an_assigned_silent_partition_holds_the_watermark() {
     let spec = WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 0, idle_timeout_ms: 3_600_000 };
-    let batch = |partition: i32, times: &[i64]| {
-        let mut d = Decoder::new(DecodeLimits::default());
-        let mut origins = Vec::new();
-        for (i, t) in times.iter().enumerate() {
-            let s = Session { id: format!("p{partition}-{i}"), query: "q".into(), time: *t, context: None, items: vec![("d".into(), 1, false, [0.0, 0.0])] };
-            d.decode(s.json().as_bytes()).unwrap();
-            origins.push(SessionOrigin { stream: Arc::from("kafka:t"), partition, offset: i as i64, rows: 1, repeated_items: 0 });
-        }
-        DecodedBatch { impressions: d.finish(), records: times.len(), sessions: times.len(), dead_letters: vec![], resume: Default::default(), origins }
-    };
     let now = Instant::now();
     let mut op = WindowOperator::new(spec);
     op.register_partition("kafka:t[0]", now);
     op.register_partition("kafka:t[1]", now);
-    let out = op.process(&batch(0, &[10_000, 200_000, 400_000]), now);
+    let out = op.process(&partition_batch(0, &[10_000, 200_000, 400_000]), now);
     assert!(out.closed.is_empty(), "partition 1 has not spoken: no window may close");
-    let out = op.process(&batch(1, &[15_000]), now);
+    let out = op.process(&partition_batch(1, &[15_000]), now);
     assert!(out.late.is_empty(), "partition 1's early session is on time");
     assert_eq!(op.counters().late_sessions, 0);
     // Once partition 1 has moved on too, the windows before both clocks close.
-    let out = op.process(&batch(1, &[300_000]), now);
+    let out = op.process(&partition_batch(1, &[300_000]), now);
     assert_eq!(out.closed.iter().map(|w| w.start).collect::<Vec<_>>(), vec![0, 180_000]);
+}
+
+/// Regression (CI, 2026-11-29: a replay counted 7,324 sessions late because a loaded broker served
+/// one partition more than the idle timeout behind the other): a partition held as behind its high
+/// watermark is not idle. Partition 1 speaks once, then stays silent for twice the idle timeout
+/// (1 s) while partition 0 runs 400 s of event time ahead; then partition 1's next session (at
+/// 20 s) arrives. Without the hold, partition 1 goes idle, partition 0's clock closes the window
+/// [0, 60 s) and that session is late (the old behaviour, asserted here so the test can tell the two
+/// apart); with `hold_partition` called as the pipeline does before each batch, nothing closes and
+/// the session is on time.
+#[test]
+fn a_partition_behind_its_high_watermark_does_not_go_idle() {
+    use std::time::Duration;
+
+    let spec = WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 0, idle_timeout_ms: 1_000 };
+    let start = Instant::now();
+    let later = start + Duration::from_millis(2_000);
+    for hold in [false, true] {
+        let mut op = WindowOperator::new(spec);
+        op.process(&partition_batch(1, &[10_000]), start);
+        if hold {
+            op.hold_partition("kafka:t[1]", later);
+        }
+        let out = op.process(&partition_batch(0, &[100_000, 400_000]), later);
+        assert_eq!(out.closed.is_empty(), hold, "hold {hold}: windows closed {:?}", out.closed.iter().map(|w| w.start).collect::<Vec<_>>());
+        if hold {
+            op.hold_partition("kafka:t[1]", later);
+        }
+        op.process(&partition_batch(1, &[20_000]), later);
+        assert_eq!(op.counters().late_sessions, u64::from(!hold), "hold {hold}: late sessions");
+    }
 }
 
 /// The merge reads partials as sorted runs (issue 11: an open window's merge holds a key at a time,

@@ -236,7 +236,14 @@ impl Coordinator {
         self.since_checkpoint += batch.records as u64;
         self.sent.merge(&batch.resume);
         let owners = shards::owners(&batch, self.workers.len());
-        let broadcast = Arc::new(Broadcast { assigned: self.ingest.source().assigned_partitions(), decoder: self.ingest.decoder_state(), batch, owners });
+        let source = self.ingest.source();
+        let broadcast = Arc::new(Broadcast {
+            assigned: source.assigned_partitions(),
+            behind: source.partitions_behind(),
+            decoder: self.ingest.decoder_state(),
+            batch,
+            owners,
+        });
         for w in &mut self.workers {
             w.send(Order::Batch(broadcast.clone()))?;
         }
@@ -322,6 +329,8 @@ struct Broadcast {
     owners: Vec<u16>,
     /// The source's assigned partitions, which hold the watermark until they speak.
     assigned: Vec<String>,
+    /// Assigned partitions with unread records below their high watermark: not idle.
+    behind: Vec<String>,
     /// The decoder's state after this batch, checkpointed with the shards.
     decoder: crate::ingest::DecoderState,
 }
@@ -513,6 +522,9 @@ impl Shard {
         let now = Instant::now();
         for key in &b.assigned {
             self.operator.register_partition(key, now);
+        }
+        for key in &b.behind {
+            self.operator.hold_partition(key, now);
         }
         let batch = &b.batch;
         if self.dead.is_some() {

@@ -246,12 +246,19 @@ impl KafkaSource {
     }
 
     /// How many records of the assigned partitions lie between where reading stands and the high
-    /// watermarks: what `idle_exit_ms` must not abandon. Reading stands at the later of the state's
-    /// offset and the consumer's own position (which passes transaction markers the state never
-    /// sees). The watermark is the one the last fetch response carried (no broker round trip, so a
-    /// stalled broker still answers), else one fetched now; a partition with neither counts as read.
+    /// watermarks: what `idle_exit_ms` must not abandon. The watermark is the one the last fetch
+    /// response carried (no broker round trip, so a stalled broker still answers), else one fetched
+    /// now; a partition with neither counts as read.
     fn records_behind(&self, position: &ResumeOffsets) -> i64 {
-        let Ok(assignment) = self.consumer.assignment() else { return 0 };
+        self.behind_by_partition(position, true).into_iter().map(|(_, _, n)| n).sum()
+    }
+
+    /// Records not yet read per assigned (topic, partition), where more than none. Reading stands at
+    /// the later of the state's offset and the consumer's own position (which passes transaction
+    /// markers the state never sees). The high watermark is librdkafka's cached one; with `fetch`, a
+    /// partition without one asks the broker (up to a second), otherwise it counts as read.
+    fn behind_by_partition(&self, position: &ResumeOffsets, fetch: bool) -> Vec<(String, i32, i64)> {
+        let Ok(assignment) = self.consumer.assignment() else { return Vec::new() };
         let consumed: BTreeMap<(String, i32), i64> = self
             .consumer
             .position()
@@ -265,19 +272,22 @@ impl KafkaSource {
                     .collect()
             })
             .unwrap_or_default();
-        let mut behind = 0;
+        let mut behind = Vec::new();
         for el in assignment.elements() {
             let (topic, partition) = (el.topic(), el.partition());
             let high = match self.cached_high_watermark(topic, partition) {
                 Some(high) => high,
-                None => match self.consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) {
+                None if fetch => match self.consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) {
                     Ok((_, high)) => high,
                     Err(_) => continue,
                 },
+                None => continue,
             };
             let state = position.get(&format!("kafka:{topic}"), partition).unwrap_or(0);
             let read = consumed.get(&(topic.to_string(), partition)).copied().unwrap_or(0).max(state);
-            behind += (high - read).max(0);
+            if high > read {
+                behind.push((topic.to_string(), partition, high - read));
+            }
         }
         behind
     }
@@ -384,6 +394,11 @@ impl RecordSource for KafkaSource {
 
     fn assigned_partitions(&self) -> Vec<String> {
         self.consumer.assignment().map(|a| a.elements().iter().map(|e| format!("kafka:{}[{}]", e.topic(), e.partition())).collect()).unwrap_or_default()
+    }
+
+    fn partitions_behind(&self) -> Vec<String> {
+        let position = self.position.lock().clone();
+        self.behind_by_partition(&position, false).into_iter().map(|(topic, partition, _)| format!("kafka:{topic}[{partition}]")).collect()
     }
 
     fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {

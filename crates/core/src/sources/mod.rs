@@ -137,6 +137,14 @@ pub trait RecordSource {
         Vec::new()
     }
 
+    /// Assigned partitions (`stream[partition]` keys) with records below their high watermark that
+    /// this reader has not returned yet, as far as the source knows without a round trip. They are
+    /// busy, not idle, whatever the wall clock says (`WindowOperator::hold_partition`). Sources that
+    /// read in order (files, the simulator) have none.
+    fn partitions_behind(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Messages behind the end of each (topic, partition), given the next offsets to read. Sources
     /// without a broker report none.
     fn lag(&self, _position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
@@ -164,6 +172,9 @@ impl RecordSource for Box<dyn RecordSource + Send> {
     }
     fn assigned_partitions(&self) -> Vec<String> {
         (**self).assigned_partitions()
+    }
+    fn partitions_behind(&self) -> Vec<String> {
+        (**self).partitions_behind()
     }
     fn lag(&self, position: &ResumeOffsets) -> Vec<(String, i32, i64)> {
         (**self).lag(position)

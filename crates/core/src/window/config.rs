@@ -15,7 +15,8 @@ pub struct WindowConfig {
     pub slide: Option<ConfigDuration>,
     /// How far behind the newest event time a session may arrive and still count.
     pub allowed_lateness: ConfigDuration,
-    /// A partition silent this long stops holding back the watermark.
+    /// A partition silent this long stops holding back the watermark, unless its Kafka source still
+    /// holds unread records of it below the high watermark (then it is behind, not idle).
     pub idle_partition_timeout: ConfigDuration,
     /// One session may move its partition's clock at most this far past the watermark (plus
     /// `allowed_lateness`), so one outlier event time cannot close every open window at once.

@@ -209,6 +209,18 @@ impl WindowOperator {
         }
     }
 
+    /// Marks a partition as not idle now, though it has not spoken: its source still holds records
+    /// of it below the high watermark, unread (a broker serving it behind the others, or a consumer
+    /// that fetched the others first). Judged by the wall clock alone, such a partition would go
+    /// idle while its records wait, the others' clocks would close its windows, and its sessions
+    /// would then be counted late.
+    pub fn hold_partition(&mut self, key: &str, now: Instant) {
+        match self.partitions.get_mut(key) {
+            Some(clock) => clock.last_seen = Some(now),
+            None => self.register_partition(key, now),
+        }
+    }
+
     /// Assigns one decoded batch. Decisions are made session by session in arrival order (the
     /// watermark moves after each session), so they do not depend on how records were batched.
     pub fn process(&mut self, batch: &DecodedBatch, now: Instant) -> Processed {
