@@ -38,23 +38,6 @@ pub fn merged_dir(root: &Path) -> PathBuf {
     root.join("merged")
 }
 
-/// What the service watches of a scale-out instance.
-pub trait ScaleObserver {
-    /// A new merged view is in `merged_dir` (compacted here, or fetched from the lease holder).
-    fn on_merged(&mut self, _merged_dir: &Path, _report: &RunReport) {}
-    /// Whether this instance holds the compactor lease (it runs the training schedule).
-    fn on_lease(&mut self, _held: bool) {}
-    /// The group member's connection health (reachability of the brokers, errors by kind), once.
-    fn on_source(&mut self, _health: Arc<SourceHealth>) {}
-    fn on_progress(&mut self, _report: &RunReport) {}
-    fn should_stop(&self) -> bool {
-        false
-    }
-}
-
-pub struct NoScaleObserver;
-impl ScaleObserver for NoScaleObserver {}
-
 /// A running partition task.
 struct Task {
     stop: Arc<AtomicBool>,
@@ -397,7 +380,7 @@ fn add(total: &mut RunReport, r: &RunReport) {
 /// closed), so an instance does not leave while a killed member's partitions still wait to be
 /// reassigned, nor while a revoked partition's windows are still open.
 /// The report sums the partition tasks this instance ran.
-pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserver) -> anyhow::Result<RunReport> {
+pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
     let SourceConfig::Kafka(kafka) = &config.source else { bail!("key `state.object_store` needs `[source.kafka]`") };
     ultr_core::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
@@ -420,7 +403,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn ScaleObserve
         health: Arc::new(SourceHealth::default()),
         live: Mutex::new(BTreeMap::new()),
     });
-    observer.on_source(shared.health.clone());
+    observer.on_restored(Some(shared.health.clone()));
     let consumer = join_group(kafka, &shared)?;
     eprintln!("ultr: instance {me} joined group {:?} on {:?}; partition states in {}", kafka.group_id, kafka.topics, remote.url);
 
@@ -519,7 +502,7 @@ impl Member<'_> {
     /// Compaction rounds run on a thread of their own, one at a time: a merge can take longer than
     /// `session.timeout.ms`, and a member that stops polling for that long misses the group's
     /// rebalances, is dropped, and holds every other member's join back meanwhile.
-    fn serve(&mut self, observer: &mut dyn ScaleObserver) -> anyhow::Result<()> {
+    fn serve(&mut self, observer: &mut dyn Observer) -> anyhow::Result<()> {
         let (config, remote, root, me, lease_ttl) = (self.config, self.remote, self.root, self.me, self.lease_ttl);
         std::thread::scope(|scope| {
             let mut round: Option<std::thread::ScopedJoinHandle<'_, (Round, Option<Writer>)>> = None;
@@ -552,7 +535,7 @@ impl Member<'_> {
 
     /// One turn of the loop besides compaction: serves the group's callbacks (assignments start
     /// tasks, revocations stop them), commits durable offsets, and says whether to stop.
-    fn poll_once(&mut self, observer: &mut dyn ScaleObserver) -> anyhow::Result<bool> {
+    fn poll_once(&mut self, observer: &mut dyn Observer) -> anyhow::Result<bool> {
         if let Some(Err(e)) = self.consumer.poll(Duration::from_millis(100)) {
             tracing::debug!("group member: {e}");
         }
@@ -635,7 +618,7 @@ struct Round {
 
 impl Round {
     /// Hands a changed merged view, with its watermark, to the observer.
-    fn report(&self, root: &Path, total: &mut RunReport, observer: &mut dyn ScaleObserver) {
+    fn report(&self, root: &Path, total: &mut RunReport, observer: &mut dyn Observer) {
         if self.changed {
             let merged = merged_dir(root);
             if let Ok(m) = ultr_core::state::read_manifest(&merged) {

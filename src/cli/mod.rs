@@ -547,7 +547,7 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let report = if config.state.object_store.is_some() {
-        let report = crate::scale_out::run(&config, &state, &mut crate::scale_out::NoScaleObserver)?;
+        let report = crate::scale_out::run(&config, &state, &mut crate::pipeline::NoObserver)?;
         eprintln!("merged view (as of this instance's last compaction or fetch): {}", crate::scale_out::merged_dir(&state).display());
         report
     } else {

@@ -513,22 +513,12 @@ fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result
 
 /// `ultr eval --qrels`: every ranking from the same state, scored against editors' labels.
 fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
-    use ultr_train::eval::judged::{evaluate as evaluate_judged, seen_by_query, Qrels, Ranking, Unjudged};
+    use ultr_train::eval::judged::{evaluate as evaluate_judged, standard_rankings, Qrels, Unjudged};
     let qrels = Qrels::read(qrels_path)?;
     let config = load_config(&args.config)?;
-    // Every session of the horizon: the labels are the editors', not the clicks', so nothing is held out.
     let (id, trained, all) = model_and_horizon(args, &config)?;
-    let device = config.train.backend.device()?;
-    let seen = seen_by_query(&all);
-    let model = Ranking::from_rows("model", &all, &trained.relevance_of_rows(&all, &device));
-    // The naive baseline a team would train first: the same tower and settings, no position term, no IPS.
-    let mut biased_cfg = config.train.clone();
-    biased_cfg.model = ultr_train::models::ModelKind::Biased;
-    biased_cfg.ips.enabled = false;
     eprintln!("eval: training the biased model on the same {} rows", all.rows.len());
-    let (biased, _) = ultr_train::fit::fit(&all, &biased_cfg, None, false).context("training the biased model for the comparison")?;
-    let biased = Ranking::from_rows("biased", &all, &biased.relevance_of_rows(&all, &device));
-    let rankings = vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), model, biased];
+    let rankings = standard_rankings(&all, &trained, &config.train)?;
     let unjudged = match args.unjudged {
         UnjudgedArg::Zero => Unjudged::Zero,
         UnjudgedArg::Drop => Unjudged::Drop,

@@ -131,11 +131,17 @@ impl Drop for MonitorThread {
     }
 }
 
+/// The service's hooks into the ingest loop: progress and the source's health for `/healthz` and
+/// `/metrics`; each durable checkpoint (one instance) or merged view (scale-out) to the monitor; the
+/// compactor lease to the schedule.
 struct ServiceObserver<'a> {
     counters: &'a mut Monitor,
     monitor: &'a MonitorThread,
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
+    /// Scale-out: whether this instance holds the compactor lease (it alone trains); its partition
+    /// tasks checkpoint on their own, so the instance counts as checkpointing while its loop turns.
+    leader: Option<Arc<AtomicBool>>,
 }
 
 impl Observer for ServiceObserver<'_> {
@@ -146,7 +152,11 @@ impl Observer for ServiceObserver<'_> {
     }
 
     fn on_progress(&mut self, report: &RunReport) {
-        self.health.last_progress_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
+        let now = chrono::Utc::now().timestamp_millis();
+        self.health.last_progress_ms.store(now, Ordering::Relaxed);
+        if self.leader.is_some() {
+            self.health.last_checkpoint_ms.store(report.last_checkpoint_unix_ms.max(now), Ordering::Relaxed);
+        }
         self.counters.ingest_live(report);
         self.health.export_source(&self.counters.metrics);
     }
@@ -157,21 +167,6 @@ impl Observer for ServiceObserver<'_> {
         self.monitor.post(store.manifest().clone());
     }
 
-    fn should_stop(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-}
-
-/// A scale-out instance's hooks: the merged view feeds the monitor; the lease gates training.
-struct ScaledServiceObserver<'a> {
-    counters: &'a mut Monitor,
-    monitor: &'a MonitorThread,
-    health: Arc<Health>,
-    stop: Arc<AtomicBool>,
-    leader: Arc<AtomicBool>,
-}
-
-impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
     fn on_merged(&mut self, merged_dir: &std::path::Path, report: &RunReport) {
         self.counters.ingest(report);
         if let Ok(manifest) = ultr_core::state::read_manifest(merged_dir) {
@@ -180,20 +175,9 @@ impl crate::scale_out::ScaleObserver for ScaledServiceObserver<'_> {
     }
 
     fn on_lease(&mut self, held: bool) {
-        self.leader.store(held, Ordering::SeqCst);
-    }
-
-    fn on_source(&mut self, source: Arc<SourceHealth>) {
-        *self.health.source.lock() = Some(source);
-    }
-
-    fn on_progress(&mut self, report: &RunReport) {
-        let now = chrono::Utc::now().timestamp_millis();
-        self.health.last_progress_ms.store(now, Ordering::Relaxed);
-        // Partition tasks checkpoint on their own; the instance counts as checkpointing while its loop turns.
-        self.health.last_checkpoint_ms.store(report.last_checkpoint_unix_ms.max(now), Ordering::Relaxed);
-        self.counters.ingest_live(report);
-        self.health.export_source(&self.counters.metrics);
+        if let Some(leader) = &self.leader {
+            leader.store(held, Ordering::SeqCst);
+        }
     }
 
     fn should_stop(&self) -> bool {
@@ -262,82 +246,63 @@ fn idle_until_stopped(stop: &AtomicBool, health: &Health, why: &str) {
     }
 }
 
-/// `ultr run` with `[state.object_store]`: this instance's share of the group's partitions; the
-/// monitor and the schedule read the merged view (`<state>/merged`), and only the compactor-lease
-/// holder trains. Models go to `[train] models_dir`, else `<state>/models`.
-fn run_scaled(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<RunReport> {
+/// Runs the service until SIGTERM (or the end of a bounded source with `exit_when_done`). With
+/// `[state.object_store]` this instance ingests its share of the group's partitions; the monitor
+/// and the schedule then read the merged view (`<state>/merged`), only the compactor-lease holder
+/// trains, and models go to `[train] models_dir`, else `<state>/models`.
+pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<RunReport> {
+    let scaled = config.state.object_store.is_some();
     let stop = stop_on_signals()?;
     let mut config = config.clone();
-    config.train.models_dir.get_or_insert_with(|| opts.state_dir.join("models"));
-    let merged = crate::scale_out::merged_dir(&opts.state_dir);
-    let metrics = Arc::new(Metrics::new());
-    let health = Arc::new(Health::new(60_000, config.state.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
-    let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
-    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &merged).judging(judged_labels(&config)?), merged.clone())?;
-    let mut counters = Monitor::new(metrics.clone(), &config, &merged);
-    describe_stream(&metrics, &config, &opts.state_dir, true);
-    list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &merged));
-    let server = http::serve(&listen, metrics.clone(), health.clone())?;
-    eprintln!(
-        "ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); merged view in {}",
-        server.addr,
-        server.addr,
-        server.addr,
-        merged.display()
-    );
-    let leader = Arc::new(AtomicBool::new(false));
-    let scheduler = schedule::Scheduler::start_gated(&config, merged.clone(), metrics.clone(), Some(leader.clone()))?;
-    health.ready.store(true, Ordering::SeqCst);
-    let report = crate::scale_out::run(
-        &config,
-        &opts.state_dir,
-        &mut ScaledServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone(), leader },
-    )?;
-    if !opts.exit_when_done {
-        idle_until_stopped(&stop, &health, "every partition task ended; serving metrics until SIGTERM");
-    }
-    health.stopping.store(true, Ordering::SeqCst);
-    drop(scheduler);
-    drop(monitor);
-    eprintln!("ultr run: stopped; partition states are in the object store and offsets are committed");
-    Ok(report)
-}
-
-/// Runs the service until SIGTERM (or the end of a bounded source with `exit_when_done`).
-pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<RunReport> {
-    if config.state.object_store.is_some() {
-        return run_scaled(config, opts);
-    }
-    let stop = stop_on_signals()?;
+    // What the monitor and the schedule read: the state, or the scale-out group's merged view.
+    let view = if scaled {
+        config.train.models_dir.get_or_insert_with(|| opts.state_dir.join("models"));
+        crate::scale_out::merged_dir(&opts.state_dir)
+    } else {
+        opts.state_dir.clone()
+    };
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(60_000, config.state.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     // The monitors restore series from the state (the current model's time) before the first scrape
     // can see them: a scrape between serving and restoring read 0 and TrainingStale saw a 56-year-old model.
-    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), config, &opts.state_dir).judging(judged_labels(config)?), opts.state_dir.clone())?;
-    let mut counters = Monitor::new(metrics.clone(), config, &opts.state_dir);
-    describe_stream(&metrics, config, &opts.state_dir, false);
-    list_earlier_trainings(&metrics, &ultr_train::models_dir(&config.train, &opts.state_dir));
+    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &view).judging(judged_labels(&config)?), view.clone())?;
+    let mut counters = Monitor::new(metrics.clone(), &config, &view);
+    describe_stream(&metrics, &config, &opts.state_dir, scaled);
+    let models_dir = ultr_train::models_dir(&config.train, &view);
+    list_earlier_trainings(&metrics, &models_dir);
     let server = http::serve(&listen, metrics.clone(), health.clone())?;
     eprintln!(
-        "ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); state in {}",
+        "ultr run: open the status page at http://{}/ (metrics at http://{}/metrics, health at http://{}/healthz); {} in {}",
         server.addr,
         server.addr,
         server.addr,
-        opts.state_dir.display()
+        if scaled { "merged view" } else { "state" },
+        view.display()
     );
-    let scheduler = schedule::Scheduler::start(config, opts.state_dir.clone(), metrics.clone())?;
+    let leader = scaled.then(|| Arc::new(AtomicBool::new(false)));
+    let scheduler = schedule::Scheduler::start(&config, view.clone(), metrics.clone(), leader.clone())?;
     if let Some(s) = &config.train.schedule {
-        eprintln!("ultr run: retraining on schedule {s:?} (models in {})", ultr_train::models_dir(&config.train, &opts.state_dir).display());
+        eprintln!("ultr run: retraining on schedule {s:?} (models in {})", models_dir.display());
     }
-    let report =
-        run_to_state(config, &opts.state_dir, &mut ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone() })?;
+    let mut observer = ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone(), leader };
+    let report = if scaled {
+        health.ready.store(true, Ordering::SeqCst);
+        crate::scale_out::run(&config, &opts.state_dir, &mut observer)?
+    } else {
+        run_to_state(&config, &opts.state_dir, &mut observer)?
+    };
     if !opts.exit_when_done {
-        idle_until_stopped(&stop, &health, "the source ended; serving metrics and the schedule until SIGTERM");
+        let why = if scaled { "every partition task ended" } else { "the source ended" };
+        idle_until_stopped(&stop, &health, &format!("{why}; serving metrics and the schedule until SIGTERM"));
     }
     health.stopping.store(true, Ordering::SeqCst);
     drop(scheduler); // cancels a training in progress and waits for it
     drop(monitor);
-    eprintln!("ultr run: stopped; state is durable and offsets are committed");
+    if scaled {
+        eprintln!("ultr run: stopped; partition states are in the object store and offsets are committed");
+    } else {
+        eprintln!("ultr run: stopped; state is durable and offsets are committed");
+    }
     Ok(report)
 }

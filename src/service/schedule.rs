@@ -90,14 +90,9 @@ pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>)
 }
 
 impl Scheduler {
-    /// Starts the schedule, or returns `None` when the config has none.
-    pub fn start(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>) -> anyhow::Result<Option<Scheduler>> {
-        Self::start_gated(config, state_dir, metrics, None)
-    }
-
-    /// As `start`, but a firing is skipped while `gate` is false (a scale-out instance trains only
-    /// while it holds the compactor lease).
-    pub fn start_gated(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>, gate: Option<Arc<AtomicBool>>) -> anyhow::Result<Option<Scheduler>> {
+    /// Starts the schedule, or returns `None` when the config has none. With a `gate`, a firing is
+    /// skipped while it is false (a scale-out instance trains only while it holds the compactor lease).
+    pub fn start(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>, gate: Option<Arc<AtomicBool>>) -> anyhow::Result<Option<Scheduler>> {
         let Some(expr) = config.train.schedule.clone() else { return Ok(None) };
         let schedule = cron::Schedule::from_str(&expr).map_err(|e| anyhow::anyhow!("key `train.schedule` = {expr:?}: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));

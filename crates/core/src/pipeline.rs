@@ -80,6 +80,12 @@ pub trait Observer {
         Ok(())
     }
     fn after_checkpoint(&mut self, _store: &StateStore, _report: &RunReport) {}
+    /// A scale-out instance only: a new merged view of the group's partition states is in
+    /// `merged_dir` (compacted here, or fetched from the lease holder); its partition tasks
+    /// checkpoint on their own, so this is what the service's monitor reads.
+    fn on_merged(&mut self, _merged_dir: &Path, _report: &RunReport) {}
+    /// A scale-out instance only: whether it holds the compactor lease (and so runs the schedule).
+    fn on_lease(&mut self, _held: bool) {}
     fn should_stop(&self) -> bool {
         false
     }
