@@ -23,6 +23,9 @@ def module_files(src):
             if not f.endswith('.rs'): continue
             p = os.path.join(dp, f)
             rel = os.path.relpath(p, src)[:-3].split(os.sep)
+            # A main.rs beside a lib.rs is a binary crate of its own (it reaches the library by its
+            # name), not the library's root.
+            if rel == ['main'] and os.path.exists(os.path.join(src, 'lib.rs')): continue
             if rel in (['lib'], ['main']): mod = ()
             elif rel[-1] == 'mod': mod = tuple(rel[:-1])
             else: mod = tuple(rel)

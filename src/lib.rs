@@ -14,7 +14,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-pub use ultr_core::{identify, ingest, progress, session, sinks, sources, state, units, window};
+pub use ultr_core::{identify, ingest, progress, scale_out, session, sinks, sources, state, units, window};
 pub use ultr_lab::{experiment, simulate};
 pub use ultr_train as train;
 pub use ultr_train::eval;
@@ -25,6 +25,5 @@ pub mod config_reference;
 pub mod demo;
 pub mod monitor;
 pub mod pipeline;
-pub mod scale_out;
 pub mod score;
 pub mod service;

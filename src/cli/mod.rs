@@ -547,7 +547,7 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let report = if config.state.object_store.is_some() {
-        let report = crate::scale_out::run(&config, &state, &mut crate::pipeline::NoObserver)?;
+        let report = crate::scale_out::run(&config.core(), config.scale_out_source()?, &state, &mut crate::pipeline::NoObserver)?;
         eprintln!("merged view (as of this instance's last compaction or fetch): {}", crate::scale_out::merged_dir(&state).display());
         report
     } else {
@@ -613,7 +613,7 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
-    let report = crate::scale_out::compact_holding_the_lease(&config, store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
+    let report = crate::scale_out::compact_holding_the_lease(&config.core(), store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

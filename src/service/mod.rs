@@ -288,7 +288,7 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     let mut observer = ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone(), leader };
     let report = if scaled {
         health.ready.store(true, Ordering::SeqCst);
-        crate::scale_out::run(&config, &opts.state_dir, &mut observer)?
+        crate::scale_out::run(&config.core(), config.scale_out_source()?, &opts.state_dir, &mut observer)?
     } else {
         run_to_state(&config, &opts.state_dir, &mut observer)?
     };

@@ -12,6 +12,7 @@ pub mod math;
 pub mod pipeline;
 pub mod progress;
 pub mod runtime;
+pub mod scale_out;
 pub mod session;
 pub mod sinks;
 pub mod sources;

@@ -25,13 +25,13 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::config::{PipelineConfig, SourceConfig};
+use crate::config::CoreConfig;
 use crate::pipeline::{run_with_source, Observer, RunReport};
-use ultr_core::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use ultr_core::sources::{RecordSource, ResumeOffsets, SourceHealth};
-use ultr_core::state::merged::{compact, CompactReport, MergeTarget};
-use ultr_core::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
-use ultr_core::state::{lease, StateStore};
+use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
+use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
+use crate::state::merged::{compact, CompactReport, MergeTarget};
+use crate::state::remote::{partition_prefix, Fenced, Remote, Writer, MERGED_PREFIX, RECORD};
+use crate::state::{lease, StateStore};
 
 /// The merged view's folder under an instance's `--state` directory.
 pub fn merged_dir(root: &Path) -> PathBuf {
@@ -46,7 +46,7 @@ struct Task {
 
 /// What the group callbacks, the tasks and the main loop share.
 struct Shared {
-    config: PipelineConfig,
+    config: CoreConfig,
     kafka: KafkaSourceConfig,
     root: PathBuf,
     remote: Arc<Remote>,
@@ -149,7 +149,7 @@ impl Shared {
             Ok(Box::new(KafkaSource::assigned(&kafka, resume.clone(), topic, partition, health.clone())?))
         };
         // Partition tasks are this instance's parallelism: each is one worker over its partition.
-        let core = ultr_core::config::CoreConfig { workers: 1, ..self.config.core() };
+        let core = CoreConfig { workers: 1, ..self.config.clone() };
         run_with_source(&core, &dir, &mut observer, &open)
     }
 }
@@ -190,7 +190,7 @@ struct GroupContext {
 
 impl ClientContext for GroupContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        let (kind, down) = ultr_core::sources::kafka::classify(&error);
+        let (kind, down) = crate::sources::kafka::classify(&error);
         tracing::warn!(kind, "Kafka: {error} ({reason}); retrying");
         self.shared.health.error(kind, down);
     }
@@ -252,11 +252,11 @@ impl ConsumerContext for GroupContext {
 }
 
 /// The merged view's target settings for `config`.
-pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
+pub fn merge_target(config: &CoreConfig) -> anyhow::Result<MergeTarget> {
     Ok(MergeTarget {
-        source: config.source_identity(),
+        source: config.source_identity.clone(),
         window: config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
-        holdout: config.train.holdout(),
+        holdout: config.holdout,
         retention_ms: Some(config.state.retention_ms()),
         bounds: config.window.statistic_bounds(),
         threads: 1,
@@ -267,7 +267,7 @@ pub fn merge_target(config: &PipelineConfig) -> anyhow::Result<MergeTarget> {
 /// into `<root>/merged`, continuing the merged view in the store; then copies it to the store.
 /// `writer` is the compactor's hold on the merged copy: taken over (fetching the merged view) when
 /// None, kept across rounds while this instance holds the lease, dropped when fenced.
-pub fn compact_once(config: &PipelineConfig, remote: &Remote, root: &Path, writer: &mut Option<Writer>) -> anyhow::Result<CompactReport> {
+pub fn compact_once(config: &CoreConfig, remote: &Remote, root: &Path, writer: &mut Option<Writer>) -> anyhow::Result<CompactReport> {
     let started = Instant::now();
     let cache = root.join("compact");
     let mut parts = Vec::new();
@@ -305,8 +305,8 @@ pub fn partition_prefixes(remote: &Remote) -> anyhow::Result<Vec<String>> {
 /// compactor lease for it. Waits up to `wait` for an instance that holds the lease; after that the
 /// error names the holder. The lease is released whether or not the merge succeeds.
 pub fn compact_holding_the_lease(
-    config: &PipelineConfig,
-    store: &ultr_core::state::remote::ObjectStoreConfig,
+    config: &CoreConfig,
+    store: &crate::state::remote::ObjectStoreConfig,
     root: &Path,
     wait: Duration,
 ) -> anyhow::Result<CompactReport> {
@@ -321,7 +321,7 @@ pub fn compact_holding_the_lease(
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let result = ultr_core::state::lock::DirLock::acquire(root, "state directory").and_then(|_lock| compact_once(config, &remote, root, &mut None));
+    let result = crate::state::lock::DirLock::acquire(root, "state directory").and_then(|_lock| compact_once(config, &remote, root, &mut None));
     lease::release(&remote, &me)?;
     result
 }
@@ -380,13 +380,12 @@ fn add(total: &mut RunReport, r: &RunReport) {
 /// closed), so an instance does not leave while a killed member's partitions still wait to be
 /// reassigned, nor while a revoked partition's windows are still open.
 /// The report sums the partition tasks this instance ran.
-pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+pub fn run(config: &CoreConfig, kafka: &KafkaSourceConfig, root: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
-    let SourceConfig::Kafka(kafka) = &config.source else { bail!("key `state.object_store` needs `[source.kafka]`") };
-    ultr_core::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
+    crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
     let remote = Arc::new(Remote::open(store_config)?);
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-    let _lock = ultr_core::state::lock::DirLock::acquire(root, "scale-out state directory")?;
+    let _lock = crate::state::lock::DirLock::acquire(root, "scale-out state directory")?;
     let me = instance_id();
     let shared = Arc::new(Shared {
         config: config.clone(),
@@ -449,7 +448,7 @@ pub fn run(config: &PipelineConfig, root: &Path, observer: &mut dyn Observer) ->
 /// Joins the consumer group: cooperative-sticky assignment, and no auto-commit (offsets are
 /// committed once their state is durable in the store).
 fn join_group(kafka: &KafkaSourceConfig, shared: &Arc<Shared>) -> anyhow::Result<BaseConsumer<GroupContext>> {
-    let properties = ultr_core::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
+    let properties = crate::sources::secrets::resolve_properties(&kafka.properties).context("[source.kafka] properties")?;
     let mut client = ClientConfig::new();
     client
         .set("bootstrap.servers", &kafka.brokers)
@@ -475,7 +474,7 @@ fn assigned_partitions(consumer: &BaseConsumer<GroupContext>) -> Vec<(String, i3
 
 /// One instance's group membership while it serves: what its loop keeps between polls.
 struct Member<'a> {
-    config: &'a PipelineConfig,
+    config: &'a CoreConfig,
     root: &'a Path,
     remote: &'a Remote,
     me: &'a str,
@@ -621,7 +620,7 @@ impl Round {
     fn report(&self, root: &Path, total: &mut RunReport, observer: &mut dyn Observer) {
         if self.changed {
             let merged = merged_dir(root);
-            if let Ok(m) = ultr_core::state::read_manifest(&merged) {
+            if let Ok(m) = crate::state::read_manifest(&merged) {
                 total.watermark_ms = m.operator.watermark;
             }
             observer.on_merged(&merged, total);
@@ -631,7 +630,7 @@ impl Round {
 
 /// Takes or renews the lease; the holder compacts, the others fetch the merged view. A failing
 /// store is a warning here (the partition tasks fail on their own when they cannot copy their state).
-fn compaction_round(config: &PipelineConfig, remote: &Remote, root: &Path, me: &str, lease_ttl: i64, merged_writer: &mut Option<Writer>) -> Round {
+fn compaction_round(config: &CoreConfig, remote: &Remote, root: &Path, me: &str, lease_ttl: i64, merged_writer: &mut Option<Writer>) -> Round {
     let now = chrono::Utc::now().timestamp_millis();
     let leader = match lease::try_acquire(remote, me, lease_ttl, now) {
         Ok(l) => l,
@@ -650,7 +649,7 @@ fn compaction_round(config: &PipelineConfig, remote: &Remote, root: &Path, me: &
             true
         })
     } else {
-        let local_seq = ultr_core::state::read_manifest(&merged).ok().map(|m| m.seq);
+        let local_seq = crate::state::read_manifest(&merged).ok().map(|m| m.seq);
         match remote.manifest(MERGED_PREFIX) {
             Ok(Some(m)) if Some(m.seq) != local_seq => remote.fetch(MERGED_PREFIX, &merged),
             Ok(_) => Ok(false),
@@ -672,7 +671,7 @@ fn compaction_round(config: &PipelineConfig, remote: &Remote, root: &Path, me: &
 /// when its source ends. A task stopped by a revocation checkpoints its windows open, even when
 /// it had read everything, and the member that receives the partition closes them; offsets alone
 /// do not tell that this happened.
-pub fn unfinished(manifest: Option<&ultr_core::state::Manifest>, topic: &str, partition: i32, high: i64) -> Option<String> {
+pub fn unfinished(manifest: Option<&crate::state::Manifest>, topic: &str, partition: i32, high: i64) -> Option<String> {
     let stored = manifest.and_then(|m| m.resume.get(&format!("kafka:{topic}"), partition)).unwrap_or(0);
     if stored < high {
         return Some(format!("stored to offset {stored} of {high}"));
@@ -763,7 +762,7 @@ fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, commit
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ultr_core::state::{Manifest, OpenWindowEntry, StateStore};
+    use crate::state::{Manifest, OpenWindowEntry, StateStore};
 
     /// Regression test: a clean-clone CI run merged 3 of 6 partitions' windows. Those partitions'
     /// last tasks had been stopped by a revocation after reading everything, so their states held
@@ -771,11 +770,11 @@ mod tests {
     #[test]
     fn a_state_read_to_the_end_with_open_windows_is_not_finished() {
         let dir = tempfile::tempdir().unwrap();
-        let config = PipelineConfig::parse("source = \"simulator\"\n", "test.toml").unwrap();
-        let store = StateStore::open(dir.path(), "test", config.window.spec().unwrap(), config.train.holdout()).unwrap();
+        let config = CoreConfig::defaults("test".into(), crate::window::Holdout { validation: 0.1, evaluation: 0.1 });
+        let store = StateStore::open(dir.path(), "test", config.window.spec().unwrap(), config.holdout).unwrap();
         let mut m: Manifest = store.manifest().clone();
         assert_eq!(unfinished(None, "t", 0, 10).as_deref(), Some("stored to offset 0 of 10"));
-        m.resume.merge(&ultr_core::sources::ResumeOffsets([("kafka:t".to_string(), [(0, 10)].into_iter().collect())].into_iter().collect()));
+        m.resume.merge(&crate::sources::ResumeOffsets([("kafka:t".to_string(), [(0, 10)].into_iter().collect())].into_iter().collect()));
         assert_eq!(unfinished(Some(&m), "t", 0, 10), None, "read to the end, nothing open");
         assert!(unfinished(Some(&m), "t", 0, 11).is_some(), "one record short");
         m.open_windows.push(OpenWindowEntry { start_ms: 0, dir: "open-0".into(), files: Default::default() });
