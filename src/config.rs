@@ -88,6 +88,15 @@ impl PipelineConfig {
         }
     }
 
+    /// The Kafka source a scale-out instance (`[state.object_store]`) joins the group of; `parse`
+    /// refuses an object store without one.
+    pub fn scale_out_source(&self) -> anyhow::Result<&ultr_core::sources::kafka::KafkaSourceConfig> {
+        match &self.source {
+            SourceConfig::Kafka(kafka) if self.state.object_store.is_some() => Ok(kafka),
+            _ => anyhow::bail!("scale-out needs `[state.object_store]` and `[source.kafka]`"),
+        }
+    }
+
     /// A stable name for the configured source, recorded in the manifest.
     pub fn source_identity(&self) -> String {
         match &self.source {
@@ -133,7 +142,7 @@ impl PipelineConfig {
             }
             store.check_option_keys().map_err(invalid)?;
         }
-        config.train.validate().map_err(|e| invalid(e))?;
+        config.train.validate().map_err(&invalid)?;
         config.eval.validate().map_err(&invalid)?;
         if matches!(config.source, SourceConfig::Simulator) {
             config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;

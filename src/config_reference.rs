@@ -41,11 +41,14 @@ struct Field {
     has_default: bool,
 }
 
+/// An enum variant: its name, its fields (a struct variant) or the one type it wraps, and its doc.
+type Variant = (String, Option<Vec<Field>>, Option<String>, String);
+
 #[derive(Debug, Clone)]
 enum Shape {
     Struct(Vec<Field>),
     /// Variants: name, their fields (a struct variant), or the one type they wrap.
-    Enum(Vec<(String, Option<Vec<Field>>, Option<String>, String)>),
+    Enum(Vec<Variant>),
 }
 
 #[derive(Debug, Clone)]
@@ -294,7 +297,7 @@ impl Writer<'_> {
     }
 
     /// A key whose value picks one of several tables (`source = "simulator"`, `[source.kafka]`).
-    fn choice(&mut self, path: &[String], variants: &[(String, Option<Vec<Field>>, Option<String>, String)], doc: &str) {
+    fn choice(&mut self, path: &[String], variants: &[Variant], doc: &str) {
         let name = path.join(".");
         self.out.push_str(&format!("\n## `{name}`\n\n"));
         if !doc.is_empty() {

@@ -51,7 +51,7 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
             let qd = ex.qd_keys.len() as u32;
             ex.qd_keys.push((query.to_string(), doc));
             ex.docs.extend_from_slice(&features[..n_features]);
-            let d = if n_features == 0 { qd } else { (ex.docs.len() / n_features - 1) as u32 };
+            let d = ex.docs.len().checked_div(n_features).map_or(qd, |n| (n - 1) as u32);
             ex.rows.push(Row { doc: d, qd, position: 1, impressions: 1, clicks: 0, propensity: 1.0 });
         }
         ex.sessions.push(SessionSpan { start, len: ex.rows.len() - start, hash: 0, split: None });

@@ -690,12 +690,12 @@ mod tests {
 
     #[test]
     fn exposition_lines_parse_with_escaped_labels() {
-        let text = "# HELP x y\n# TYPE x gauge\nultr_theta{position=\"2\"} -0.6931\nultr_bad_records_total{reason=\"a \\\"b\\\" \\\\ c\\nd\"} 3\nultr_misspecification_z{model=\"mlp\"} NaN\nultr_records_total 12\n";
+        let text = "# HELP x y\n# TYPE x gauge\nultr_theta{position=\"2\"} -0.625\nultr_bad_records_total{reason=\"a \\\"b\\\" \\\\ c\\nd\"} 3\nultr_misspecification_z{model=\"mlp\"} NaN\nultr_records_total 12\n";
         let s = parse_exposition(text);
         assert_eq!(s.len(), 4);
         assert_eq!(s[0].name, "ultr_theta");
         assert_eq!(s[0].labels["position"], "2");
-        assert_eq!(s[0].value, -0.6931);
+        assert_eq!(s[0].value, -0.625);
         assert_eq!(s[1].labels["reason"], "a \"b\" \\ c\nd");
         assert!(s[2].value.is_nan());
         assert_eq!((s[3].name.as_str(), s[3].labels.len(), s[3].value), ("ultr_records_total", 0, 12.0));

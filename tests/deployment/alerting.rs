@@ -332,7 +332,7 @@ impl Producer {
                 let key = sim.session(i, &mut buf);
                 // A stopped broker makes sends fail (queue full); the producer keeps trying.
                 let _ = sink.send(&key, &buf);
-                if g.load(Ordering::SeqCst) && i % 10 == 0 {
+                if g.load(Ordering::SeqCst) && i.is_multiple_of(10) {
                     let _ = sink.send(&key, br#"{"session_id": "truncated"#);
                 }
                 i += 1;

@@ -22,7 +22,7 @@ fn pinned(image: &str) -> bool {
     if image.contains("@sha256:") {
         return true;
     }
-    let tag = image.rsplit_once(':').map(|(name, tag)| (name, tag)).filter(|(name, _)| !name.ends_with('/') && !name.is_empty());
+    let tag = image.rsplit_once(':').filter(|(name, _)| !name.ends_with('/') && !name.is_empty());
     matches!(tag, Some((_, t)) if t != "latest" && !t.contains('/'))
 }
 

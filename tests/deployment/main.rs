@@ -3,6 +3,10 @@
 //! Their assertions wait on wall-clock time, so they live in a binary of their own, apart from the
 //! CPU-bound training tests of `tests/laboratory/`. One binary links burn, datafusion and rdkafka once.
 
+// The references are tuples of the columns they compare, and a simulated stream takes each knob a
+// test varies by name.
+#![allow(clippy::type_complexity, clippy::too_many_arguments)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -2,6 +2,10 @@
 //! models against the simulator's truth, the CLI's one-shot commands, the reproduced experiments.
 //! One binary links burn, datafusion and rdkafka once.
 
+// The brute-force references are tuples of the columns they compare, and their matrix arithmetic
+// reads as the textbook's, by index.
+#![allow(clippy::type_complexity, clippy::needless_range_loop)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -253,7 +253,7 @@ fn export_and_score_match_the_burn_model() {
                 qd,
                 position: k as u32 + 1,
                 impressions: 1,
-                clicks: (d.label.unwrap_or(0.0) > 0.0 || clicks % 7 == 0) as u32,
+                clicks: (d.label.unwrap_or(0.0) > 0.0 || clicks.is_multiple_of(7)) as u32,
                 propensity: 1.0,
             });
         }

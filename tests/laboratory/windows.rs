@@ -40,7 +40,7 @@ impl Session {
             self.query,
             self.time,
             // Two logging policies, so per-policy rows must add up to the reference's totals.
-            if self.id.len() % 2 == 0 { "p" } else { "p2" },
+            if self.id.len().is_multiple_of(2) { "p" } else { "p2" },
             items.join(",")
         )
     }

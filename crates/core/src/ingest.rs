@@ -147,6 +147,7 @@ impl<S: RecordSource> Ingest<S> {
         Ok(summary)
     }
 
+    #[allow(clippy::should_implement_trait, reason = "a fallible poll with Idle and End, not an Iterator's Option")]
     pub fn next(&mut self) -> anyhow::Result<Next> {
         let records = match self.source.poll(self.batch_records)? {
             Poll::Records(r) => r,

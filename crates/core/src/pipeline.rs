@@ -533,7 +533,7 @@ impl Shard {
             self.operator.hold_partition(key, now);
         }
         let batch = &b.batch;
-        if self.dead.is_some() {
+        if let Some(dead) = self.dead.as_mut() {
             for letter in &batch.dead_letters {
                 // A lookup that leaves `covered` as it is: the letters of a batch come before its
                 // sessions, and a letter past the crash point must not end the skipping of the
@@ -541,7 +541,7 @@ impl Shard {
                 if self.covered.holds(&letter.position.stream, letter.position.partition, letter.position.offset) {
                     continue;
                 }
-                self.dead.as_mut().expect("shard 0").write(letter)?;
+                dead.write(letter)?;
                 *self.dead_letters.entry(letter.reason.as_str().to_string()).or_default() += 1;
             }
         }

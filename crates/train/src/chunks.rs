@@ -104,6 +104,7 @@ impl ExampleChunks for SpilledExamples {
 /// Loads a horizon's examples within `budget_bytes` (by `Examples::approx_bytes`): in memory when
 /// they fit, otherwise spilled to chunks of about the budget (plus at most `SLICE_ROWS` rows) under
 /// `spill_dir`. One pass over the query's stream either way.
+#[allow(clippy::too_many_arguments, reason = "the state, its horizon and the memory budget are independent inputs of one load")]
 pub async fn load_training_data(
     dir: &Path,
     manifest: &Manifest,

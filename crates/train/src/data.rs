@@ -92,11 +92,7 @@ impl Examples {
     }
 
     pub fn n_docs(&self) -> usize {
-        if self.n_features == 0 {
-            self.docs.len()
-        } else {
-            self.docs.len() / self.n_features
-        }
+        self.docs.len().checked_div(self.n_features).unwrap_or(self.docs.len())
     }
 
     pub fn doc_features(&self, doc: u32) -> &[f32] {
@@ -371,7 +367,7 @@ impl ExamplesBuilder {
                 return d;
             }
         }
-        let d = if f == 0 { qd } else { (self.out.docs.len() / f) as u32 };
+        let d = self.out.docs.len().checked_div(f).map_or(qd, |n| n as u32);
         if f > 0 {
             self.out.docs.extend_from_slice(values);
             candidates.push(d);

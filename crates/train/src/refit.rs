@@ -333,10 +333,9 @@ mod tests {
         assert_eq!(refit, 3);
         assert!(iterations < MAX_ITERATIONS, "{iterations}");
         assert_eq!(delta[3], 0.0);
-        for k in 0..3 {
+        for (k, &dk) in delta.iter().enumerate().take(3) {
             let rows = terms.iter().filter(|t| t.position == k);
-            let (observed, expected) =
-                rows.fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + delta[k] as f64)));
+            let (observed, expected) = rows.fold((0.0, 0.0), |(o, e), t| (o + t.weighted_clicks, e + t.weighted_impressions * sigmoid(t.logit + dk as f64)));
             assert!((observed - expected).abs() < 1e-3 * observed, "k = {k}: {observed} observed, {expected} expected");
         }
         // The positions' click rates fall with k, so their shifts do too.

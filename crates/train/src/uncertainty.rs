@@ -401,8 +401,8 @@ mod tests {
         }
         for (i, (n, c)) in [(1000.0, 100.0), (50.0, 0.0), (7.0, 7.0)].into_iter().enumerate() {
             let (mn, mc) = (sums[i].0 / draws as f64, sums[i].1 / draws as f64);
-            assert!((mn - n).abs() < 4.0 * (n as f64 / draws as f64).sqrt() + 1e-9, "row {i}: mean impressions {mn} vs {n}");
-            assert!((mc - c).abs() < 4.0 * (c as f64 / draws as f64).sqrt() + 1e-9, "row {i}: mean clicks {mc} vs {c}");
+            assert!((mn - n).abs() < 4.0 * (n / draws as f64).sqrt() + 1e-9, "row {i}: mean impressions {mn} vs {n}");
+            assert!((mc - c).abs() < 4.0 * (c / draws as f64).sqrt() + 1e-9, "row {i}: mean clicks {mc} vs {c}");
         }
     }
 

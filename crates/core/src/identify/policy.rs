@@ -71,20 +71,6 @@ pub fn blind_reason(policy_variation: f64, min_policy_variation: f64) -> Option<
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policy_variation_is_the_within_position_sd() {
-        // Position 1: π ∈ {0.2, 0.6} equally weighted (sd 0.2); position 2 constant; pooled over 4 impressions.
-        let v = policy_variation([(1, 0.2, 1.0), (1, 0.6, 1.0), (2, 0.5, 2.0)]);
-        assert!((v - (0.08f64 / 4.0).sqrt()).abs() < 1e-12, "{v}");
-        assert_eq!(policy_variation([(1, 1.0, 5.0), (2, 1.0, 3.0)]), 0.0);
-        assert!(blind_reason(0.0, 0.01).is_some_and(|r| r.contains("cannot be assessed")) && blind_reason(0.2, 0.01).is_none());
-    }
-}
-
 /// Columns of `sql/policy_propensity.sql`'s output.
 pub fn policy_propensity_schema() -> std::sync::Arc<Schema> {
     std::sync::Arc::new(Schema::new(vec![
@@ -100,4 +86,18 @@ pub fn policy_propensity_schema() -> std::sync::Arc<Schema> {
         Field::new("empirical_propensity", DataType::Float64, true),
         Field::new("logged_propensity", DataType::Float64, true),
     ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_variation_is_the_within_position_sd() {
+        // Position 1: π ∈ {0.2, 0.6} equally weighted (sd 0.2); position 2 constant; pooled over 4 impressions.
+        let v = policy_variation([(1, 0.2, 1.0), (1, 0.6, 1.0), (2, 0.5, 2.0)]);
+        assert!((v - (0.08f64 / 4.0).sqrt()).abs() < 1e-12, "{v}");
+        assert_eq!(policy_variation([(1, 1.0, 5.0), (2, 1.0, 3.0)]), 0.0);
+        assert!(blind_reason(0.0, 0.01).is_some_and(|r| r.contains("cannot be assessed")) && blind_reason(0.2, 0.01).is_none());
+    }
 }

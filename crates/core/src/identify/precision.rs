@@ -65,6 +65,9 @@ impl ThetaPrecision {
     }
 }
 
+/// (impressions, clicks) by position index, per (query, document).
+type CellsByPair<'a> = HashMap<(&'a str, &'a str), BTreeMap<usize, (f64, f64)>>;
+
 /// (query, document) → its cells at positions 1..=`max_position`, contexts merged, from the
 /// cumulative propensity table (query_id, doc_id, position, impressions, clicks).
 pub fn cells_of(propensity: &[RecordBatch], max_position: u32) -> Vec<Cells> {
@@ -88,7 +91,7 @@ pub fn cells_of(propensity: &[RecordBatch], max_position: u32) -> Vec<Cells> {
             ))
         })
         .collect();
-    let mut merged: HashMap<(&str, &str), BTreeMap<usize, (f64, f64)>> = HashMap::new();
+    let mut merged: CellsByPair = HashMap::new();
     for (q, d, k, n, c) in &columns {
         let (q, d, k, n, c) =
             (q.as_string::<i32>(), d.as_string::<i32>(), k.as_primitive::<UInt32Type>(), n.as_primitive::<Float64Type>(), c.as_primitive::<Float64Type>());
@@ -358,6 +361,7 @@ mod tests {
         let theta = [0.0, -0.5, -0.9, -1.2, -1.4];
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let runs: Vec<ThetaPrecision> = (0..200).map(|_| theta_precision(&simulate(&theta, 20, 10, 60, &mut rng), theta.len())).collect();
+        #[allow(clippy::needless_range_loop, reason = "j indexes the truth and every run's estimates in step")]
         for j in 1..theta.len() {
             let estimates: Vec<f64> = runs.iter().map(|r| r.theta[j]).collect();
             let mean = estimates.iter().sum::<f64>() / estimates.len() as f64;

@@ -124,7 +124,7 @@ fn send_record(producer: &BaseProducer<CountingContext>, sent: &mut u64, mut rec
         }
     }
     *sent += 1;
-    if *sent % 1024 == 0 {
+    if sent.is_multiple_of(1024) {
         producer.poll(Duration::ZERO);
     }
     Ok(())

@@ -378,7 +378,7 @@ impl StateStore {
         next.filter_segments.retain(|s| !s.windows.is_empty());
         if !cp.late.is_empty() {
             let file = format!("late-{:08}.parquet", next.seq);
-            let max_event_ms = cp.late.iter().filter_map(|b| max_event_time(b)).max().unwrap_or(i64::MIN);
+            let max_event_ms = cp.late.iter().filter_map(max_event_time).max().unwrap_or(i64::MIN);
             if let Some(bytes) = write_parquet(&self.dir.join("late").join(&file), &cp.late)? {
                 next.late.push(LateSegment { file, bytes, max_event_ms });
             }

@@ -274,14 +274,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
     let mut streams: BTreeMap<String, (Examples, Labels, Vec<f64>)> = BTreeMap::new();
     for seed in &opts.seeds {
         for s in &grid {
-            let k = key(s.relevance, s.tau, *seed);
-            if !streams.contains_key(&k) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = streams.entry(key(s.relevance, s.tau, *seed)) {
+                let k = slot.key().clone();
                 if opts.progress {
                     eprintln!("simulating {k} ...");
                 }
                 let sim = sim_config(opts, s.relevance, s.tau, *seed, held_out_fraction);
-                let data = stream(opts, sim, &opts.out.join("scratch").join(&k))?;
-                streams.insert(k, data);
+                slot.insert(stream(opts, sim, &opts.out.join("scratch").join(&k))?);
             }
         }
     }

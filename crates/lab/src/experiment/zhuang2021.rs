@@ -307,8 +307,11 @@ pub fn run(opts: &Options, datasets: &[Data]) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
+/// A table column: its name and how it reads a run.
+type Metric = (&'static str, fn(&RunResult) -> f64);
+
 /// Rows = method, columns = click model × metric (Zhuang Tables 1–2), mean ± sd over seeds.
-fn table(dataset: &str, summary: &Summary, opts: &Options, metrics: &[(&str, fn(&RunResult) -> f64)]) -> String {
+fn table(dataset: &str, summary: &Summary, opts: &Options, metrics: &[Metric]) -> String {
     let mut s = format!("| {dataset} |");
     for c in &opts.click_models {
         for (name, _) in metrics {
@@ -359,8 +362,8 @@ fn write_outputs(opts: &Options, datasets: &[Data], summary: &Summary) -> anyhow
         "# Zhuang et al. 2021 Tables 1–2 on our data\n\n{} training sessions per cell, seeds {:?}, {} tower, top {} positions shown, at most {} epochs; logging ranker fitted on {}% of the training queries' labels. Mean ± sd over seeds.\n\n",
         opts.train_sessions, opts.seeds, opts.tower.name(), opts.max_positions, opts.max_epochs, opts.logging_label_fraction * 100.0
     );
-    let click_metrics: [(&str, fn(&RunResult) -> f64); 2] = [("LL", |r| r.click_log_likelihood), ("perplexity", |r| r.perplexity)];
-    let rank_metrics: [(&str, fn(&RunResult) -> f64); 3] = [("nDCG@1", |r| r.ndcg1), ("nDCG@5", |r| r.ndcg5), ("nDCG@10", |r| r.ndcg10)];
+    let click_metrics: [Metric; 2] = [("LL", |r| r.click_log_likelihood), ("perplexity", |r| r.perplexity)];
+    let rank_metrics: [Metric; 3] = [("nDCG@1", |r| r.ndcg1), ("nDCG@5", |r| r.ndcg5), ("nDCG@10", |r| r.ndcg10)];
     for d in datasets {
         let name = &d.spec.name;
         md.push_str(&format!("## {name}: click prediction on evaluation sessions (Table 1)\n\n{}\n", table(name, summary, opts, &click_metrics)));

@@ -328,6 +328,7 @@ pub fn evaluate(qrels: &Qrels, rankings: &[Ranking], unjudged: Unjudged, bootstr
             *p = rng.random_range(0..n);
         }
         for (r, v) in values.iter().enumerate() {
+            #[allow(clippy::needless_range_loop, reason = "m is the metric index mean_of reads as well")]
             for m in 0..5 {
                 replicates[r][m][0].push(mean_of(v, &picks, m, None));
                 replicates[r][m][1].push(mean_of(v, &picks, m, Some(values[logged].as_slice())));

@@ -512,7 +512,7 @@ mod tests {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                *b = if rng % 5 == 0 { (rng >> 32) as u8 } else { alphabet[(rng >> 40) as usize % alphabet.len()] };
+                *b = if rng.is_multiple_of(5) { (rng >> 32) as u8 } else { alphabet[(rng >> 40) as usize % alphabet.len()] };
             }
             let count = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
             let value = bytes[..count].iter().fold(0u64, |v, b| v * 10 + (b - b'0') as u64);
