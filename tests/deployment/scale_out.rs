@@ -166,8 +166,8 @@ fn owned(log: &Path) -> std::collections::BTreeSet<i32> {
     for line in text.lines() {
         let partition = line.rsplit_once("partition=").and_then(|(_, p)| p.trim().parse::<i32>().ok());
         match partition {
-            Some(p) if line.contains("ultr::scale_out: assigned ") => _ = owned.insert(p),
-            Some(p) if line.contains("ultr::scale_out: revoked ") => _ = owned.remove(&p),
+            Some(p) if line.contains("::scale_out: assigned ") => _ = owned.insert(p),
+            Some(p) if line.contains("::scale_out: revoked ") => _ = owned.remove(&p),
             _ => {}
         }
     }
