@@ -2,8 +2,8 @@
 //! optimized once per input shape and re-run on every micro-batch, window and merge.
 //!
 //! Why: a window statistic runs on one micro-batch or one window's partials, so each run is small,
-//! and parsing, analysing and optimizing its SQL cost about 1 ms of a run's few (perf and timings of
-//! `ultr ingest`, docs/benchmarks.md) — 900 runs per 200,000 sessions. The logical plan does not
+//! and parsing, analysing and optimizing its SQL were a large share of each run (measured in
+//! docs/benchmarks.md, beside the profile that introduced prepared statements). The logical plan does not
 //! depend on the data, only on the input tables' schemas; each run plugs its data into the plan's
 //! tables and plans the physical side afresh, so a sorted input still streams through a sorted merge
 //! and the partition count follows the input, exactly as an unprepared run would plan it.
