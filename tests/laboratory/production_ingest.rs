@@ -113,6 +113,31 @@ fn a_past_log_with_gaps_of_days_replays_whole_at_the_default_skew() {
     assert_eq!(report.dead_letters.values().sum::<u64>(), 1, "{:?}", report.dead_letters);
 }
 
+/// A replay that runs ahead of the wall clock (a simulated log) is judged against its own newest
+/// event time: eleven sessions climbing from now to now + 5 h in 30-minute steps are all accepted at
+/// the default `max_clock_skew` (1 h), and one 3 h past the last of them is refused as
+/// `future_event_time`. Regression test for a mutant cargo-mutants found surviving (the decoder's
+/// last accepted event time answered `None`, so the replay's clock never moved and every session
+/// past now + 1 h was refused).
+#[test]
+fn a_replay_ahead_of_the_wall_clock_moves_its_own_reference_by_at_most_the_skew() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = chrono::Utc::now();
+    let at = |id: &str, minutes: i64| {
+        let time = (now + chrono::Duration::minutes(minutes)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        format!(
+            r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#
+        )
+    };
+    let mut lines: Vec<String> = (0..=10).map(|i| at(&format!("s{i}"), 30 * i)).collect();
+    lines.push(at("jump", 300 + 180));
+    let file = write_lines(&dir.path().join("ahead.jsonl"), &lines);
+    let report = ingest(&config(&file, "", ""), &dir.path().join("state"));
+    assert_eq!(report.counters.sessions, 11, "{:?}", report.dead_letters);
+    assert_eq!(report.dead_letters.get("future_event_time"), Some(&1), "{:?}", report.dead_letters);
+    assert_eq!(report.dead_letters.values().sum::<u64>(), 1, "{:?}", report.dead_letters);
+}
+
 #[test]
 fn an_outlier_within_the_skew_moves_the_watermark_by_at_most_the_jump_and_retention_keeps_the_windows() {
     let dir = tempfile::tempdir().unwrap();

@@ -402,4 +402,16 @@ mod tests {
         // Without the 5–6 and 2–6 edges node 6 is cut off: no spanning structure at all.
         assert_eq!(spanning_bottleneck(&nodes, &edges[..5]), None);
     }
+
+    /// Two positions (a two-slot carousel) have a bottleneck: their one edge's weight. One node has
+    /// none. Regression test for a mutant that cargo-mutants found surviving (`< 2` → `<= 2`).
+    #[test]
+    fn two_positions_have_their_edge_as_bottleneck_and_one_has_none() {
+        let (n1, n2) = (Node { position: 1 }, Node { position: 2 });
+        let two: BTreeSet<Node> = [n1.clone(), n2.clone()].into();
+        assert_eq!(spanning_bottleneck(&two, &[(0.7, &n1, &n2)]), Some(0.7));
+        assert_eq!(spanning_bottleneck(&two, &[]), None);
+        let one: BTreeSet<Node> = [n1.clone()].into();
+        assert_eq!(spanning_bottleneck(&one, &[(0.7, &n1, &n1)]), None);
+    }
 }

@@ -398,4 +398,20 @@ mod tests {
         let cut = theta_precision(&[vec![(0, 3.0, 10.0), (1, 2.0, 10.0)], vec![(2, 1.0, 10.0)]], 3);
         assert!(cut.standard_error[2].is_infinite() && cut.standard_error[1].is_finite());
     }
+
+    /// With two positions the one link carries all the information about θ_2 − θ_1: the link's
+    /// information (summed per pair, w_a·w_b / (w_a + w_b)) equals the inverse of θ_2's variance,
+    /// which the profile information matrix gives by another sum (its standard error squared,
+    /// divided by the dispersion it was scaled by). Regression test for a mutant cargo-mutants found
+    /// surviving (the per-pair share multiplied by the pair's total instead of divided).
+    #[test]
+    fn with_two_positions_the_link_information_is_the_inverse_variance_of_theta_2() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let pairs = simulate(&[0.0, -0.7], 30, 5, 12, &mut rng);
+        let p = theta_precision(&pairs, 2);
+        assert_eq!(p.edges.len(), 1, "{:?}", p.edges);
+        let (link, variance) = (p.edges[0].information, p.standard_error[1].powi(2) / p.dispersion);
+        assert!((link * variance - 1.0).abs() < 1e-9, "link information {link}, 1 / variance {}", 1.0 / variance);
+        assert!(p.edges[0].effective_pairs >= 1.0 && p.edges[0].effective_pairs <= p.swapped_pairs as f64, "{:?}", p.edges[0]);
+    }
 }

@@ -502,6 +502,24 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
+    /// Records of the usual shape are read here, not handed to serde_json: ids as strings or
+    /// numbers, event time as text or epoch milliseconds, a context, features, clicks as booleans or
+    /// 0/1. Giving up is always correct (serde_json decodes the same rows), so only this test tells a
+    /// reader that gives up on everything from one that works. Regression test for a mutant
+    /// cargo-mutants found surviving (`schema_version`'s integer never accepted).
+    #[test]
+    fn records_of_the_usual_shape_take_the_single_pass() {
+        let records = [
+            r#"{"schema_version":1,"session_id":"s1","query_id":"q7","event_time":"2026-01-01T01:00:00+01:00","policy_id":"p","items":[{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,-2.5e-3,3]},{"doc_id":"d1","position":2,"clicked":false,"features":[0.0,1.0,0.25]}]}"#,
+            r#"{"schema_version":1,"session_id":17,"query_id":7,"event_time":1767225600000,"policy_id":"p","context":{"device":"mobile","app":"ios"},"items":[{"doc_id":3,"position":3,"clicked":1}]}"#,
+        ];
+        for record in records {
+            let session = read(record.as_bytes(), 3).unwrap_or_else(|| panic!("left to serde_json: {record}"));
+            assert_eq!(session.schema_version, 1);
+            assert!(!session.items.is_empty());
+        }
+    }
+
     #[test]
     fn leading_digits_counts_and_reads_the_digit_run_of_any_eight_bytes() {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
