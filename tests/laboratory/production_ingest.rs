@@ -33,6 +33,13 @@ fn session_lines(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(&path).unwrap().lines().map(str::to_string).collect()
 }
 
+/// A session of query `q0` at `time` (RFC 3339): d0 clicked at position 1, d1 not at position 2.
+fn two_item_session(id: &str, time: &str) -> String {
+    format!(
+        r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#
+    )
+}
+
 fn write_lines(path: &Path, lines: &[String]) -> PathBuf {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
     path.to_path_buf()
@@ -91,11 +98,7 @@ fn a_far_future_event_time_is_refused_and_destroys_nothing() {
 #[test]
 fn a_past_log_with_gaps_of_days_replays_whole_at_the_default_skew() {
     let dir = tempfile::tempdir().unwrap();
-    let at = |id: &str, time: &str| {
-        format!(
-            r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#
-        )
-    };
+    let at = two_item_session;
     let lines = vec![
         at("s1", "2025-01-01T00:00:00Z"),
         at("s2", "2025-01-11T00:00:00Z"),
@@ -123,12 +126,7 @@ fn a_past_log_with_gaps_of_days_replays_whole_at_the_default_skew() {
 fn a_replay_ahead_of_the_wall_clock_moves_its_own_reference_by_at_most_the_skew() {
     let dir = tempfile::tempdir().unwrap();
     let now = chrono::Utc::now();
-    let at = |id: &str, minutes: i64| {
-        let time = (now + chrono::Duration::minutes(minutes)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        format!(
-            r#"{{"schema_version":1,"session_id":"{id}","query_id":"q0","event_time":"{time}","policy_id":"p","items":[{{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,0.2,0.3]}},{{"doc_id":"d1","position":2,"clicked":false,"features":[0.3,0.2,0.1]}}]}}"#
-        )
-    };
+    let at = |id: &str, minutes: i64| two_item_session(id, &(now + chrono::Duration::minutes(minutes)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let mut lines: Vec<String> = (0..=10).map(|i| at(&format!("s{i}"), 30 * i)).collect();
     lines.push(at("jump", 300 + 180));
     let file = write_lines(&dir.path().join("ahead.jsonl"), &lines);
