@@ -8,7 +8,12 @@
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 R="${1:-/var/tmp/ultr-cold}"
-rm -rf "$R" && mkdir -p "$R"
+# Only a folder this script made is emptied: it carries a marker, so a mistyped argument deletes nothing.
+if [ -e "$R" ] && [ ! -e "$R/.ultr-cold-ci" ]; then
+  echo "cold-ci.sh: $R exists and was not made by this script; give a new folder" >&2
+  exit 2
+fi
+rm -rf "$R" && mkdir -p "$R" && touch "$R/.ultr-cold-ci"
 git clone -q "$repo" "$R/repo"
 cd "$R/repo" && git log --oneline -1
 export CARGO_HOME="$R/cargo-home" ULTR_CI_TARGET_DIR="$R/target" ULTR_VENV="$R/venv" PIP_CACHE_DIR="$R/pip-cache" CI=true
