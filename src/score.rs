@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use ultr_lab::simulate::dataset;
 use ultr_train::checkpoint::ModelStore;
 use ultr_train::data::Examples;
 use ultr_train::device::BackendKind;
@@ -84,7 +83,7 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
             }
         }
     } else {
-        let data = dataset::load_svmlight(&[input])?;
+        let data = ultr_train::letor::load_svmlight(&[input])?;
         for q in data.queries {
             add_query(&mut ex, &q.query_id, q.docs.into_iter().map(|d| (d.doc_id, d.features)).collect())?;
         }

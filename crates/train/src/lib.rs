@@ -15,6 +15,7 @@ pub mod export;
 pub mod fit;
 pub mod gate;
 pub mod ips_propensity;
+pub mod letor;
 pub mod logged_order_prior;
 pub mod misspecification;
 pub mod models;

@@ -2,7 +2,8 @@
 //! logs in the contract's JSON, and a ground-truth file to test every later estimate against.
 
 pub mod click;
-pub mod dataset;
+/// The learning-to-rank files and synthetic features the simulator draws its queries from.
+pub use ultr_train::letor as dataset;
 pub mod policy;
 pub mod relevance;
 pub mod source;
