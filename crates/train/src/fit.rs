@@ -18,7 +18,7 @@ use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_st
 use super::chunks::ExampleChunks;
 use super::config::TrainConfig;
 use super::data::{split_of, Examples, Split};
-use super::models::{AnyModel, InputShape};
+use super::models::{AnyModel, BatchTensors, InputShape};
 use super::scoring::weighted_loss_sum;
 pub use super::scoring::LossSums;
 use super::weights::{weights_of, WeightReport, WeightTotals};
@@ -359,11 +359,13 @@ fn validation_loss(
 ) -> anyhow::Result<f64> {
     let mut total = 0f64;
     match resident {
-        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, true),
+        // The resident chunk's tower inputs were standardised once for the fit; spilled chunks are
+        // read for validation only and standardise their rows as they are batched.
+        Some(c) => total += weighted_loss_sum(model, &c.ex, &c.split.validation, (&c.weights, &c.qd_map, c.inputs.as_deref()), &trained.meta, device, true),
         None => {
             for i in 0..data.chunk_count(Split::Validation) {
                 let c = Chunk::new(Cow::Owned(data.load_chunk(Split::Validation, i)?), cfg, trained, false);
-                total += weighted_loss_sum(model, &c.ex, &c.split.validation, &c.weights, &c.qd_map, &trained.meta, device, true);
+                total += weighted_loss_sum(model, &c.ex, &c.split.validation, (&c.weights, &c.qd_map, None), &trained.meta, device, true);
             }
         }
     }
@@ -407,6 +409,7 @@ pub fn fit_chunks(
         cancel,
         val_denominator,
         train_impressions: survey.train_impressions,
+        whole_batch: None,
     };
     let (best, epochs, stop) = run.epochs()?;
     if let Some(bar) = run.bar.take() {
@@ -540,6 +543,10 @@ struct Run<'a> {
     cancel: Option<&'a std::sync::atomic::AtomicBool>,
     val_denominator: f64,
     train_impressions: usize,
+    /// The last batch of the resident chunk that held every training span, with its tensors and
+    /// impressions: full-batch training (the converged estimator, its bootstrap replicates) takes
+    /// the same spans in the same order every step, so they are laid out once, not once a step.
+    whole_batch: Option<(Vec<usize>, BatchTensors, usize)>,
 }
 
 impl Run<'_> {
@@ -585,6 +592,7 @@ impl Run<'_> {
         let mut train_total = 0f64;
         let (chunk_order, visits) = self.chunk_order();
         let mut resident = self.resident.take();
+        let resident_chunk = resident.is_some();
         for &(c, round) in &chunk_order {
             let mut loaded;
             let chunk = match resident.as_mut() {
@@ -599,7 +607,7 @@ impl Run<'_> {
                     self.resident = resident;
                     return Err(Cancelled.into());
                 }
-                let (loss, counted) = self.batch_loss(&model, chunk, batch);
+                let (loss, counted) = self.batch_loss(&model, chunk, batch, resident_chunk);
                 let value = loss.clone().into_scalar::<f32>() as f64;
                 if !value.is_finite() {
                     self.resident = resident;
@@ -661,17 +669,35 @@ impl Run<'_> {
 
     /// A batch's training objective, and the impressions its loss value stands for in the epoch's
     /// training loss.
-    fn batch_loss(&self, model: &AnyModel, chunk: &Chunk, batch: &[usize]) -> (burn::tensor::Tensor<1>, f64) {
+    /// `resident`: `chunk` is the examples held in memory for the whole fit, so a batch of all its
+    /// training spans may be kept for the next step.
+    fn batch_loss(&mut self, model: &AnyModel, chunk: &Chunk, batch: &[usize], resident: bool) -> (burn::tensor::Tensor<1>, f64) {
         let ex: &Examples = &chunk.ex;
-        let (b, n) = build_batch(
-            ex,
-            batch,
-            &chunk.weights,
-            &chunk.qd_map,
-            &self.trained.meta,
-            &self.device,
-            BatchSpec { shape: self.shape, count_weighted: !chunk.aggregated || chunk.one_pass, inputs: chunk.inputs.as_deref() },
-        );
+        let reuse = resident && self.whole_batch.as_ref().is_some_and(|(spans, _, _)| spans.as_slice() == batch);
+        if !reuse {
+            let built = build_batch(
+                ex,
+                batch,
+                &chunk.weights,
+                &chunk.qd_map,
+                &self.trained.meta,
+                &self.device,
+                BatchSpec { shape: self.shape, count_weighted: !chunk.aggregated || chunk.one_pass, inputs: chunk.inputs.as_deref() },
+            );
+            self.whole_batch = None;
+            if resident && batch.len() == chunk.split.train.len() {
+                self.whole_batch = Some((batch.to_vec(), built.0, built.1));
+            } else {
+                return self.batch_objective(model, chunk, batch, &built.0, built.1);
+            }
+        }
+        let (_, b, n) = self.whole_batch.as_ref().expect("kept above");
+        self.batch_objective(model, chunk, batch, b, *n)
+    }
+
+    /// The objective of batch `batch` of `chunk`, laid out as `b` (standing for `n` impressions).
+    fn batch_objective(&self, model: &AnyModel, chunk: &Chunk, batch: &[usize], b: &BatchTensors, n: usize) -> (burn::tensor::Tensor<1>, f64) {
+        let ex: &Examples = &chunk.ex;
         // Count-weighted rows (raw, or aggregated in one pass) are normalised like impressions.
         let drawn_rows = chunk.aggregated && !chunk.one_pass;
         let denominator = match (drawn_rows, self.cfg.ips.self_normalize) {
@@ -681,7 +707,7 @@ impl Run<'_> {
             (true, false) => batch.len() as f64,
         };
         let counted = if drawn_rows { chunk.train_impressions as f64 / chunk.steps as f64 } else { n as f64 };
-        (model.objective(&b, denominator, &self.objective), counted)
+        (model.objective(b, denominator, &self.objective), counted)
     }
 
     fn validation_loss(&self, model: &AnyModel) -> anyhow::Result<f64> {

@@ -61,7 +61,7 @@ impl Trained {
     pub fn loss_sums(&self, ex: &Examples, weights: &[f32], device: &Device) -> LossSums {
         let sessions: Vec<usize> = (0..ex.sessions.len()).collect();
         LossSums {
-            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, weights, &self.qd_map(ex), &self.meta, device, false),
+            weighted_loss: weighted_loss_sum(&self.model, ex, &sessions, (weights, &self.qd_map(ex), None), &self.meta, device, false),
             impressions: ex.impressions() as f64,
             weight: ex.rows.iter().zip(weights).map(|(r, w)| r.impressions as f64 * *w as f64).sum::<f64>(),
         }
@@ -94,20 +94,20 @@ impl LossSums {
 pub(crate) const EVAL_SESSIONS: usize = 4096;
 
 /// Σ w·ℓ over the rows of sessions `chosen` (no gradients): the click BCE, or with `fit_loss` the loss
-/// the model's early stopping watches (`AnyModel::fit_loss_sum`).
-#[allow(clippy::too_many_arguments)]
+/// the model's early stopping watches (`AnyModel::fit_loss_sum`). `tables`: each row's weight, the
+/// pair map, and the tower inputs when they were computed once for `ex` (`batches::tower_inputs`).
 pub(crate) fn weighted_loss_sum(
     model: &AnyModel,
     ex: &Examples,
     chosen: &[usize],
-    weights: &[f32],
-    qd_map: &[u32],
+    tables: (&[f32], &[u32], Option<&[f32]>),
     meta: &ModelMeta,
     device: &Device,
     fit_loss: bool,
 ) -> f64 {
+    let (weights, qd_map, inputs) = tables;
     let mut total = 0f64;
-    let spec = BatchSpec { shape: meta.architecture.model.scoring_shape(fit_loss), count_weighted: true, inputs: None };
+    let spec = BatchSpec { shape: meta.architecture.model.scoring_shape(fit_loss), count_weighted: true, inputs };
     for chunk in chosen.chunks(EVAL_SESSIONS) {
         let (b, _) = build_batch(ex, chunk, weights, qd_map, meta, device, spec);
         let sum = if fit_loss { model.fit_loss_sum(&b) } else { model.click_loss_sum(&b) };

@@ -108,26 +108,39 @@ pub fn fit_linear(sim: &Simulator, spec: PopulationSpec) -> anyhow::Result<Popul
         iterations += 1;
         let mut grad = vec![0.0; dim];
         let mut hess = ndarray::Array2::<f64>::zeros((dim, dim));
-        let mut phi: Vec<(usize, f64)> = Vec::with_capacity(n_features + 2);
+        // A row's regressors are (its position's indicator, its document's features, 1), so the
+        // Hessian's feature × feature block and the gradient's feature part are sums over documents
+        // of (Σ over the document's rows of h or g) times the document's features: one outer product
+        // per document, not per (document, position) row. Only the blocks that involve θ need the rows.
+        let (mut doc_g, mut doc_h) = (vec![0.0; docs.len()], vec![0.0; docs.len()]);
         for r in &rows {
             let z = logit(&params, r);
             let s = sigmoid(z);
             let g = r.weight * (s - r.click_probability);
             let h = r.weight * s * (1.0 - s);
-            phi.clear();
+            doc_g[r.doc] += g;
+            doc_h[r.doc] += h;
             if r.position > 0 {
-                phi.push((r.position - 1, 1.0));
-            }
-            phi.extend(docs[r.doc].iter().enumerate().map(|(j, &v)| (n_theta + j, v)));
-            phi.push((dim - 1, 1.0));
-            for &(i, vi) in &phi {
-                grad[i] += g * vi;
-                for &(j, vj) in &phi {
-                    if j <= i {
-                        hess[(i, j)] += h * vi * vj;
-                    }
+                let k = r.position - 1;
+                grad[k] += g;
+                hess[(k, k)] += h;
+                for (j, &v) in docs[r.doc].iter().enumerate() {
+                    hess[(n_theta + j, k)] += h * v;
                 }
+                hess[(dim - 1, k)] += h;
             }
+        }
+        for (d, x) in docs.iter().enumerate() {
+            let (g, h) = (doc_g[d], doc_h[d]);
+            for (i, &vi) in x.iter().enumerate() {
+                grad[n_theta + i] += g * vi;
+                for (j, &vj) in x.iter().enumerate().take(i + 1) {
+                    hess[(n_theta + i, n_theta + j)] += h * vi * vj;
+                }
+                hess[(dim - 1, n_theta + i)] += h * vi;
+            }
+            grad[dim - 1] += g;
+            hess[(dim - 1, dim - 1)] += h;
         }
         gradient_max = grad.iter().fold(0.0, |m, g| f64::max(m, g.abs()));
         if gradient_max < 1e-12 {
