@@ -372,6 +372,14 @@ fn validation_loss(
     Ok(total / denominator.max(f64::MIN_POSITIVE))
 }
 
+/// burn's CPU backends keep one random generator per process: a fit seeds it, and burn draws each
+/// initial parameter from it at the parameter's first use (the first validation loss, the first
+/// step). Fits on several threads (an experiment's `jobs`) hold this lock from the seed to the end of
+/// their first optimizer step, so no fit draws after another's seed and each fit starts from its own
+/// seed alone, with its parameters drawn in the order a fit alone draws them. (Training draws nothing
+/// else from it: batches come from the fit's own generator, dropout is taken in expectation.)
+static SEED_AND_INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Trains on examples in memory or in chunks on disk (see `chunks`): every epoch visits the
 /// training chunks in a shuffled order, each with its share of the steps (∝ its impressions), and
 /// scores every validation chunk. In memory the examples are one chunk, read once. Checks `cancel`
@@ -388,6 +396,7 @@ pub fn fit_chunks(
     let arch = cfg.architecture();
     let device = cfg.backend.autodiff_device()?;
     let infer_device = cfg.backend.device()?;
+    let seeded = SEED_AND_INIT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     device.seed(cfg.seed);
     let (mut trained, warm) = initial_model(init, cfg, &survey, &infer_device)?;
     if arch.tower.pair_embedding() {
@@ -410,6 +419,7 @@ pub fn fit_chunks(
         val_denominator,
         train_impressions: survey.train_impressions,
         whole_batch: None,
+        seeded: Some(seeded),
     };
     let (best, epochs, stop) = run.epochs()?;
     if let Some(bar) = run.bar.take() {
@@ -547,6 +557,8 @@ struct Run<'a> {
     /// impressions: full-batch training (the converged estimator, its bootstrap replicates) takes
     /// the same spans in the same order every step, so they are laid out once, not once a step.
     whole_batch: Option<(Vec<usize>, BatchTensors, usize)>,
+    /// `SEED_AND_INIT`, held until the first optimizer step has drawn every parameter the objective uses.
+    seeded: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 impl Run<'_> {
@@ -616,6 +628,7 @@ impl Run<'_> {
                 train_total += value * counted;
                 let grads = GradientsParams::from_grads(loss.backward(), &model);
                 model = optim.step(self.cfg.learning_rate, model, grads);
+                self.seeded = None;
                 if let Some(bar) = &self.bar {
                     bar.inc(1);
                 }
