@@ -300,9 +300,9 @@ fn tiny(positions: &[u32], clicked: impl Fn(usize) -> bool, propensity: f64) -> 
 
 /// Regression: burn-flex keeps one random generator per process, and fits running side by side on
 /// threads (an experiment's `jobs`) each seeded it and drew their initial parameters from it, so one
-/// fit could draw after another's seed and a run's θ depended on what ran beside it (two runs of
-/// `ultr experiment hager2025 --jobs 2` on seed 11 gave the well-specified τ = 0 linear cell RMSE
-/// 0.0174 and 0.0226). Here four MLP-tower fits start together on four threads, in five rounds, and
+/// fit could draw after another's seed and a run's θ depended on what ran beside it (two runs of one
+/// build of `hager2025_orderings_on_a_small_grid`, two jobs, gave its well-specified τ = 0 linear
+/// cell RMSE 0.0174 and 0.0226). Here four MLP-tower fits start together on four threads, in five rounds, and
 /// each θ equals, bit for bit, the same fit's run alone.
 #[test]
 fn fits_side_by_side_on_threads_equal_the_same_fits_run_alone() {
