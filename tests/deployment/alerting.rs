@@ -597,7 +597,7 @@ fn demo_faults_fire_their_own_alerts() {
         let ultr = Instance::start(&config, &dir, "demo", &addr);
         // Then the rules' quiet horizon longer: every other rule had its chance to fire.
         // The first model waits for `train.min_sessions` (50 s of the stream), then the fault shows.
-        let seen = watch_on(&prom, Duration::from_secs(210), Some(fault.fires), Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR));
+        let seen = watch_on(&prom, Duration::from_secs(300), Some(fault.fires), Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR));
         seen.report(fault.name);
         if seen.fired_after(fault.fires).is_none() {
             failures.push(format!("{}: {} did not fire ({seen:?})\n{}", fault.name, fault.fires, tail(&ultr.log)));
@@ -646,7 +646,7 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
         let addr = local_addr();
         let prom = Prometheus::start(&dir.join("prometheus"), DEMO_FACTOR, std::slice::from_ref(&addr), "250ms");
         let ultr = Instance::start(&config, &dir, "demo", &addr);
-        wait_for(&prom, "a judged evaluation", Duration::from_secs(210), |p| p.value("ultr_judged_queries").is_some_and(|n| n > 0.0));
+        wait_for(&prom, "a judged evaluation", Duration::from_secs(300), |p| p.value("ultr_judged_queries").is_some_and(|n| n > 0.0));
         let horizon = Duration::from_secs_f64(quiet_horizon_s() / DEMO_FACTOR);
         let seen = if fires { watch_on(&prom, Duration::from_secs(120), Some(ALERT), horizon) } else { watch(&prom, horizon + Duration::from_secs(5), None) };
         seen.report(&format!("judged, {name}"));

@@ -597,7 +597,7 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
         "{{\"schema_version\":1,\"session_id\":\"evil\",\"query_id\":\"{}\",\"event_time\":\"2026-01-01T00:30:00Z\",\"policy_id\":\"p\",\"items\":[{{\"doc_id\":\"a\",\"position\":\"1\",\"clicked\":false}}]}}\n",
         hostile.replace('"', "\\\"")
     ));
-    std::fs::write(&data, text).unwrap();
+    std::fs::write(&data, &text).unwrap();
     let config = dir.path().join("status.toml");
     std::fs::write(
         &config,
@@ -614,13 +614,25 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     let (service, log) = start_run_with_log(&[], &config, &state, &listen);
     let mut lines = Vec::new();
     let mut metrics = String::new();
-    // Settled: a model promoted, the monitor scoring with it, and a later firing skipped because no
-    // window is newer than the model's data (so nothing changes between the two reads below).
-    wait_for("a promoted model, its θ intervals, and a skipped firing after it", Duration::from_secs(180), || {
+    // Settled: every record read, a model promoted, the monitor scoring with it, and a firing skipped
+    // after the last promotion because no window is newer than the model's data (so nothing changes
+    // between the two reads below). A skip seen before a promotion does not count: on a loaded
+    // machine a window can close after the first training, and the next firing promotes again.
+    let records = text.lines().count() as f64;
+    let mut promoted_seen = 0.0;
+    let mut skipped_at_promotion = f64::INFINITY;
+    wait_for("every record read, a promoted model, its θ intervals, and a skipped firing after it", Duration::from_secs(300), || {
         lines.extend(log.try_iter());
         metrics = http_get(&listen, "/metrics").map(|(_, b)| b).unwrap_or_default();
-        metric_sum(&metrics, "ultr_trainings_total{result=\"promoted\"}").is_some_and(|v| v >= 1.0)
-            && metric_sum(&metrics, "ultr_trainings_total{result=\"skipped\"}").is_some_and(|v| v >= 1.0)
+        let promoted = metric_sum(&metrics, "ultr_trainings_total{result=\"promoted\"}").unwrap_or(0.0);
+        let skipped = metric_sum(&metrics, "ultr_trainings_total{result=\"skipped\"}").unwrap_or(0.0);
+        if promoted != promoted_seen {
+            promoted_seen = promoted;
+            skipped_at_promotion = skipped;
+        }
+        metric_sum(&metrics, "ultr_records_total") == Some(records)
+            && promoted >= 1.0
+            && skipped > skipped_at_promotion
             && metric_sum(&metrics, "ultr_theta_interval").is_some()
             && metric_sum(&metrics, "ultr_identified").is_some()
     });
