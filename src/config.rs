@@ -12,7 +12,7 @@ use ultr_core::sources::kafka::KafkaSourceConfig;
 use ultr_lab::simulate::SimConfig;
 
 /// Where sessions come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum SourceConfig {
     /// JSONL files (plain or gzip), read in order.
@@ -25,7 +25,7 @@ pub enum SourceConfig {
 }
 
 /// A whole pipeline config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
     pub source: SourceConfig,
@@ -160,6 +160,12 @@ fn name_the_key(text: &str, error: &toml::de::Error) -> String {
     let before = &text[..span.start.min(text.len())];
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let line = text[line_start..].lines().next().unwrap_or("");
+    // A table whose struct flattens another (`[train]` and its models' sections) reports an unknown
+    // key at the table's header, naming the key only in the message.
+    let unknown = error.message().strip_prefix("unknown field `").and_then(|r| r.split('`').next());
+    if let (Some(header), Some(key)) = (line.trim().strip_prefix('[').and_then(|l| l.strip_suffix(']')), unknown) {
+        return format!("key `{}.{key}`: {message}", header.trim());
+    }
     let Some((key, _)) = line.split_once('=') else { return message };
     let key = key.trim().trim_matches('"');
     let table = before[..line_start]

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// `[service]`: the HTTP endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
     /// Address for `/metrics` and `/healthz`.

@@ -71,7 +71,7 @@ fn loss_and_gradients_on_aggregated_rows_equal_the_raw_impressions() {
         let model = trained.model.clone().train();
         let all: Vec<usize> = (0..ex.sessions.len()).collect();
         let (b, n) = make_batch(ex, &all, &w, &trained.qd_map(ex), &trained.meta, &ad);
-        let loss = model.objective(&b, n as f64, &cfg.model_sections());
+        let loss = model.objective(&b, n as f64, &cfg.sections);
         let g = loss.backward();
         let AnyModel::Additive(model) = model else { panic!("the default model is additive") };
         let theta = model.theta.val().grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap();

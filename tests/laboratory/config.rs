@@ -29,6 +29,11 @@ fn unknown_key_is_named_with_the_file() {
     assert!(err.contains("x.toml") && err.contains("tau"), "{err}");
     let err = PipelineConfig::parse("source = \"simulator\"\nbatch_records = 0\n", "y.toml").unwrap_err().to_string();
     assert!(err.contains("y.toml") && err.contains("batch_records"), "{err}");
+    // `[train]` flattens the models' sections into itself: its unknown keys are still named.
+    let err = PipelineConfig::parse("source = \"simulator\"\n[train]\nlearning_rat = 0.1\n", "t.toml").unwrap_err().to_string();
+    assert!(err.contains("t.toml") && err.contains("key `train.learning_rat`"), "{err}");
+    let err = PipelineConfig::parse("source = \"simulator\"\n[train.dla]\nmax_weigth = 2\n", "t.toml").unwrap_err().to_string();
+    assert!(err.contains("t.toml") && err.contains("max_weigth"), "{err}");
     let err = PipelineConfig::parse("source = \"simulator\"\n[train]\nkeep_checkpoints = 0\n", "z.toml").unwrap_err().to_string();
     assert!(err.contains("z.toml") && err.contains("train.keep_checkpoints"), "{err}");
     let err = PipelineConfig::parse("source = \"simulator\"\n[train]\naggregated_epoch = \"sessions\"\n", "e.toml").unwrap_err().to_string();

@@ -392,7 +392,7 @@ fn embedding_models_export_the_canonical_position_logit() {
     let agg = raw.aggregate(HOLDOUT);
     for (model, canonical) in [(ModelKind::EDot, 1), (ModelKind::EInter, 3)] {
         let mut cfg = TrainConfig { model, tower: TowerKind::Mlp, max_epochs: 2, seed: 5, ..TrainConfig::default() };
-        cfg.embedding_model.canonical_position = canonical;
+        cfg.sections.embedding_model.canonical_position = canonical;
         cfg.validate().unwrap();
         let (trained, _) = fit(&agg, &cfg, None, false).unwrap();
         let device = cfg.backend.device().unwrap();

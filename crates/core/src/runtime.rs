@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use tokio::runtime::{Builder, Runtime};
 
 /// Async runtimes (`[runtime]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     /// Worker threads of each multi-threaded runtime (the SQL of windows, state and training data,

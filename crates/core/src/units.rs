@@ -129,3 +129,37 @@ pub fn duration(text: &str) -> ConfigDuration {
 pub fn bytes(text: &str) -> ConfigBytes {
     text.parse().unwrap_or_else(|e| panic!("default size {text:?}: {e}"))
 }
+
+/// A named scalar in the config reference (`docs/configuration.md`): its JSON type and the
+/// `format` the reference prints as its type.
+fn config_scalar(name: &'static str, format: &'static str) -> (std::borrow::Cow<'static, str>, schemars::Schema) {
+    (name.into(), schemars::json_schema!({ "type": "string", "format": format }))
+}
+
+impl schemars::JsonSchema for ConfigDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        config_scalar("ConfigDuration", "duration").0
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        config_scalar("ConfigDuration", "duration").1
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+}
+
+impl schemars::JsonSchema for ConfigBytes {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        config_scalar("ConfigBytes", "size").0
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        config_scalar("ConfigBytes", "size").1
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+}

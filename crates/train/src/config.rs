@@ -4,18 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::device::BackendKind;
-use super::models::dla::DlaConfig;
-use super::models::edot::EmbeddingModelConfig;
-use super::models::gradient_reversal::GradientReversalConfig;
-use super::models::mixem::MixEmConfig;
-use super::models::observation_dropout::ObservationDropoutConfig;
-use super::models::observation_tower::ObservationTowerConfig;
-use super::models::xpa::XpaConfig;
 use super::models::ModelSections;
 pub use super::models::{Architecture, ModelKind, TowerKind};
 
 /// `[train] aggregated_epoch`: what one epoch over aggregated rows is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AggregatedEpoch {
     /// As many steps as the raw path, rows drawn ∝ impressions.
@@ -25,7 +18,7 @@ pub enum AggregatedEpoch {
 }
 
 /// What to do with a training row whose (q,d,k) has no cumulative propensity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MissingPropensity {
     /// Refuse to train (the default: the state is inconsistent).
@@ -35,7 +28,7 @@ pub enum MissingPropensity {
 }
 
 /// Where a logging policy's π(d,k|q) comes from (`sql/ips_propensity.sql`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PropensitySource {
     /// Counted: the share of the query's sessions that showed d at k.
@@ -57,7 +50,7 @@ impl PropensitySource {
 }
 
 /// Inverse-propensity sample weights w = 1/π(d,k|q) (Hager Eq. 22).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct IpsConfig {
     /// Weight each impression by 1/π(d,k|q). Not applied with `tower = "embedding"`: a free γ per
@@ -93,7 +86,9 @@ impl Default for IpsConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[train]`: the click model and its relevance tower, the IPS weights, the optimiser, the stopping
+/// rule, the promotion gate and the retraining schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
     /// The click model (`crates/train/src/models/`): additive (PAL, the default), biased,
@@ -183,15 +178,10 @@ pub struct TrainConfig {
     /// stream is underfit in the direction of the logging policy, which the misspecification signal
     /// then reports until the next training. 0: train on any closed window.
     pub min_sessions: u64,
-    /// The observation tower of `gradient_reversal` and `observation_dropout`.
-    pub observation_tower: ObservationTowerConfig,
-    pub gradient_reversal: GradientReversalConfig,
-    pub observation_dropout: ObservationDropoutConfig,
-    pub dla: DlaConfig,
-    /// The embedding width and serving position of `edot` and `einter`.
-    pub embedding_model: EmbeddingModelConfig,
-    pub mixem: MixEmConfig,
-    pub xpa: XpaConfig,
+    /// The models' own sections (`[train.<section>]`, e.g. `[train.dla]`), each declared in its
+    /// model's file and listed by the registry (`crates/train/src/models/mod.rs`).
+    #[serde(flatten)]
+    pub sections: ModelSections,
     /// θ_k's intervals and converged estimate (`ultr train --theta-intervals`).
     pub uncertainty: UncertaintyConfig,
 }
@@ -229,13 +219,7 @@ impl Default for TrainConfig {
             schedule: None,
             warm_start: true,
             min_sessions: 0,
-            observation_tower: ObservationTowerConfig::default(),
-            gradient_reversal: GradientReversalConfig::default(),
-            observation_dropout: ObservationDropoutConfig::default(),
-            dla: DlaConfig::default(),
-            embedding_model: EmbeddingModelConfig::default(),
-            mixem: MixEmConfig::default(),
-            xpa: XpaConfig::default(),
+            sections: ModelSections::default(),
             uncertainty: Default::default(),
         }
     }
@@ -310,23 +294,8 @@ impl TrainConfig {
         if !(self.promotion_tolerance >= 0.0) {
             return Err(format!("key `train.promotion_tolerance` = {} must be >= 0", self.promotion_tolerance));
         }
-        self.model.validate(self.tower, self.max_positions, &self.model_sections())?;
-        let eta = self.gradient_reversal.eta;
-        if !(eta >= 0.0 && eta.is_finite()) {
-            return Err(format!("key `train.gradient_reversal.eta` = {eta} must be >= 0"));
-        }
-        for (key, rate) in [("gradient_reversal.dropout", self.gradient_reversal.dropout), ("observation_dropout.rate", self.observation_dropout.rate)] {
-            if !(0.0..1.0).contains(&rate) {
-                return Err(format!("key `train.{key}` = {rate} must lie in [0, 1)"));
-            }
-        }
-        if !(self.dla.max_weight >= 1.0 && self.dla.max_weight.is_finite()) {
-            return Err(format!("key `train.dla.max_weight` = {} must be >= 1", self.dla.max_weight));
-        }
-        let t = self.mixem.temperature;
-        if !(t > 0.0 && t.is_finite()) {
-            return Err(format!("key `train.mixem.temperature` = {t} must be > 0"));
-        }
+        self.model.validate(self.tower, self.max_positions, &self.sections)?;
+        self.sections.validate()?;
         self.memory_budget_bytes()?;
         if let Some(expr) = &self.schedule {
             expr.parse::<cron::Schedule>().map_err(|e| format!("key `train.schedule` = {expr:?} is not a cron expression: {e}"))?;
@@ -343,9 +312,7 @@ impl TrainConfig {
     pub fn architecture(&self) -> Architecture {
         let mut arch = Architecture {
             model: self.model,
-            observation_tower: None,
-            embedding_model: None,
-            xpa: None,
+            shapes: Default::default(),
             tower: self.tower,
             hidden_layers: if self.tower.has_hidden_layers() { self.hidden_layers } else { 0 },
             hidden_units: if self.tower.has_hidden_layers() { self.hidden_units } else { 0 },
@@ -353,25 +320,12 @@ impl TrainConfig {
             bias_feature_tower: self.bias_feature_tower,
             max_positions: self.max_positions,
         };
-        self.model.set_shape(&mut arch, &self.model_sections());
+        self.model.set_shape(&mut arch, &self.sections);
         arch
     }
 }
 
 impl TrainConfig {
-    /// The models' own sections of this config (their shapes and objective settings).
-    pub fn model_sections(&self) -> ModelSections {
-        ModelSections {
-            observation_tower: self.observation_tower.clone(),
-            gradient_reversal: self.gradient_reversal.clone(),
-            observation_dropout: self.observation_dropout.clone(),
-            dla: self.dla.clone(),
-            embedding_model: self.embedding_model.clone(),
-            mixem: self.mixem.clone(),
-            xpa: self.xpa.clone(),
-        }
-    }
-
     /// The name metrics and reports give the configured model (`Model::label`).
     pub fn model_label(&self) -> String {
         self.model.label(self.tower)
@@ -379,7 +333,7 @@ impl TrainConfig {
 }
 
 /// `[train.uncertainty]`: what `ultr train --theta-intervals` computes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct UncertaintyConfig {
     /// Compute them after every training (`ultr train --theta-intervals` sets it for one run).
@@ -433,7 +387,7 @@ impl UncertaintyConfig {
 }
 
 /// What a bootstrap replicate resamples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResampleUnit {
     /// Every query's sessions together, multiplicity Poisson(1): queries are the independent units,

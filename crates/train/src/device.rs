@@ -4,7 +4,7 @@ use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 /// Which burn backend trains and scores (`[train] backend`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// `burn-flex`, burn-ndarray's successor: the default (measured faster here, see README).

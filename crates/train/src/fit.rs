@@ -212,7 +212,7 @@ impl Survey {
                 cfg.model.name()
             );
         }
-        if let Some(setting) = cfg.model.needs_labels(&cfg.model_sections()).filter(|_| !self.labels) {
+        if let Some(setting) = cfg.model.needs_labels(&cfg.sections).filter(|_| !self.labels) {
             anyhow::bail!("{setting} needs relevance labels, which only a simulation's examples carry");
         }
         Ok(())
@@ -411,7 +411,7 @@ pub fn fit_chunks(
         device,
         infer_device: infer_device.clone(),
         shape: arch.model.input_shape(),
-        objective: cfg.model_sections(),
+        objective: cfg.sections.clone(),
         rng: ChaCha8Rng::seed_from_u64(cfg.seed),
         // Its ETA assumes every epoch runs; early stopping ends sooner.
         bar: progress.then(|| ultr_core::progress::bar(Some(survey.steps * cfg.max_epochs as u64), "steps")),

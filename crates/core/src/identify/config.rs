@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Identifiability thresholds (`[identifiability]`). Which graph identifies the model and which
 /// positions count follow `[train]` (`tower`, `max_positions`), so the verdict is for the model trained.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdentifiabilityConfig {
     /// Adjacent positions are linked in the overlap graph when their cross-fitted overlap score
@@ -24,10 +24,13 @@ pub struct IdentifiabilityConfig {
     pub max_theta_interval: f64,
     /// Keys of earlier releases, refused with what replaced them.
     #[serde(skip_serializing)]
+    #[schemars(skip)]
     pub max_position: Option<toml::Value>,
     #[serde(skip_serializing)]
+    #[schemars(skip)]
     pub eta: Option<toml::Value>,
     #[serde(skip_serializing)]
+    #[schemars(skip)]
     pub identified_by: Option<toml::Value>,
 }
 

@@ -21,7 +21,7 @@ use raw::{ContextValue, Features, RawSession};
 
 /// Limits that keep one absurd record from costing the pipeline memory or time.
 /// Lives under `[decode]` in a pipeline config.
-#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DecodeLimits {
     /// Most items one session may carry.
@@ -63,7 +63,7 @@ pub struct DecodeLimits {
 }
 
 /// What the decoder does with a repeated `doc_id` in one session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DuplicateDocId {
     /// Keep the first occurrence and the rest of the page; drop the repeats.
@@ -74,7 +74,7 @@ pub enum DuplicateDocId {
 }
 
 /// `[decode.feature_schema]`: what `items[].features` and `items[].bias_features` mean, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FeatureSchema {
     /// The schema's name, e.g. the feature store's feature-set name.

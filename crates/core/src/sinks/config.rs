@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where refused records go. Every letter carries at most `max_payload_bytes` of its record (default
 /// 256 KiB; the full length and SHA-256 are always kept).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum DeadLetterConfig {
     File {

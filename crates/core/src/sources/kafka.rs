@@ -22,7 +22,7 @@ use super::secrets::resolve_properties;
 use super::{Poll, RawRecord, RecordSource, ResumeOffsets, SourceHealth, SourcePosition};
 
 /// How to reach and read the session topic. Lives under `[source.kafka]` in a pipeline config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSourceConfig {
     /// `bootstrap.servers`.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::units::{bytes, duration, ConfigBytes, ConfigDuration};
 
 /// Durable state (`[state]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
     /// State directory (the `--state` flag overrides it).

@@ -20,7 +20,7 @@ use super::{Manifest, MANIFEST};
 
 /// `[state.object_store]`: where several instances keep their partitions' state and the merged
 /// view. Unset, the state is the local `--state` directory of one instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectStoreConfig {
     /// `s3://bucket/prefix`: S3 or an S3-compatible server that honours conditional writes

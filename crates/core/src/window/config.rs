@@ -6,7 +6,7 @@ use super::operator::WindowSpec;
 use crate::units::{duration, ConfigDuration};
 
 /// Event-time windows (`[window]`). Durations are written `500ms`, `30s`, `10m`, `1h`, `28d`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WindowConfig {
     /// Window length.

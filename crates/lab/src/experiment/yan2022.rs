@@ -302,13 +302,13 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
         ..TrainConfig::default()
     };
     if method.dimension > 0 {
-        cfg.embedding_model.dimension = method.dimension;
+        cfg.sections.embedding_model.dimension = method.dimension;
     }
     if method.temperature > 0.0 {
-        cfg.mixem.temperature = method.temperature;
+        cfg.sections.mixem.temperature = method.temperature;
     }
     // Yan's E-step: p(α|s) ∝ exp(−ℓ_α(s)/T), no mixing prior.
-    cfg.mixem.learn_prior = false;
+    cfg.sections.mixem.learn_prior = false;
     cfg
 }
 

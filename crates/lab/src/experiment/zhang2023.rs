@@ -230,9 +230,9 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
         ..TrainConfig::default()
     };
     // Each model reads only its own section, so the method's settings go to both.
-    cfg.gradient_reversal.eta = method.eta;
-    cfg.gradient_reversal.dropout = method.dropout;
-    cfg.observation_dropout.rate = method.dropout;
+    cfg.sections.gradient_reversal.eta = method.eta;
+    cfg.sections.gradient_reversal.dropout = method.dropout;
+    cfg.sections.observation_dropout.rate = method.dropout;
     cfg
 }
 

@@ -160,7 +160,7 @@ pub fn run_one(
         backend: opts.backend,
         ..TrainConfig::default()
     };
-    cfg.xpa.variant = method.variant;
+    cfg.sections.xpa.variant = method.variant;
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
     let examples = method.model.input_shape().select(&sim.rows, &sim.query_lists);
     let (trained, report) = fit(examples, &cfg, None, false)?;

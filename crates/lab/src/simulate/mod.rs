@@ -23,7 +23,7 @@ use policy::{RankerKind, Sampling};
 use relevance::RelevanceKind;
 use ultr_core::sinks::SessionSink;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DataFormat {
     /// `label qid:Q i:v ...` (LETOR, MQ2008).
@@ -33,7 +33,7 @@ pub enum DataFormat {
 }
 
 /// Synthetic features for runs without a data file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SyntheticData {
     pub queries: usize,
@@ -48,7 +48,7 @@ impl Default for SyntheticData {
 }
 
 /// The logging policy (Hager Eq. 25 plus a stochastic layer).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     pub ranker: RankerKind,
@@ -70,7 +70,7 @@ impl Default for PolicyConfig {
 }
 
 /// Everything that determines a simulated stream. Same config + seed → byte-identical output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimConfig {
     /// Data files; empty means synthetic features.

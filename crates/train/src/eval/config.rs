@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// What a ranked document without a label counts for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Unjudged {
     /// It keeps its rank and gains 0 (trec_eval's treatment).
@@ -18,7 +18,7 @@ pub enum Unjudged {
 /// `[eval]`: judged evaluation in the service. With `qrels` set, `ultr run` scores the promoted
 /// model, the logged order and naive click-through against the labels after each promotion and each
 /// closed window, and exports `ultr_judged_ndcg` and `ultr_judged_ndcg_difference` (docs/metrics.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvalConfig {
     /// TREC qrels (`query iteration document grade` per line), read when the service starts. Unset: no judged evaluation.

@@ -18,7 +18,7 @@ use super::interface::Model;
 use super::tower::{Mlp, RelevanceTower};
 
 /// `[train.dla]` (model = "dla").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DlaConfig {
     /// Both inverse weights are clipped to this (Ai et al. clip propensity weights too).
@@ -48,6 +48,13 @@ impl Model for Dla {
     const CALIBRATED_CLICKS: bool = false;
     type Shape = ();
     type Settings = DlaConfig;
+
+    fn validate_settings(settings: &DlaConfig) -> Result<(), String> {
+        if !(settings.max_weight >= 1.0 && settings.max_weight.is_finite()) {
+            return Err(format!("key `train.dla.max_weight` = {} must be >= 1", settings.max_weight));
+        }
+        Ok(())
+    }
 
     fn new(dims: &Dimensions, _shape: &(), device: &Device) -> Self {
         Dla { relevance: RelevanceTower::new(dims, device), propensity: Param::from_tensor(Tensor::zeros([dims.max_positions], device)) }

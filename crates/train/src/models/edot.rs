@@ -14,7 +14,7 @@ use super::interface::Model;
 use super::tower::{normal_init, vector_tower, Mlp};
 
 /// `[train.embedding_model]`: the shape of EDot and EInter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EmbeddingModelConfig {
     /// D_emb, the width of r⃗(x) and e⃗(k) (Yan §4.4 picks it by validation nDCG).

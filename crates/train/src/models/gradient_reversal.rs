@@ -17,7 +17,7 @@ use super::observation_tower::{AdversarialLabel, ObservationModel, ObservationTo
 use super::tower::Mlp;
 
 /// `[train.gradient_reversal]` (model = "gradient_reversal").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GradientReversalConfig {
     /// η: the adversarial gradient reaches the observation tower multiplied by −η (Zhang Fig. 6:
@@ -45,6 +45,17 @@ impl Model for GradientReversal {
     const SUMMARY: &'static str = "Zhang 2023 §3.2: an observation tower with an adversarial head behind gradient reversal.";
     type Shape = ObservationTowerConfig;
     type Settings = GradientReversalConfig;
+
+    fn validate_settings(settings: &GradientReversalConfig) -> Result<(), String> {
+        let eta = settings.eta;
+        if !(eta >= 0.0 && eta.is_finite()) {
+            return Err(format!("key `train.gradient_reversal.eta` = {eta} must be >= 0"));
+        }
+        if !(0.0..1.0).contains(&settings.dropout) {
+            return Err(format!("key `train.gradient_reversal.dropout` = {} must lie in [0, 1)", settings.dropout));
+        }
+        Ok(())
+    }
 
     fn new(dims: &Dimensions, shape: &ObservationTowerConfig, device: &Device) -> Self {
         GradientReversal { observation: ObservationModel::new(dims, shape, device) }
@@ -107,13 +118,13 @@ mod tests {
     #[test]
     fn the_setting_that_needs_labels_is_named_by_the_model_that_has_it() {
         let mut config = TrainConfig::default();
-        let sections = |c: &TrainConfig| c.model_sections();
+        let sections = |c: &TrainConfig| c.sections.clone();
         assert_eq!(ModelKind::GradientReversal.needs_labels(&sections(&config)), None);
-        config.gradient_reversal.adversarial_label = AdversarialLabel::TrueLabel;
+        config.sections.gradient_reversal.adversarial_label = AdversarialLabel::TrueLabel;
         let named = ModelKind::GradientReversal.needs_labels(&sections(&config)).expect("true_label needs labels");
         assert!(named.contains("train.gradient_reversal.adversarial_label") && named.contains("true_label"), "{named}");
         assert_eq!(ModelKind::Additive.needs_labels(&sections(&config)), None);
-        config.gradient_reversal.eta = 0.0;
+        config.sections.gradient_reversal.eta = 0.0;
         assert_eq!(ModelKind::GradientReversal.needs_labels(&sections(&config)), None);
     }
 }

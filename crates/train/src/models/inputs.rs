@@ -5,7 +5,7 @@ use burn::tensor::{Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// The relevance tower r(x).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TowerKind {
     /// One free parameter γ_{q,d} per query-document pair (needs swaps to be identified).

@@ -125,6 +125,12 @@ pub trait Model: Module + Sized {
         Ok(())
     }
 
+    /// Checks its settings section (`Settings`); errors name the key. Every registered model's
+    /// section is checked, whichever model is chosen (`ModelSections::validate`).
+    fn validate_settings(_settings: &Self::Settings) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Writes its record.
     fn write_record(&self, path: &Path) -> Result<(), String> {
         self.clone().save_file(path).map_err(|e| e.to_string())

@@ -23,7 +23,7 @@ use super::interface::Model;
 use super::tower::{bce_with_logits, Mlp, RelevanceTower};
 
 /// `[train.mixem]` (model = "mixem").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MixEmConfig {
     /// T: → 0 assigns each session to its best component; → ∞ trains every component on every session.
@@ -60,6 +60,14 @@ impl Model for MixEm {
     const LISTWISE: bool = true;
     type Shape = ();
     type Settings = MixEmConfig;
+
+    fn validate_settings(settings: &MixEmConfig) -> Result<(), String> {
+        let t = settings.temperature;
+        if !(t > 0.0 && t.is_finite()) {
+            return Err(format!("key `train.mixem.temperature` = {t} must be > 0"));
+        }
+        Ok(())
+    }
 
     fn new(dims: &Dimensions, _shape: &(), device: &Device) -> Self {
         MixEm {

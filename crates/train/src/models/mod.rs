@@ -1,8 +1,9 @@
 //! The model registry: every click model `ultr` trains, chosen by `[train] model`. Each model is one
 //! file that implements `Model` (`interface.rs`), with its paper and equations at its head and its
 //! own config section; `registry!` below lists them, one line each, and generates `ModelKind` (the
-//! config's choice), `AnyModel` (the model, dispatched) and the lookups. A model without a config
-//! section is one new file plus one line here.
+//! config's choice), `AnyModel` (the model, dispatched), the lookups, and `ModelSections` (the
+//! models' `[train.<section>]` tables, flattened into `[train]` and documented from their types). A
+//! model, with or without a section of its own, is one new file plus one line here.
 
 #[macro_use]
 mod registry;
@@ -24,29 +25,22 @@ pub use interface::Model;
 pub use tower::{bce_with_logits, Mlp};
 
 registry! {
-    Biased => biased::Biased,
-    Additive => additive::Additive,
-    GradientReversal => gradient_reversal::GradientReversal [shape observation_tower] [settings gradient_reversal],
-    ObservationDropout => observation_dropout::ObservationDropout [shape observation_tower] [settings observation_dropout],
-    Dla => dla::Dla [settings dla],
-    Rem => rem::Rem,
-    EDot => edot::EDot [shape embedding_model],
-    EInter => einter::EInter [shape embedding_model],
-    MixEm => mixem::MixEm [settings mixem],
-    Xpa => xpa::Xpa [shape xpa],
-}
-
-/// The config sections models own (`[train.<section>]`): shapes (part of the architecture) and
-/// objective settings (a warm start may change them). `TrainConfig::model_sections` fills it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ModelSections {
-    pub observation_tower: observation_tower::ObservationTowerConfig,
-    pub gradient_reversal: gradient_reversal::GradientReversalConfig,
-    pub observation_dropout: observation_dropout::ObservationDropoutConfig,
-    pub dla: dla::DlaConfig,
-    pub embedding_model: edot::EmbeddingModelConfig,
-    pub mixem: mixem::MixEmConfig,
-    pub xpa: xpa::XpaConfig,
+    shared_shapes {
+        observation_tower: observation_tower::ObservationTowerConfig,
+        embedding_model: edot::EmbeddingModelConfig,
+    }
+    models {
+        Biased => biased::Biased,
+        Additive => additive::Additive,
+        GradientReversal => gradient_reversal::GradientReversal [shape observation_tower] [settings gradient_reversal: GradientReversalConfig],
+        ObservationDropout => observation_dropout::ObservationDropout [shape observation_tower] [settings observation_dropout: ObservationDropoutConfig],
+        Dla => dla::Dla [settings dla: DlaConfig],
+        Rem => rem::Rem,
+        EDot => edot::EDot [shape embedding_model],
+        EInter => einter::EInter [shape embedding_model],
+        MixEm => mixem::MixEm [settings mixem: MixEmConfig],
+        Xpa => xpa::Xpa [shape xpa: XpaConfig],
+    }
 }
 
 /// The shape of a model: what must match to reuse a checkpoint's parameters.
@@ -56,15 +50,9 @@ pub struct Architecture {
     /// Checkpoints from before the model family are additive.
     #[serde(default)]
     pub model: ModelKind,
-    /// The observation tower's shape (gradient_reversal, observation_dropout).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observation_tower: Option<observation_tower::ObservationTowerConfig>,
-    /// The embedding width and serving position (edot, einter).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub embedding_model: Option<edot::EmbeddingModelConfig>,
-    /// The attention's shape and variant (xpa).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub xpa: Option<xpa::XpaConfig>,
+    /// The chosen model's shape section (observation_tower, embedding_model, xpa), the others unset.
+    #[serde(flatten)]
+    pub shapes: ShapeSections,
     pub tower: TowerKind,
     pub hidden_layers: usize,
     pub hidden_units: usize,
@@ -128,6 +116,18 @@ impl<'de> Deserialize<'de> for ModelKind {
             let names: Vec<&str> = ModelKind::ALL.iter().map(|k| k.name()).collect();
             serde::de::Error::custom(format!("unknown model `{name}`, expected one of {}", names.join(", ")))
         })
+    }
+}
+
+/// The names `[train] model` accepts, each with its one-line summary (the configuration reference).
+impl schemars::JsonSchema for ModelKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let choices: Vec<serde_json::Value> = ModelKind::ALL.iter().map(|k| serde_json::json!({ "const": k.name(), "description": k.summary() })).collect();
+        schemars::json_schema!({ "type": "string", "oneOf": choices })
     }
 }
 

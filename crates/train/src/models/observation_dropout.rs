@@ -15,7 +15,7 @@ use super::observation_tower::{ObservationModel, ObservationTowerConfig, Objecti
 use super::tower::Mlp;
 
 /// `[train.observation_dropout]` (model = "observation_dropout").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ObservationDropoutConfig {
     /// τ: the probability that an impression's observation logit is dropped in training (Zhang
@@ -40,6 +40,13 @@ impl Model for ObservationDropout {
     const SUMMARY: &'static str = "Zhang 2023 §3.3: dropout on the observation tower's output.";
     type Shape = ObservationTowerConfig;
     type Settings = ObservationDropoutConfig;
+
+    fn validate_settings(settings: &ObservationDropoutConfig) -> Result<(), String> {
+        if !(0.0..1.0).contains(&settings.rate) {
+            return Err(format!("key `train.observation_dropout.rate` = {} must lie in [0, 1)", settings.rate));
+        }
+        Ok(())
+    }
 
     fn new(dims: &Dimensions, shape: &ObservationTowerConfig, device: &Device) -> Self {
         ObservationDropout { observation: ObservationModel::new(dims, shape, device) }

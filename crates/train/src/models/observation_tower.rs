@@ -16,7 +16,7 @@ use super::inputs::{BatchTensors, Dimensions};
 use super::tower::{bce_with_logits, elu, RelevanceTower};
 
 /// `[train.observation_tower]`: the shape of g(k, z) for `gradient_reversal` and `observation_dropout`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ObservationTowerConfig {
     /// Width of the learned position embedding.
@@ -43,7 +43,7 @@ impl ObservationTowerConfig {
 }
 
 /// What the adversarial head is trained to predict (Zhang Table 4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AdversarialLabel {
     /// The logged click (the default; needs nothing beyond the log).

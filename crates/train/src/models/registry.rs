@@ -11,13 +11,42 @@ macro_rules! or_default {
     };
 }
 
-/// Declares each model's file and generates `ModelKind`, `AnyModel` and their dispatch from one
-/// line per model:
-/// `Variant => file::Type [shape <section>] [settings <section>]`, the sections being fields of
-/// `ModelSections` (and, for a shape, of `Architecture`).
+/// Declares each model's file and generates `ModelKind`, `AnyModel`, their dispatch, and the config
+/// sections models own (`ModelSections`, and `ShapeSections` of `Architecture`) from one line per
+/// model: `Variant => file::Type [shape <section>[: Type]] [settings <section>: Type]`. A section
+/// with its type is the model's own, declared by that line (`Type` in the model's file); a shape
+/// without one is a section several models share, declared once under `shared_shapes`.
 macro_rules! registry {
-    ($( $kind:ident => $file:ident :: $ty:ident $([shape $shape:ident])? $([settings $settings:ident])? ),* $(,)?) => {
+    (
+        shared_shapes { $( $shared:ident : $shared_file:ident :: $shared_ty:ident ),* $(,)? }
+        models { $( $kind:ident => $file:ident :: $ty:ident $([shape $shape:ident $(: $shape_ty:ident)?])? $([settings $settings:ident : $settings_ty:ident])? ),* $(,)? }
+    ) => {
         $( pub mod $file; )*
+
+        /// The config sections models own, each a `[train.<section>]` table of its model's file:
+        /// shapes (part of the architecture) and objective settings (a warm start may change them).
+        /// Flattened into `[train]`; every section is checked, whichever model is chosen.
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+        #[serde(default)]
+        pub struct ModelSections {
+            $( pub $shared: $shared_file::$shared_ty, )*
+            $( $( $( pub $shape: $file::$shape_ty, )? )? $( pub $settings: $file::$settings_ty, )? )*
+        }
+
+        impl ModelSections {
+            /// Checks every model's settings section (`Model::validate_settings`); errors name the key.
+            pub fn validate(&self) -> Result<(), String> {
+                $( $( <$file::$ty as Model>::validate_settings(&self.$settings)?; )? )*
+                Ok(())
+            }
+        }
+
+        /// The shape sections a checkpoint's architecture records: the chosen model's, the others unset.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct ShapeSections {
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $shared: Option<$shared_file::$shared_ty>, )*
+            $( $( $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $shape: Option<$file::$shape_ty>, )? )? )*
+        }
 
         /// `[train] model`: which click model is trained.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,7 +123,7 @@ macro_rules! registry {
             /// Sets the architecture's shape section of this model from `sections` (the others stay unset).
             pub fn set_shape(self, arch: &mut Architecture, sections: &ModelSections) {
                 let _ = (&arch, sections);
-                match self { $( ModelKind::$kind => { $( arch.$shape = Some(sections.$shape.clone()); )? } )* }
+                match self { $( ModelKind::$kind => { $( arch.shapes.$shape = Some(sections.$shape.clone()); )? } )* }
             }
         }
 
@@ -110,7 +139,7 @@ macro_rules! registry {
                 let dims = arch.dimensions(n_features, n_bias_features, vocabulary);
                 match arch.model {
                     $( ModelKind::$kind => {
-                        let shape: <$file::$ty as Model>::Shape = or_default!($( arch.$shape.clone().unwrap_or_default() )?);
+                        let shape: <$file::$ty as Model>::Shape = or_default!($( arch.shapes.$shape.clone().unwrap_or_default() )?);
                         AnyModel::$kind(<$file::$ty as Model>::new(&dims, &shape, device))
                     } )*
                 }

@@ -22,7 +22,7 @@ use super::interface::Model;
 use super::tower::{elu, normal_init, Mlp, RelevanceTower};
 
 /// Which cross terms the examination has (Zhuang §5.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum XpaVariant {
     /// e_pos(p) + w_e·e_pos(p̃) + w_r·r(x̃).
@@ -47,7 +47,7 @@ impl XpaVariant {
 }
 
 /// `[train.xpa]` (model = "xpa").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct XpaConfig {
     pub variant: XpaVariant,
