@@ -130,36 +130,25 @@ pub fn bytes(text: &str) -> ConfigBytes {
     text.parse().unwrap_or_else(|e| panic!("default size {text:?}: {e}"))
 }
 
-/// A named scalar in the config reference (`docs/configuration.md`): its JSON type and the
-/// `format` the reference prints as its type.
-fn config_scalar(name: &'static str, format: &'static str) -> (std::borrow::Cow<'static, str>, schemars::Schema) {
-    (name.into(), schemars::json_schema!({ "type": "string", "format": format }))
+/// A config scalar written as a string (`"30s"`, `"64MiB"`) in the config reference
+/// (`docs/configuration.md`): its JSON type, and the `format` the reference prints as its type.
+macro_rules! config_scalar_schema {
+    ($ty:ident, $format:literal) => {
+        impl schemars::JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "string", "format": $format })
+            }
+
+            fn inline_schema() -> bool {
+                true
+            }
+        }
+    };
 }
 
-impl schemars::JsonSchema for ConfigDuration {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        config_scalar("ConfigDuration", "duration").0
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        config_scalar("ConfigDuration", "duration").1
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-}
-
-impl schemars::JsonSchema for ConfigBytes {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        config_scalar("ConfigBytes", "size").0
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        config_scalar("ConfigBytes", "size").1
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-}
+config_scalar_schema!(ConfigDuration, "duration");
+config_scalar_schema!(ConfigBytes, "size");
