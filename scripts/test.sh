@@ -72,7 +72,12 @@ if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, seleniu
 fi
 
 # No import circle between source files (docs/testing.md, "Layering"): a second's check before the build.
-python3 scripts/import-circles.py ultr=src ultr_core=crates/core/src ultr_train=crates/train/src ultr_lab=crates/lab/src
+python3 scripts/import-circles.py ultr=src ultr_core=crates/core/src ultr_train=crates/train/src ultr_simulate=crates/simulate/src ultr_lab=crates/lab/src
+# The library does not use the laboratory: only the binary's command line (src/cli/, src/main.rs) and
+# the tests link ultr-lab (docs/testing.md, "Layering").
+if grep -rl 'ultr_lab' src --include='*.rs' | grep -v -e '^src/cli/' -e '^src/main\.rs$'; then
+  echo "the files above, in the ultr library, use ultr_lab: only src/cli/ and the tests may"; exit 1
+fi
 # The sources as rustfmt.toml formats them (a second; rustup's default profile ships rustfmt).
 if ! cargo fmt --version >/dev/null 2>&1; then
   log "installing rustfmt"
@@ -86,7 +91,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 # of each crate, tests/laboratory, tests/deployment, and the bench binary, which the test command only
 # compiles) at opt-level 1: they call into the libraries and the `ultr` binary, which keep the release
 # profile's opt-level 3. `cargo bench` outside this script keeps opt-level 3 (docs/testing.md). The
-# unit-test builds of ultr-core, ultr-train and ultr-lab are at opt-level 0 whatever this says
+# unit-test builds of ultr-core, ultr-train, ultr-simulate and ultr-lab are at opt-level 0 whatever this says
 # (Cargo.toml's package overrides), and so is the SQL front end in every build.
 export CARGO_PROFILE_BENCH_OPT_LEVEL="${CARGO_PROFILE_BENCH_OPT_LEVEL:-1}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac

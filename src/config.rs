@@ -9,7 +9,7 @@ use ultr_core::config::CoreConfig;
 use ultr_core::session::DecodeLimits;
 use ultr_core::sources::file::stream_name;
 use ultr_core::sources::kafka::KafkaSourceConfig;
-use ultr_lab::simulate::SimConfig;
+use ultr_simulate::SimConfig;
 
 /// Where sessions come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -103,7 +103,7 @@ impl PipelineConfig {
             SourceConfig::File { paths } => paths.iter().map(|p| stream_name(p)).collect::<Vec<_>>().join(","),
             // The group is not part of the identity: the manifest, not the group, says where to resume.
             SourceConfig::Kafka(k) => format!("kafka:topics={}", k.topics.join(",")),
-            SourceConfig::Simulator => ultr_lab::simulate::source::source_identity(&self.simulator),
+            SourceConfig::Simulator => ultr_simulate::source::source_identity(&self.simulator),
         }
     }
 

@@ -11,10 +11,10 @@ use ultr_core::ingest::Ingest;
 use ultr_core::session::DecodeLimits;
 use ultr_core::sinks::dead_letter::DeadLetterSink;
 use ultr_core::window::position_ctr;
-use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
-use ultr_lab::simulate::relevance::RelevanceKind;
-use ultr_lab::simulate::source::SimulatorSource;
-use ultr_lab::simulate::{PolicyConfig, SimConfig};
+use ultr_simulate::click::{ClickModel, ClickModelKind};
+use ultr_simulate::relevance::RelevanceKind;
+use ultr_simulate::source::SimulatorSource;
+use ultr_simulate::{PolicyConfig, SimConfig};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -37,7 +37,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         ..SimConfig::default()
     };
     println!("ultr demo: {} simulated sessions (synthetic features, additive PBM, ε-greedy τ = 0.3)", args.sessions);
-    let sim = std::sync::Arc::new(ultr_lab::simulate::Simulator::new(config)?);
+    let sim = std::sync::Arc::new(ultr_simulate::Simulator::new(config)?);
     let started = std::time::Instant::now();
     let mut ingest = Ingest::new(SimulatorSource::new(sim.clone(), 0), DecodeLimits::default(), 4096);
     std::fs::create_dir_all(&args.out)?;

@@ -3,9 +3,11 @@
 //!
 //! The crates follow the data flow: `ultr-core` (session contract, sources, sinks, windows and
 //! `sql/`, state, identifiability) → `ultr-train` (models, fit, checkpoints, export, evaluation) →
-//! `ultr-lab` (simulator, experiments) → this crate: the command line, the assembled pipeline
-//! config, the always-on service with its monitor, and scale-out. The lower crates are re-exported
-//! under their stage names, so `ultr::window`, `ultr::train` and `ultr::simulate` name one thing each.
+//! `ultr-simulate` (the click simulator, a source) → this library: the assembled pipeline config,
+//! the always-on service with its monitor, and scale-out. The binary's command line (`src/cli/`)
+//! calls it; the reproduced experiments (`ultr-lab`) are wired in there and by the tests, not here.
+//! The lower crates are re-exported under their stage names, so `ultr::window`, `ultr::train` and
+//! `ultr::simulate` name one thing each.
 
 /// mimalloc for every binary, test and bench linking the library (see Cargo.toml for why); the
 /// `system-allocator` feature leaves the system's malloc in place, so heap profilers (heaptrack) see
@@ -15,11 +17,10 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub use ultr_core::{identify, ingest, progress, scale_out, session, sinks, sources, state, units, window};
-pub use ultr_lab::{experiment, simulate};
+pub use ultr_simulate as simulate;
 pub use ultr_train as train;
 pub use ultr_train::eval;
 
-pub mod cli;
 pub mod config;
 pub mod config_reference;
 pub mod demo;

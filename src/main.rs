@@ -1,5 +1,8 @@
-//! The `ultr` binary: argument parsing lives in `ultr::cli`; this only reports errors.
+//! The `ultr` binary: its command line (`cli`) parses arguments and calls the library; the
+//! experiment commands wire in `ultr-lab`, which the library does not use.
+
+mod cli;
 
 fn main() -> std::process::ExitCode {
-    ultr::cli::main()
+    cli::main()
 }

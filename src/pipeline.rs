@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ultr_core::sources::file::FileChain;
 use ultr_core::sources::kafka::KafkaSource;
 use ultr_core::sources::{RecordSource, ResumeOffsets};
-use ultr_lab::simulate::Simulator;
+use ultr_simulate::Simulator;
 
 use crate::config::{PipelineConfig, SourceConfig};
 
@@ -18,7 +18,7 @@ pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::R
     Ok(match &config.source {
         SourceConfig::File { paths } => Box::new(FileChain::new(paths.clone(), resume.clone())),
         SourceConfig::Kafka(k) => Box::new(KafkaSource::new(k, resume.clone())?),
-        SourceConfig::Simulator => ultr_lab::simulate::source::open(Arc::new(Simulator::new(config.simulator.clone())?), resume),
+        SourceConfig::Simulator => ultr_simulate::source::open(Arc::new(Simulator::new(config.simulator.clone())?), resume),
     })
 }
 

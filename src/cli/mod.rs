@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::PipelineConfig;
+use ultr::config::PipelineConfig;
 use ultr_core::ingest::Ingest;
 use ultr_core::ingest::IngestSummary;
 use ultr_core::session::DecodeLimits;
@@ -20,10 +20,10 @@ use ultr_core::sinks::kafka::{ensure_topic, KafkaSink};
 use ultr_core::sinks::SessionSink;
 use ultr_core::sources::file::FileSource;
 use ultr_core::sources::kafka::{KafkaSource, KafkaSourceConfig};
-use ultr_lab::simulate::click::{ClickModel, ClickModelKind};
-use ultr_lab::simulate::policy::{RankerKind, Sampling};
-use ultr_lab::simulate::relevance::RelevanceKind;
-use ultr_lab::simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
+use ultr_simulate::click::{ClickModel, ClickModelKind};
+use ultr_simulate::policy::{RankerKind, Sampling};
+use ultr_simulate::relevance::RelevanceKind;
+use ultr_simulate::{DataFormat, PolicyConfig, SimConfig, Simulator, SyntheticData};
 
 #[derive(Parser)]
 #[command(name = "ultr", version, about = "Streaming unbiased learning to rank")]
@@ -35,7 +35,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the embedded demo: simulate a stream and run it through the pipeline.
-    Demo(crate::demo::DemoArgs),
+    Demo(ultr::demo::DemoArgs),
     /// Simulate click sessions with known ground truth.
     Simulate(SimulateArgs),
     /// Decode JSONL session files (plain or gzip); refused records go to a dead-letter file.
@@ -103,7 +103,7 @@ struct RulesTimeScaleArgs {
 
 fn rules_time_scale(args: &RulesTimeScaleArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.rules).with_context(|| format!("reading {}", args.rules.display()))?;
-    let (scaled, found) = crate::monitor::rules_time::scale_rules(&text, args.factor).map_err(|e| anyhow::anyhow!("{}: {e}", args.rules.display()))?;
+    let (scaled, found) = ultr::monitor::rules_time::scale_rules(&text, args.factor).map_err(|e| anyhow::anyhow!("{}: {e}", args.rules.display()))?;
     for f in &found {
         eprintln!("{}:{}: {} {} -> {}", args.rules.display(), f.line, f.kind, f.original, f.replacement);
     }
@@ -424,12 +424,12 @@ pub fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo(args) => crate::demo::run(&args),
+        Command::Demo(args) => ultr::demo::run(&args),
         Command::Simulate(args) => simulate(&args),
         Command::Decode(args) => decode(&args),
         Command::Import(args) => import(&args),
         Command::ConfigReference => {
-            print!("{}", crate::config_reference::render());
+            print!("{}", ultr::config_reference::render());
             Ok(())
         }
         Command::Consume(args) => consume(&args),
@@ -547,17 +547,17 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let report = if config.state.object_store.is_some() {
-        let report = crate::scale_out::run(&config.core(), config.scale_out_source()?, &state, &mut crate::pipeline::NoObserver)?;
-        eprintln!("merged view (as of this instance's last compaction or fetch): {}", crate::scale_out::merged_dir(&state).display());
+        let report = ultr::scale_out::run(&config.core(), config.scale_out_source()?, &state, &mut ultr::pipeline::NoObserver)?;
+        eprintln!("merged view (as of this instance's last compaction or fetch): {}", ultr::scale_out::merged_dir(&state).display());
         report
     } else {
         let total = match &config.source {
-            crate::config::SourceConfig::File { paths } => ultr_core::progress::estimate_records(paths),
-            crate::config::SourceConfig::Simulator => Some(config.simulator.sessions),
-            crate::config::SourceConfig::Kafka(_) => None,
+            ultr::config::SourceConfig::File { paths } => ultr_core::progress::estimate_records(paths),
+            ultr::config::SourceConfig::Simulator => Some(config.simulator.sessions),
+            ultr::config::SourceConfig::Kafka(_) => None,
         };
         let mut progress = IngestProgress(ultr_core::progress::bar(total, "records"));
-        let report = crate::pipeline::run_to_state(&config, &state, &mut progress)?;
+        let report = ultr::pipeline::run_to_state(&config, &state, &mut progress)?;
         progress.0.finish_and_clear();
         report
     };
@@ -583,8 +583,8 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
 /// `ultr ingest`'s progress: records read, their rate, and windows closed.
 struct IngestProgress(indicatif::ProgressBar);
 
-impl crate::pipeline::Observer for IngestProgress {
-    fn on_progress(&mut self, report: &crate::pipeline::RunReport) {
+impl ultr::pipeline::Observer for IngestProgress {
+    fn on_progress(&mut self, report: &ultr::pipeline::RunReport) {
         self.0.set_position(report.records);
         self.0.set_message(format!("{} windows closed, {} dead letters", report.counters.windows_closed, report.dead_letters.values().sum::<u64>()));
     }
@@ -613,7 +613,7 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
         .or_else(|| config.state.dir.clone())
         .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
     let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
-    let report = crate::scale_out::compact_holding_the_lease(&config.core(), store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
+    let report = ultr::scale_out::compact_holding_the_lease(&config.core(), store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -624,7 +624,7 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
             report.windows_merged,
             report.partition_files,
             report.seconds,
-            crate::scale_out::merged_dir(&state).display()
+            ultr::scale_out::merged_dir(&state).display()
         );
     }
     Ok(())
@@ -636,7 +636,7 @@ fn run_service(args: &RunArgs) -> anyhow::Result<()> {
         PathBuf::from("ultr-state").join(args.config.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into()))
     });
     let report =
-        crate::service::run(&config, &crate::service::ServiceOptions { state_dir: state, listen: args.listen.clone(), exit_when_done: args.exit_when_done })?;
+        ultr::service::run(&config, &ultr::service::ServiceOptions { state_dir: state, listen: args.listen.clone(), exit_when_done: args.exit_when_done })?;
     let c = &report.counters;
     eprintln!(
         "ultr run: read {} records; {} sessions, {} impressions in windows; {} late; {} duplicates",

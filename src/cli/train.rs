@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::config::{PipelineConfig, SourceConfig};
-use ultr_lab::simulate::{dataset, GroundTruth, Simulator};
-use ultr_lab::simulate::{labels_from_truth, truth_theta};
+use ultr::config::{PipelineConfig, SourceConfig};
+use ultr_simulate::{dataset, GroundTruth, Simulator};
+use ultr_simulate::{labels_from_truth, truth_theta};
 use ultr_train::checkpoint::ModelStore;
 use ultr_train::data::{load_from_state, split_of, Examples, Horizon, Split};
 use ultr_train::device::BackendKind;
@@ -165,7 +165,7 @@ pub struct ThetaCoverageArgs {
     #[arg(long, default_value_t = 0.3)]
     tau: f64,
     #[arg(long, value_enum, default_value = "linear")]
-    relevance: ultr_lab::simulate::relevance::RelevanceKind,
+    relevance: ultr_simulate::relevance::RelevanceKind,
     /// σ of the simulator's per-document relevance noise: 0 keeps a linear tower well specified.
     #[arg(long, default_value_t = 0.0)]
     noise: f64,
@@ -549,7 +549,7 @@ pub fn score(args: &ScoreArgs) -> anyhow::Result<()> {
     } else {
         Box::new(std::io::BufWriter::new(std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?))
     };
-    crate::score::score(&args.model, &args.input, args.backend, &mut out)?;
+    ultr::score::score(&args.model, &args.input, args.backend, &mut out)?;
     out.flush()?;
     Ok(())
 }
@@ -580,11 +580,11 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
     };
     let data_dir = match &a.data {
         Some(d) => d.clone(),
-        None => ultr_lab::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
+        None => ultr_simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
     };
     let data: Vec<PathBuf> = (1..=5).map(|i| data_dir.join(format!("S{i}.txt"))).collect();
     for f in &data {
-        anyhow::ensure!(ultr_lab::simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
+        anyhow::ensure!(ultr_simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
     }
     let summary = ultr_lab::experiment::hager2025::run(&ultr_lab::experiment::hager2025::Options {
         out: a.out.clone(),
@@ -720,7 +720,7 @@ fn yan2022(a: &Yan2022Args) -> anyhow::Result<bool> {
     r.check()?;
     let datasets = r.datasets()?;
     for m in &a.mixtures {
-        ultr_lab::simulate::click::ClickModel::parse_mixture(m).with_context(|| format!("--mixtures `{m}`"))?;
+        ultr_simulate::click::ClickModel::parse_mixture(m).with_context(|| format!("--mixtures `{m}`"))?;
     }
     let opts = y::Options {
         out: a.out.clone(),
@@ -747,12 +747,12 @@ fn yan2022(a: &Yan2022Args) -> anyhow::Result<bool> {
 fn data_dirs(mq2008: &Option<PathBuf>, lightgbm_rank: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
     let mq = match mq2008 {
         Some(d) => d.clone(),
-        None => ultr_lab::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
+        None => ultr_simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
     };
     let rank = match lightgbm_rank {
         Some(d) if d.as_os_str() == "none" => None,
         Some(d) => Some(d.clone()),
-        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| ultr_lab::simulate::dataset::data_file_exists(&d.join("rank.train"))),
+        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| ultr_simulate::dataset::data_file_exists(&d.join("rank.train"))),
     };
     Ok((mq, rank))
 }

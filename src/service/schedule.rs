@@ -245,7 +245,7 @@ mod tests {
     /// skips a first model and 1,001 trains it; with no manifest nothing is closed.
     #[test]
     fn min_sessions_is_judged_on_the_closed_windows_of_a_real_ingest() {
-        use ultr_lab::simulate::{SimConfig, Simulator, SyntheticData};
+        use ultr_simulate::{SimConfig, Simulator, SyntheticData};
         let dir = tempfile::tempdir().unwrap();
         let sim = Simulator::new(SimConfig {
             synthetic: SyntheticData { queries: 20, docs_per_query: 5, features: 2 },

@@ -6,10 +6,10 @@ use crate::common::OutputWithin;
 use std::path::PathBuf;
 use std::process::Command;
 
-use ultr::experiment::theta_coverage;
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::train::config::TowerKind;
 use ultr::train::uncertainty::UncertaintyConfig;
+use ultr_lab::experiment::theta_coverage;
 
 fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))

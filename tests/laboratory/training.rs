@@ -7,13 +7,13 @@ use crate::common::OutputWithin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ultr::experiment::hager2025;
 use ultr::train::checkpoint::ModelStore;
 use ultr::train::config::{TowerKind, TrainConfig};
 use ultr::train::data::{Examples, Row, SessionSpan};
 use ultr::train::device::BackendKind;
 use ultr::train::export::RelevanceExport;
 use ultr::train::fit::fit;
+use ultr_lab::experiment::hager2025;
 
 fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))

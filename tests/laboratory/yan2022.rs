@@ -8,9 +8,9 @@
 
 use crate::common;
 
-use ultr::experiment::yan2022::{self as y, Method, Options};
 use ultr::train::config::TowerKind;
 use ultr::train::device::BackendKind;
+use ultr_lab::experiment::yan2022::{self as y, Method, Options};
 
 /// The experiment for some families on one mixture, 3 seeds, at the full run's 200,000 sessions.
 fn run(dir: &std::path::Path, mixture: &str, families: &[&str]) -> y::Summary {
@@ -46,7 +46,7 @@ fn yan2022_mixem_beats_additive_on_a_non_factorising_mixture() {
     let summary = run(dir.path(), "0:1:1:0", &["Additive", "MixEM"]);
     let ndcg = |family: &str| -> Vec<(u64, f64)> { summary.runs.iter().filter(|r| r.family == family).map(|r| (r.seed, r.ndcg5)).collect() };
     // A one-sided paired t-test at 5% over the 3 seeds (2 degrees of freedom, t = 2.92).
-    let (beats, diff, bound) = ultr::experiment::zhang2023::beyond_noise(&ndcg("MixEM"), &ndcg("Additive"));
+    let (beats, diff, bound) = ultr_lab::experiment::zhang2023::beyond_noise(&ndcg("MixEM"), &ndcg("Additive"));
     assert!(beats, "MixEM − Additive on 0:1:1:0: {diff:+.4} (t·se {bound:.4})");
 }
 

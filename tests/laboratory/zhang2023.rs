@@ -6,9 +6,9 @@
 
 use crate::common;
 
-use ultr::experiment::zhang2023::{self as z, Method, Options};
 use ultr::train::config::TowerKind;
 use ultr::train::device::BackendKind;
+use ultr_lab::experiment::zhang2023::{self as z, Method, Options};
 
 fn options(out: &std::path::Path) -> Options {
     Options {

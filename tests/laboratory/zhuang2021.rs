@@ -8,15 +8,15 @@
 
 use crate::common;
 
-use ultr::experiment::zhang2023::beyond_noise;
-use ultr::experiment::zhuang2021::{self as z, Method, Options};
 use ultr::train::config::TowerKind;
 use ultr::train::device::BackendKind;
+use ultr_lab::experiment::zhang2023::beyond_noise;
+use ultr_lab::experiment::zhuang2021::{self as z, Method, Options};
 
 #[test]
 fn zhuang2021_xpa_fits_cascade_clicks_better_than_the_additive_model() {
     let dir = tempfile::tempdir().unwrap();
-    let data = ultr::experiment::yan2022::mq2008(common::mq2008_files()[0].parent().unwrap()).unwrap();
+    let data = ultr_lab::experiment::yan2022::mq2008(common::mq2008_files()[0].parent().unwrap()).unwrap();
     let opts = Options {
         out: dir.path().to_path_buf(),
         train_sessions: 50_000,

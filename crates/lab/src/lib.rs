@@ -1,6 +1,6 @@
-//! `ultr-lab`: the laboratory. A click simulator with known ground truth (`simulate`), usable as a
-//! source of the streaming core, and the reproduced experiments of the papers (`experiment`), each
-//! run through the same pipeline and training as production.
+//! `ultr-lab`: the laboratory. The reproduced experiments of the papers (`experiment`), each run
+//! through the same pipeline and training as production, on the click simulator (`ultr-simulate`,
+//! re-exported here as `simulate`).
 
 pub mod experiment;
-pub mod simulate;
+pub use ultr_simulate as simulate;

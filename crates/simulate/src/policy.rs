@@ -71,7 +71,7 @@ pub fn ridge_fit(x: &Array2<f32>, y: &[f64], lambda: f64) -> Array1<f64> {
 }
 
 /// Solves A w = b for symmetric positive-definite A (ridge keeps it so).
-pub(crate) fn cholesky_solve(mut a: Array2<f64>, mut b: Array1<f64>) -> Array1<f64> {
+pub fn cholesky_solve(mut a: Array2<f64>, mut b: Array1<f64>) -> Array1<f64> {
     let n = b.len();
     for j in 0..n {
         let mut diag = a[(j, j)];

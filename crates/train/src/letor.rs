@@ -1,6 +1,6 @@
 //! Learning-to-rank datasets: SVMlight/LETOR files, LightGBM files with a `.query` group file (either
 //! plain or gzipped), or synthetic Gaussian features. `ultr score` reads them, and the simulator
-//! (`ultr_lab::simulate::dataset`) draws its queries from them.
+//! (`ultr_simulate::dataset`) draws its queries from them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Where session records come from (files, Kafka; the simulator is `ultr_lab::simulate::source`): raw bytes plus the source position of each.
+//! Where session records come from (files, Kafka; the simulator is `ultr_simulate::source`): raw bytes plus the source position of each.
 
 pub mod click_log;
 pub mod file;
