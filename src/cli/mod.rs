@@ -5,7 +5,6 @@ mod train;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -532,11 +531,6 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
     let summary = ingest.drain(&mut dead, |_| {})?;
     ingest.source().commit(ingest.resume())?;
     print_summary(&summary, args.json)
-}
-
-/// Shared by the demo: a simulator ready to stream.
-pub fn simulator(config: SimConfig) -> anyhow::Result<Arc<Simulator>> {
-    Ok(Arc::new(Simulator::new(config)?))
 }
 
 fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
