@@ -1,5 +1,6 @@
 //! The scripts behind `results/regimes` and `results/logged_order_prior` run end to end on a small
-//! scale (one seed; the prior's at 1,000 sessions) against the `ultr` built with the tests, so the
+//! scale (one seed; the prior's at 1,000 sessions) against the `ultr` built with the tests, and the
+//! per-query comparison behind a table of `results/regimes/summary.md` on runs scored by hand, so the
 //! code that makes a committed figure cannot rot. `scripts/clara2.sh` reads a log outside the
 //! repository (`../shared/data/clara2`) and is not run here.
 
@@ -42,4 +43,35 @@ fn the_logged_order_prior_script_writes_its_table() {
     let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
     let rows = table.lines().filter(|l| l.starts_with("| ") && l.chars().any(|c| c.is_ascii_digit()) && !l.starts_with("|---")).count();
     assert!(rows >= 2, "one row per policy expected:\n{table}");
+}
+
+/// `scripts/per-query-ndcg.py` (the per-query table of `results/regimes/summary.md`) on two queries
+/// whose nDCG@10 is worked out here by hand: query 1 has one grade-1 document, which run A ranks
+/// second (nDCG 1/log2(3) = 0.6309) and run B first (1.0); query 2 has one grade-2 document, which
+/// A ranks first and B second. So A − B is −0.3691 and +0.3691, the mean 0, the mean without the
+/// worst query (−0 + 0.3691) / 2 = +0.1845, and query 1 is listed first.
+#[test]
+fn the_per_query_script_reports_hand_computed_ndcg_differences() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let qrels = write("labels.qrels", "1 0 d1 1\n1 0 d2 0\n2 0 d3 2\n2 0 d4 0\n");
+    let run_a = write("a.txt", "1 Q0 d2 1 0.9 a\n1 Q0 d1 2 0.8 a\n2 Q0 d3 1 0.9 a\n2 Q0 d4 2 0.8 a\n");
+    let run_b = write("b.txt", "1 Q0 d1 1 0.9 b\n1 Q0 d2 2 0.8 b\n2 Q0 d4 1 0.9 b\n2 Q0 d3 2 0.8 b\n");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(repo.join("scripts/per-query-ndcg.py"))
+        .args([&qrels, &run_a, &run_b])
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let head = text.lines().next().unwrap_or_default();
+    assert!(head.starts_with("2 queries with a relevant document; mean A - B +0.0000; A ahead on 1, behind on 1;"), "{text}");
+    assert!(head.ends_with("mean without the worst query +0.1845"), "{text}");
+    let worst = text.lines().nth(1).unwrap_or_default();
+    assert!(worst.trim_start().starts_with("1  -0.369"), "{text}");
 }
