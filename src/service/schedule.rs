@@ -80,9 +80,11 @@ pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>)
             metrics.ips_weight_max.set(w.max_weight);
             metrics.ips_clipped_fraction.set(w.clipped_fraction);
             metrics.ips_effective_sample_fraction.set(w.effective_sample_fraction);
+            // θ, its estimability and intervals are the monitor's to set, from the checkpoint it
+            // loads when CURRENT moves (`monitor::refresh_model`): one writer, so `ultr_theta` is
+            // never half the new model's (the positions it saw) and half the old one's.
             if o.decision.promoted {
                 metrics.last_promotion.set(now);
-                metrics.set_theta(&o.theta);
             }
         }
         Err(_) => metrics.trainings.with_label_values(&["failed"]).inc(),

@@ -614,14 +614,20 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     let (service, log) = start_run_with_log(&[], &config, &state, &listen);
     let mut lines = Vec::new();
     let mut metrics = String::new();
-    // Settled: every record read, a model promoted, the monitor scoring with it, and a firing skipped
-    // after the last promotion because no window is newer than the model's data (so nothing changes
-    // between the two reads below). A skip seen before a promotion does not count: on a loaded
-    // machine a window can close after the first training, and the next firing promotes again.
+    // Settled: every record read, a model promoted, the monitor scoring with it (its log names the
+    // CURRENT checkpoint: the monitor alone sets θ, when it loads that checkpoint), and a firing
+    // skipped after the last promotion because no window is newer than the model's data (so nothing
+    // changes between the two reads below). A skip seen before a promotion does not count: on a
+    // loaded machine a window can close after the first training, and the next firing promotes again.
     let records = text.lines().count() as f64;
+    let models = state.join("models");
+    let monitor_on_current = |lines: &[String]| {
+        let current = ultr::train::checkpoint::ModelStore::open(&models).ok().and_then(|s| s.current_id().ok().flatten());
+        current.is_some_and(|id| lines.iter().any(|l| l.ends_with(&format!("monitor: scoring new windows with model {id}"))))
+    };
     let mut promoted_seen = 0.0;
     let mut skipped_at_promotion = f64::INFINITY;
-    wait_for("every record read, a promoted model, its θ intervals, and a skipped firing after it", Duration::from_secs(300), || {
+    wait_for("every record read, a promoted model the monitor scores with, its θ intervals, and a skipped firing after it", Duration::from_secs(300), || {
         lines.extend(log.try_iter());
         metrics = http_get(&listen, "/metrics").map(|(_, b)| b).unwrap_or_default();
         let promoted = metric_sum(&metrics, "ultr_trainings_total{result=\"promoted\"}").unwrap_or(0.0);
@@ -633,6 +639,7 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
         metric_sum(&metrics, "ultr_records_total") == Some(records)
             && promoted >= 1.0
             && skipped > skipped_at_promotion
+            && monitor_on_current(&lines)
             && metric_sum(&metrics, "ultr_theta_interval").is_some()
             && metric_sum(&metrics, "ultr_identified").is_some()
     });
