@@ -283,4 +283,54 @@ mod tests {
         assert!(skip_reason(&closed, None, false, 1_002).is_some_and(|why| why.contains("1001 sessions")));
         assert_eq!(skip_reason(&closed, None, false, 1_001), None);
     }
+
+    /// Regression: θ has one writer, the monitor. On a promotion the schedule used to set the new
+    /// model's seen positions in `ultr_theta` while the others kept the old model's values until the
+    /// monitor loaded CURRENT (the status-page test read θ in that gap under load). Here a real
+    /// promoted outcome (6,000 simulated sessions ingested, a linear tower trained) is recorded over θ the
+    /// "monitor" set for 50 positions: the promotion is counted and every θ is left as it was.
+    #[test]
+    fn recording_a_promotion_counts_it_and_leaves_theta_to_the_monitor() {
+        use ultr_simulate::relevance::RelevanceKind;
+        use ultr_simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+        let dir = tempfile::tempdir().unwrap();
+        // The status-page test's stream (linear relevance, τ = 0.3): a linear tower beats position alone.
+        let sim = Simulator::new(SimConfig {
+            synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 4 },
+            relevance: RelevanceKind::Linear,
+            policy: PolicyConfig { tau: 0.3, ..PolicyConfig::default() },
+            sessions: 6_000,
+            seed: 31,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let data = dir.path().join("sessions.jsonl");
+        sim.run(&mut ultr_core::sinks::jsonl::JsonlSink::create(&data).unwrap()).unwrap();
+        let config = PipelineConfig::parse(
+            &format!("[source.file]\npaths = [{data:?}]\n[window]\nsize = \"5m\"\n[train]\ntower = \"linear\"\nmax_epochs = 30\n"),
+            "test",
+        )
+        .unwrap();
+        let state = dir.path().join("state");
+        crate::pipeline::run_to_state(&config, &state, &mut crate::pipeline::NoObserver).unwrap();
+        let outcome = train_from_state(&TrainRequest {
+            state_dir: &state,
+            core: &config.core(),
+            config: &config.train,
+            warm_start: false,
+            compare_cold: false,
+            force: true,
+            progress: false,
+            cancel: None,
+        })
+        .unwrap();
+        assert!(outcome.decision.promoted && !outcome.theta.is_empty(), "{:?}", outcome.decision);
+        let metrics = Metrics::new();
+        let monitors: Vec<f64> = (0..50).map(|k| -0.01 * k as f64).collect();
+        metrics.set_theta(&monitors);
+        record_outcome(&metrics, &Ok(outcome));
+        assert_eq!(metrics.trainings.with_label_values(&["promoted"]).get(), 1);
+        let theta: Vec<f64> = (1..=50).map(|k| metrics.theta.with_label_values(&[&k.to_string()]).get()).collect();
+        assert_eq!(theta, monitors, "θ is the monitor's, not the new model's seen positions");
+    }
 }
