@@ -135,8 +135,17 @@ fn prometheus_scrapes_ultr_run_while_a_compressed_nightly_schedule_trains_twice(
     let components = prometheus_query(&prom_addr, "ultr_graph_components{graph=\"swap\"}").unwrap();
     assert_eq!(components, 1.0, "τ = 0.3 connects the swap graph");
     assert!(prometheus_query(&prom_addr, "ultr_last_training_success_timestamp_seconds").unwrap() > 1.7e9);
-    wait_for("θ_2 in Prometheus", Duration::from_secs(30), || prometheus_query(&prom_addr, "ultr_theta{position=\"2\"}").is_some());
-    let theta2 = prometheus_query(&prom_addr, "ultr_theta{position=\"2\"}").unwrap();
+    // θ is the monitor's, set when it loads CURRENT: wait until Prometheus holds the θ_2 of the
+    // checkpoint that is CURRENT as it is read (a later training may move CURRENT meanwhile).
+    let models = state.join("models");
+    let mut theta2 = f64::NAN;
+    wait_for("θ_2 in Prometheus equal to the CURRENT checkpoint's", Duration::from_secs(60), || {
+        let store = ultr::train::checkpoint::ModelStore::open(&models).ok();
+        let current = store.as_ref().and_then(|s| s.current_id().ok().flatten().and_then(|id| s.info(&id).ok()));
+        let Some(read) = prometheus_query(&prom_addr, "ultr_theta{position=\"2\"}") else { return false };
+        theta2 = read;
+        current.is_some_and(|info| info.theta.get(1).is_some_and(|t| (t - read).abs() < 1e-6))
+    });
     assert!((theta2 + 2f64.ln()).abs() < 0.25, "θ_2 − θ_1 = {theta2}");
 
     // The checkpoints: the first cold and promoted, a later one warm-started from a previous one.
