@@ -75,3 +75,46 @@ fn the_per_query_script_reports_hand_computed_ndcg_differences() {
     let worst = text.lines().nth(1).unwrap_or_default();
     assert!(worst.trim_start().starts_with("1  -0.369"), "{text}");
 }
+
+/// `scripts/pbm-em.py` (the textbook column of `results/regimes/table.md`) on one query whose outcome
+/// is worked out by hand: over ten pages X at position 1 is clicked five times and Y at position 2
+/// never, so γ_X > γ_Y and PBM-EM ranks X (grade 1) first, nDCG 1; the naive run given ranks Y first,
+/// nDCG 1/log2(3) = 0.6309. So PBM-EM − naive is +0.3691, and with one query every bootstrap
+/// resample is that value. Each page lists X again at position 3, clicked: the repeat is dropped as
+/// ultr's ingest drops it, so θ has positions 1 and 2 only.
+#[test]
+fn the_pbm_em_script_reports_a_hand_computed_ndcg_difference_and_drops_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let sessions: String = (0..10)
+        .map(|i| {
+            format!(
+                "{{\"session_id\":\"s{i}\",\"query_id\":\"1\",\"items\":[{{\"doc_id\":\"X\",\"position\":1,\"clicked\":{}}},\
+                 {{\"doc_id\":\"Y\",\"position\":2,\"clicked\":false}},{{\"doc_id\":\"X\",\"position\":3,\"clicked\":true}}]}}\n",
+                i < 5
+            )
+        })
+        .collect();
+    let sessions = write("sessions.jsonl", &sessions);
+    let qrels = write("labels.qrels", "1 0 X 1\n1 0 Y 0\n");
+    let naive = write("naive.txt", "1 Q0 Y 1 1 n\n1 Q0 X 2 0.5 n\n");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(repo.join("scripts/pbm-em.py"))
+        .args([&sessions, &qrels, &naive])
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected = 1.0 - 1.0 / 3f64.log2();
+    for key in ["minus_naive_ctr", "low", "high"] {
+        assert!((v[key].as_f64().unwrap() - expected).abs() < 1e-9, "{key}: {v}");
+    }
+    assert_eq!(v["queries"], 1);
+    let positions: Vec<&String> = v["theta_over_theta_1"].as_object().unwrap().keys().collect();
+    assert_eq!(positions, ["1", "2"], "{v}");
+}
