@@ -19,6 +19,26 @@ fn run_script(script: &str, args: &[&str]) {
     assert!(out.status.success(), "{script}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
+/// Writes `files` (name, text) into a new folder and runs `scripts/<script>` on them, in that order,
+/// with the tests' Python: its output.
+fn python_script_on(script: &str, files: &[(&str, &str)]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<std::path::PathBuf> = files
+        .iter()
+        .map(|(name, text)| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    Command::new(std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(repo.join("scripts").join(script))
+        .args(&paths)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap()
+}
+
 /// One row per regime, each with a finite θ, a gate decision and an nDCG@10 difference.
 #[test]
 fn the_regimes_script_writes_a_row_per_regime_with_finite_theta() {
@@ -52,21 +72,14 @@ fn the_logged_order_prior_script_writes_its_table() {
 /// worst query (−0 + 0.3691) / 2 = +0.1845, and query 1 is listed first.
 #[test]
 fn the_per_query_script_reports_hand_computed_ndcg_differences() {
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    };
-    let qrels = write("labels.qrels", "1 0 d1 1\n1 0 d2 0\n2 0 d3 2\n2 0 d4 0\n");
-    let run_a = write("a.txt", "1 Q0 d2 1 0.9 a\n1 Q0 d1 2 0.8 a\n2 Q0 d3 1 0.9 a\n2 Q0 d4 2 0.8 a\n");
-    let run_b = write("b.txt", "1 Q0 d1 1 0.9 b\n1 Q0 d2 2 0.8 b\n2 Q0 d4 1 0.9 b\n2 Q0 d3 2 0.8 b\n");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into()))
-        .arg(repo.join("scripts/per-query-ndcg.py"))
-        .args([&qrels, &run_a, &run_b])
-        .output_within(crate::common::CHILD_DEADLINE)
-        .unwrap();
+    let out = python_script_on(
+        "per-query-ndcg.py",
+        &[
+            ("labels.qrels", "1 0 d1 1\n1 0 d2 0\n2 0 d3 2\n2 0 d4 0\n"),
+            ("a.txt", "1 Q0 d2 1 0.9 a\n1 Q0 d1 2 0.8 a\n2 Q0 d3 1 0.9 a\n2 Q0 d4 2 0.8 a\n"),
+            ("b.txt", "1 Q0 d1 1 0.9 b\n1 Q0 d2 2 0.8 b\n2 Q0 d4 1 0.9 b\n2 Q0 d3 2 0.8 b\n"),
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let head = text.lines().next().unwrap_or_default();
@@ -84,12 +97,6 @@ fn the_per_query_script_reports_hand_computed_ndcg_differences() {
 /// ultr's ingest drops it, so θ has positions 1 and 2 only.
 #[test]
 fn the_pbm_em_script_reports_a_hand_computed_ndcg_difference_and_drops_repeats() {
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    };
     let sessions: String = (0..10)
         .map(|i| {
             format!(
@@ -99,15 +106,10 @@ fn the_pbm_em_script_reports_a_hand_computed_ndcg_difference_and_drops_repeats()
             )
         })
         .collect();
-    let sessions = write("sessions.jsonl", &sessions);
-    let qrels = write("labels.qrels", "1 0 X 1\n1 0 Y 0\n");
-    let naive = write("naive.txt", "1 Q0 Y 1 1 n\n1 Q0 X 2 0.5 n\n");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into()))
-        .arg(repo.join("scripts/pbm-em.py"))
-        .args([&sessions, &qrels, &naive])
-        .output_within(crate::common::CHILD_DEADLINE)
-        .unwrap();
+    let out = python_script_on(
+        "pbm-em.py",
+        &[("sessions.jsonl", &sessions), ("labels.qrels", "1 0 X 1\n1 0 Y 0\n"), ("naive.txt", "1 Q0 Y 1 1 n\n1 Q0 X 2 0.5 n\n")],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let expected = 1.0 - 1.0 / 3f64.log2();
