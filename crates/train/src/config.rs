@@ -147,6 +147,12 @@ pub struct TrainConfig {
     /// frequent ones; without it, never-clicked documents rank by how often they were shown. `[]`
     /// keeps γ as early stopping left it. Not applied to a warm start.
     pub logged_order_prior: Vec<f64>,
+    /// With the logged-order prior: each pair's γ ships as its posterior mean less this many
+    /// posterior standard deviations, 1/√(λ + Σ w·n·p(1−p)) over the pair's training rows. A pair
+    /// whose clicks say little then ranks below one whose clicks show it; with the mean alone, a pair
+    /// shown only at depth (where a steep θ makes a missing click uninformative) kept the prior's
+    /// centre and ranked above the one clicked document of its query. `0` ships the posterior mean.
+    pub logged_order_prior_lower_bound: f64,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
     /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
@@ -207,6 +213,7 @@ impl Default for TrainConfig {
             early_stopping: true,
             refit_position_bias: true,
             logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
+            logged_order_prior_lower_bound: 1.0,
             validation_fraction: 0.1,
             evaluation_fraction: 0.1,
             seed: 1,
@@ -272,6 +279,9 @@ impl TrainConfig {
         }
         if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
             return Err(format!("key `train.weight_decay` = {} must be >= 0", self.weight_decay));
+        }
+        if !(self.logged_order_prior_lower_bound >= 0.0 && self.logged_order_prior_lower_bound.is_finite()) {
+            return Err(format!("key `train.logged_order_prior_lower_bound` is {}: it must be a finite number ≥ 0", self.logged_order_prior_lower_bound));
         }
         if let Some(bad) = self.logged_order_prior.iter().find(|l| !(**l > 0.0 && l.is_finite())) {
             return Err(format!("key `train.logged_order_prior` holds {bad}: every strength must be > 0 (or [] for no prior)"));

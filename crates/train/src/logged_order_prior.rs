@@ -57,6 +57,10 @@ pub struct LoggedOrderPrior {
     pub pairs: usize,
     /// The most alternating rounds any strength took.
     pub rounds: usize,
+    /// Posterior standard deviations subtracted from each pair's γ (`[train]
+    /// logged_order_prior_lower_bound`; 0 in checkpoints written before it).
+    #[serde(default)]
+    pub lower_bound: f64,
 }
 
 /// Buckets per position of the mean logged position.
@@ -109,13 +113,14 @@ pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, c
     let (strength, chosen) = (cfg.logged_order_prior[chosen_index], solutions.swap_remove(chosen_index));
     for (p, &pair) in problem.pairs.iter().enumerate() {
         if let Some(g) = gamma.get_mut(pair as usize) {
-            *g = (chosen.centre(&problem, p) + chosen.delta[p]) as f32;
+            *g = problem.lower_bound(&rows.training, &chosen, strength, p, cfg.logged_order_prior_lower_bound) as f32;
         }
     }
     trained.model.set_pair_relevance(&gamma);
     let prior =
         chosen.rho.iter().enumerate().filter(|(b, _)| !problem.bucket_rows[*b].is_empty()).map(|(b, r)| (1.0 + b as f64 / BUCKETS_PER_POSITION, *r)).collect();
-    Ok(Some(LoggedOrderPrior { strength, most_likely, candidates, prior, pairs: problem.pairs.len(), rounds }))
+    let lower_bound = cfg.logged_order_prior_lower_bound;
+    Ok(Some(LoggedOrderPrior { strength, most_likely, candidates, prior, pairs: problem.pairs.len(), rounds, lower_bound }))
 }
 
 /// The one-standard-error rule (Hastie, Tibshirani and Friedman, *The Elements of Statistical
@@ -224,6 +229,23 @@ impl Solution {
 }
 
 impl Problem {
+    /// Pair `p`'s γ at the solution less `sds` posterior standard deviations: the standard deviation
+    /// from the penalised log-likelihood's curvature in δ_p, 1/√(λ + Σ w·n·p(1−p)) over its rows.
+    fn lower_bound(&self, terms: &[RowTerms], s: &Solution, strength: f64, p: usize, sds: f64) -> f64 {
+        let mean = s.centre(self, p) + s.delta[p];
+        if sds == 0.0 {
+            return mean;
+        }
+        let information: f64 = self.pair_rows[p]
+            .iter()
+            .map(|&i| {
+                let q = sigmoid(terms[i].logit + mean);
+                terms[i].weighted_impressions * q * (1.0 - q)
+            })
+            .sum();
+        mean - sds / (strength + information).sqrt()
+    }
+
     fn new(rows: &Rows, positions: usize) -> Self {
         let mut pairs: Vec<u32> = rows.shown.keys().copied().collect();
         pairs.sort_unstable();
@@ -602,6 +624,44 @@ mod tests {
                     run.clear();
                 }
             }
+        }
+    }
+
+    /// The shipped γ at `logged_order_prior_lower_bound = 1` (the default) is the posterior mean
+    /// less one posterior standard deviation. One query, one bucket: A shown on top 50 times and
+    /// clicked 25, C on top 50 times and clicked 35, B shown once at depth (logit −5) and never
+    /// clicked. B's one impression says almost nothing, so its mean stays near the query's centre,
+    /// above A's (whose clicks put it below C): the mean ranks the never-clicked B above A, which
+    /// is what sparse seed 1 of `results/regimes` showed. One standard deviation (≈ 1 for B, ≈ 0.27
+    /// for A) puts A above B. Each shipped value equals the mean less 1/√(λ + Σ n·q(1 − q)),
+    /// q = σ(row logit + mean), summed here row by row.
+    #[test]
+    fn one_standard_deviation_below_the_mean_ranks_a_clicked_pair_above_an_unseen_one() {
+        let mut rows = Rows::default();
+        for (pair, position, logit, n, c) in [(1u32, 0usize, 0.0, 50.0, 25.0), (2, 0, 0.0, 50.0, 35.0), (3, 2, -5.0, 1.0, 0.0)] {
+            rows.query_of.insert(pair, 0);
+            rows.shown.insert(pair, (n, n * (position + 1) as f64));
+            rows.training.push(RowTerms { position, pair, logit, weighted_impressions: n, weighted_clicks: c });
+        }
+        let strength = 1.0;
+        let (problem, s) = solved(&rows, 1, strength);
+        let (a, b) = (problem.index[&1], problem.index[&3]);
+        let mean = |p: usize| problem.lower_bound(&rows.training, &s, strength, p, 0.0);
+        assert_eq!(mean(a), s.centre(&problem, a) + s.delta[a]);
+        assert!(mean(b) > mean(a), "the mean should rank the unseen B ({:.3}) above A ({:.3})", mean(b), mean(a));
+        let shipped = |p: usize| problem.lower_bound(&rows.training, &s, strength, p, 1.0);
+        assert!(shipped(a) > shipped(b), "one sd below: A {:.3} should rank above B {:.3}", shipped(a), shipped(b));
+        for p in [a, b] {
+            let information: f64 = rows
+                .training
+                .iter()
+                .filter(|r| problem.index[&r.pair] == p)
+                .map(|r| {
+                    let q = 1.0 / (1.0 + (-(r.logit + mean(p))).exp());
+                    r.weighted_impressions * q * (1.0 - q)
+                })
+                .sum();
+            assert!((shipped(p) - (mean(p) - 1.0 / (strength + information).sqrt())).abs() < 1e-12);
         }
     }
 }
