@@ -70,7 +70,9 @@ for strengths in "" 0.1 0.3 1.0 3.0 10.0 30.0 100.0; do
   tag="prior-${strengths:-off}"
   sed -e "s|^\[train\]$|[train]\nlogged_order_prior = [$strengths]\nmodels_dir = \"$work/models-$tag\"|" "$work/clara2.toml" > "$work/clara2-$tag.toml"
   "$ULTR" train --config "$work/clara2-$tag.toml" --state "$work/state" --json > "$work/train-$tag.json" || true
-  "$ULTR" eval --config "$work/clara2-$tag.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval-$tag.json"
+  # A strength whose model the gate rejected has nothing to rank with (its row says so).
+  "$ULTR" eval --config "$work/clara2-$tag.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval-$tag.json" \
+    || echo '{}' > "$OUT/eval-$tag.json"
 done
 python3 - "$OUT" <<'PY'
 import json, sys
@@ -79,12 +81,15 @@ chosen = json.load(open(f"{out}/train.json"))["fit"]["logged_order_prior"]
 validation = dict((f"{l:g}", ll) for l, ll in chosen["candidates"])
 lines = ["| `logged_order_prior` | validation click log-likelihood per impression | nDCG@10 | − naive CTR |", "|---|---|---|---|"]
 for tag in ["off", "0.1", "0.3", "1.0", "3.0", "10.0", "30.0", "100.0"]:
-    judged = json.load(open(f"{out}/eval-prior-{tag}.json"))["judged"]
+    judged = json.load(open(f"{out}/eval-prior-{tag}.json")).get("judged")
+    key = "[]" if tag == "off" else f"[{tag}]"
+    ll = validation.get(f"{float(tag):g}") if tag != "off" else None
+    if judged is None:
+        lines.append(f"| {key} | {'' if ll is None else f'{ll:.5f}'} | not promoted: the gate rejected it | — |")
+        continue
     i = judged["metrics"].index("nDCG@10")
     r = next(r for r in judged["rankers"] if r["ranker"] == "model")
     m, d = r["mean"][i], r["minus_naive_ctr"][i]
-    key = "[]" if tag == "off" else f"[{tag}]"
-    ll = validation.get(f"{float(tag):g}") if tag != "off" else None
     mark = " (chosen)" if tag != "off" and float(tag) == chosen["strength"] else ""
     lines.append(f"| {key}{mark} | {'' if ll is None else f'{ll:.5f}'} | {m['estimate']:.3f} [{m['low']:.3f}, {m['high']:.3f}] | {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |")
 with open(f"{out}/prior.md", "w") as f:

@@ -105,15 +105,18 @@ pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, c
     for &strength in &cfg.logged_order_prior {
         // Warm-started from the previous strength's solution: the problem moves little between them.
         rounds = rounds.max(problem.solve(&rows.training, strength, &mut solution));
-        candidates.push((strength, problem.log_likelihood(&rows.validation, &solution)));
-        per_row.push(problem.row_log_likelihoods(&rows.validation, &solution));
+        // Judged as shipped: γ at `logged_order_prior_lower_bound` standard deviations below the mean.
+        let shipped = problem.shipped(&rows.training, &solution, strength, cfg.logged_order_prior_lower_bound);
+        candidates.push((strength, problem.log_likelihood(&rows.validation, &shipped)));
+        per_row.push(problem.row_log_likelihoods(&rows.validation, &shipped));
         solutions.push(solution.clone());
     }
     let (chosen_index, most_likely) = one_standard_error(&cfg.logged_order_prior, &per_row);
     let (strength, chosen) = (cfg.logged_order_prior[chosen_index], solutions.swap_remove(chosen_index));
-    for (p, &pair) in problem.pairs.iter().enumerate() {
-        if let Some(g) = gamma.get_mut(pair as usize) {
-            *g = problem.lower_bound(&rows.training, &chosen, strength, p, cfg.logged_order_prior_lower_bound) as f32;
+    let shipped = problem.shipped(&rows.training, &chosen, strength, cfg.logged_order_prior_lower_bound);
+    for (&pair, &g) in problem.pairs.iter().zip(&shipped) {
+        if let Some(slot) = gamma.get_mut(pair as usize) {
+            *slot = g as f32;
         }
     }
     trained.model.set_pair_relevance(&gamma);
@@ -357,22 +360,27 @@ impl Problem {
     }
 
     /// Σ w·[c·ℓ − n·log(1 + e^ℓ)] ÷ Σ w·n over `terms` (a pair without training rows: γ = ρ_b).
-    fn log_likelihood(&self, terms: &[RowTerms], s: &Solution) -> f64 {
+    /// Every pair's γ as shipped (`lower_bound`), in `pairs` order.
+    fn shipped(&self, terms: &[RowTerms], s: &Solution, strength: f64, sds: f64) -> Vec<f64> {
+        (0..self.pairs.len()).map(|p| self.lower_bound(terms, s, strength, p, sds)).collect()
+    }
+
+    /// The click log-likelihood per impression of `terms` with each pair's γ from `gamma`.
+    fn log_likelihood(&self, terms: &[RowTerms], gamma: &[f64]) -> f64 {
         let weight: f64 = terms.iter().map(|t| t.weighted_impressions).sum();
         if weight > 0.0 {
-            self.row_log_likelihoods(terms, s).iter().sum::<f64>() / weight
+            self.row_log_likelihoods(terms, gamma).iter().sum::<f64>() / weight
         } else {
             0.0
         }
     }
 
     /// Each row's w·[c·ℓ − n·log(1 + e^ℓ)].
-    fn row_log_likelihoods(&self, terms: &[RowTerms], s: &Solution) -> Vec<f64> {
+    fn row_log_likelihoods(&self, terms: &[RowTerms], gamma: &[f64]) -> Vec<f64> {
         terms
             .iter()
             .map(|t| {
-                let p = self.index[&t.pair];
-                let l = t.logit + s.centre(self, p) + s.delta[p];
+                let l = t.logit + gamma[self.index[&t.pair]];
                 t.weighted_clicks * l - t.weighted_impressions * softplus(l)
             })
             .collect()
