@@ -151,7 +151,8 @@ pub struct TrainConfig {
     /// posterior standard deviations, 1/√(λ + Σ w·n·p(1−p)) over the pair's training rows. A pair
     /// whose clicks say little then ranks below one whose clicks show it; with the mean alone, a pair
     /// shown only at depth (where a steep θ makes a missing click uninformative) kept the prior's
-    /// centre and ranked above the one clicked document of its query. `0` ships the posterior mean.
+    /// centre and ranked above the one clicked document of its query. The strength λ is chosen on the
+    /// validation clicks of γ as shipped. `0` ships the posterior mean.
     pub logged_order_prior_lower_bound: f64,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,

@@ -359,13 +359,12 @@ impl Problem {
         }
     }
 
-    /// Σ w·[c·ℓ − n·log(1 + e^ℓ)] ÷ Σ w·n over `terms` (a pair without training rows: γ = ρ_b).
     /// Every pair's γ as shipped (`lower_bound`), in `pairs` order.
     fn shipped(&self, terms: &[RowTerms], s: &Solution, strength: f64, sds: f64) -> Vec<f64> {
         (0..self.pairs.len()).map(|p| self.lower_bound(terms, s, strength, p, sds)).collect()
     }
 
-    /// The click log-likelihood per impression of `terms` with each pair's γ from `gamma`.
+    /// Σ w·[c·ℓ − n·log(1 + e^ℓ)] ÷ Σ w·n over `terms`, with each pair's γ from `gamma`.
     fn log_likelihood(&self, terms: &[RowTerms], gamma: &[f64]) -> f64 {
         let weight: f64 = terms.iter().map(|t| t.weighted_impressions).sum();
         if weight > 0.0 {
