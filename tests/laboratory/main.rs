@@ -22,6 +22,7 @@ mod malformed_records;
 mod misspecification;
 mod misspecification_statistics;
 mod model_interface;
+mod population;
 mod production_ingest;
 mod results_scripts;
 mod simulator;
