@@ -63,6 +63,9 @@ pub struct Monitor {
     told: Told,
     /// `[eval] qrels`, read by [`Monitor::judging`]: labels to score the current model against.
     qrels: Option<ultr_train::eval::judged::Qrels>,
+    /// The lookback horizon's cumulative views, kept between looks: a look reads the windows that
+    /// changed, not the whole horizon (`state::cumulative::Incremental`).
+    cumulative: ultr_core::state::cumulative::Incremental,
 }
 
 /// What the log last said, so it speaks only when something changed.
@@ -118,6 +121,7 @@ impl Monitor {
             last_identified: None,
             told: Told::default(),
             qrels: None,
+            cumulative: Default::default(),
         }
     }
 
@@ -276,20 +280,41 @@ impl Monitor {
             return Ok(());
         }
         let rt = ultr_core::runtime::current_thread()?;
-        let cumulative = rt.block_on(ultr_core::state::cumulative::compute(dir, manifest, self.config.state.lookback_ms()))?;
+        // Each step's time, in a debug line per look (`ULTR_LOG=ultr::monitor=debug`).
+        let mut clock = std::time::Instant::now();
+        let mut lap = || {
+            let ms = clock.elapsed().as_secs_f64() * 1000.0;
+            clock = std::time::Instant::now();
+            ms
+        };
+        let cumulative = rt.block_on(self.cumulative.update(dir, manifest, self.config.state.lookback_ms()))?;
+        let views_ms = lap();
         let id = ultr_train::identifiability(&cumulative, &self.config.identifiability, &self.config.train)?;
         self.report_identifiability(&id, &cumulative);
+        let identifiability_ms = lap();
         let ips_pi = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
         if let Some(p) = propensity_min(&ips_pi) {
             self.metrics.propensity_min.set(p);
         }
+        let ips_ms = lap();
         if self.model.is_none() {
             self.scored_until = latest;
+            tracing::debug!(
+                "look over {} windows: views {views_ms:.0} ms, identifiability {identifiability_ms:.0} ms, IPS π {ips_ms:.0} ms",
+                cumulative.windows.len()
+            );
             return Ok(());
         }
         self.score_new_windows(dir, manifest, &rt, &ips_pi)?;
+        let scoring_ms = lap();
+        let windows = cumulative.windows.len();
         let horizon = ultr_train::data::non_overlapping(cumulative.windows, manifest.window.size_ms);
-        self.evaluate_judged(dir, &horizon, ips_pi, &rt)
+        let judged = self.evaluate_judged(dir, &horizon, ips_pi, &rt);
+        tracing::debug!(
+            "look over {windows} windows: views {views_ms:.0} ms, identifiability {identifiability_ms:.0} ms, IPS π {ips_ms:.0} ms, scoring {scoring_ms:.0} ms, judged {:.0} ms",
+            lap()
+        );
+        judged
     }
 
     /// The current model's card: how many closed windows its training data spans.

@@ -13,6 +13,7 @@ mod aggregated_training;
 mod chunked_training;
 mod click_log;
 mod config;
+mod cumulative;
 mod data;
 mod fuzz;
 mod identifiability;

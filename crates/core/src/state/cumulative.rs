@@ -4,10 +4,11 @@
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::prelude::SessionContext;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{read_window_table, write_parquet, Manifest, WindowEntry};
-use crate::window::{register, run_sql, CUMULATIVE_PROPENSITY, OVERLAP_SAMPLE, POLICY_PROPENSITY, SWAP_EDGES};
+use crate::window::{register, run_sql, CUMULATIVE_PROPENSITY, MERGE_PROPENSITY_COUNTS, MERGE_QUERY_SESSIONS, OVERLAP_SAMPLE, POLICY_PROPENSITY, SWAP_EDGES};
 
 /// The cumulative tables and which windows they cover.
 pub struct Cumulative {
@@ -65,18 +66,17 @@ fn conform(batches: Vec<RecordBatch>, schema: &Arc<Schema>) -> anyhow::Result<Ve
         .collect()
 }
 
-/// Computes the cumulative views from the state in `dir`.
-pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
-    let windows = windows_in_horizon(manifest, horizon_ms);
-    let load = |table: &str| -> anyhow::Result<Vec<RecordBatch>> {
-        let mut out = Vec::new();
-        for w in &windows {
-            out.extend(read_window_table(dir, w, table)?);
-        }
-        Ok(out)
-    };
-    let ctx = SessionContext::new();
-    let counts_schema = empty_schema(&[
+/// The additive inputs of the views: propensity counts and sessions per query (summed by the views'
+/// SQL) and the overlap samples (a bottom-k sample, merged by `sql/overlap_sample.sql`). Either every
+/// window's own tables, or reductions of several windows' (`Inputs::reduce`): both give the same views.
+struct Inputs {
+    counts: Vec<RecordBatch>,
+    sessions: Vec<RecordBatch>,
+    sample: Vec<RecordBatch>,
+}
+
+fn counts_schema() -> Arc<Schema> {
+    empty_schema(&[
         ("query_id", DataType::Utf8),
         ("doc_id", DataType::Utf8),
         ("position", DataType::UInt32),
@@ -86,30 +86,158 @@ pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64
         ("clicks", DataType::Int64),
         ("logged_impressions", DataType::Int64),
         ("logged_inverse_sum", DataType::Float64),
-    ]);
-    let sessions_schema = empty_schema(&[("query_id", DataType::Utf8), ("policy_id", DataType::Utf8), ("sessions", DataType::Int64)]);
-    register(&ctx, "propensity_counts", counts_schema.clone(), conform(load("propensity_counts")?, &counts_schema)?)?;
-    register(&ctx, "query_sessions", sessions_schema.clone(), conform(load("query_sessions")?, &sessions_schema)?)?;
-    let propensity = run_sql(&ctx, &CUMULATIVE_PROPENSITY).await?;
-    let policy_propensity = run_sql(&ctx, &POLICY_PROPENSITY).await?;
+    ])
+}
 
-    let swap_ctx = SessionContext::new();
-    let prop_schema = propensity.first().map(|b| b.schema()).unwrap_or_else(|| {
-        empty_schema(&[("query_id", DataType::Utf8), ("doc_id", DataType::Utf8), ("position", DataType::UInt32), ("context", DataType::Utf8)])
-    });
-    register(&swap_ctx, "impressions", prop_schema, propensity.clone())?;
-    let swap_edges = run_sql(&swap_ctx, &SWAP_EDGES).await?;
+fn sessions_schema() -> Arc<Schema> {
+    empty_schema(&[("query_id", DataType::Utf8), ("policy_id", DataType::Utf8), ("sessions", DataType::Int64)])
+}
 
-    let sample_ctx = SessionContext::new();
+fn sample_schema() -> Arc<Schema> {
     let item = Arc::new(Field::new("item", DataType::Float32, false));
-    register(
-        &sample_ctx,
-        "impressions",
-        empty_schema(&[("position", DataType::UInt32), ("context", DataType::Utf8), ("sample_key", DataType::UInt64), ("features", DataType::List(item))]),
-        load("overlap_sample")?,
-    )?;
-    let overlap_sample = run_sql(&sample_ctx, &OVERLAP_SAMPLE).await?;
-    Ok(Cumulative { windows, propensity, policy_propensity, swap_edges, overlap_sample })
+    empty_schema(&[("position", DataType::UInt32), ("context", DataType::Utf8), ("sample_key", DataType::UInt64), ("features", DataType::List(item))])
+}
+
+impl Inputs {
+    /// The windows' own tables, read from the state in `dir`.
+    fn read(dir: &std::path::Path, windows: &[WindowEntry]) -> anyhow::Result<Inputs> {
+        let load = |table: &str| -> anyhow::Result<Vec<RecordBatch>> {
+            let mut out = Vec::new();
+            for w in windows {
+                out.extend(read_window_table(dir, w, table)?);
+            }
+            Ok(out)
+        };
+        Ok(Inputs {
+            counts: conform(load("propensity_counts")?, &counts_schema())?,
+            sessions: conform(load("query_sessions")?, &sessions_schema())?,
+            sample: load("overlap_sample")?,
+        })
+    }
+
+    /// The same inputs reduced: counts and sessions summed per key by the merge SQL the windows'
+    /// partials are merged with, the sample cut to its bottom-k by the SQL that drew it. Sums and
+    /// bottom-k samples merge exactly, so views over reductions equal views over their parts.
+    async fn reduce(self) -> anyhow::Result<Inputs> {
+        let ctx = SessionContext::new();
+        register(&ctx, "propensity_counts", counts_schema(), self.counts)?;
+        register(&ctx, "query_sessions", sessions_schema(), self.sessions)?;
+        register(&ctx, "impressions", sample_schema(), self.sample)?;
+        Ok(Inputs {
+            counts: conform(run_sql(&ctx, &MERGE_PROPENSITY_COUNTS).await?, &counts_schema())?,
+            sessions: conform(run_sql(&ctx, &MERGE_QUERY_SESSIONS).await?, &sessions_schema())?,
+            sample: run_sql(&ctx, &OVERLAP_SAMPLE).await?,
+        })
+    }
+
+    /// The cumulative views of these inputs (`sql/cumulative_propensity.sql`, `policy_propensity.sql`,
+    /// `swap_edges.sql`, `overlap_sample.sql`).
+    async fn views(self, windows: Vec<WindowEntry>) -> anyhow::Result<Cumulative> {
+        let ctx = SessionContext::new();
+        register(&ctx, "propensity_counts", counts_schema(), self.counts)?;
+        register(&ctx, "query_sessions", sessions_schema(), self.sessions)?;
+        let propensity = run_sql(&ctx, &CUMULATIVE_PROPENSITY).await?;
+        let policy_propensity = run_sql(&ctx, &POLICY_PROPENSITY).await?;
+
+        let swap_ctx = SessionContext::new();
+        let prop_schema = propensity.first().map(|b| b.schema()).unwrap_or_else(|| {
+            empty_schema(&[("query_id", DataType::Utf8), ("doc_id", DataType::Utf8), ("position", DataType::UInt32), ("context", DataType::Utf8)])
+        });
+        register(&swap_ctx, "impressions", prop_schema, propensity.clone())?;
+        let swap_edges = run_sql(&swap_ctx, &SWAP_EDGES).await?;
+
+        let sample_ctx = SessionContext::new();
+        register(&sample_ctx, "impressions", sample_schema(), self.sample)?;
+        let overlap_sample = run_sql(&sample_ctx, &OVERLAP_SAMPLE).await?;
+        Ok(Cumulative { windows, propensity, policy_propensity, swap_edges, overlap_sample })
+    }
+}
+
+/// Computes the cumulative views from the state in `dir`, reading every window in the horizon.
+pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
+    let windows = windows_in_horizon(manifest, horizon_ms);
+    Inputs::read(dir, &windows)?.views(windows).await
+}
+
+/// The cumulative views kept from one look to the next, for a caller that asks again each time
+/// windows close (the monitor). `compute` reads every window of the horizon at every call, so its
+/// cost grows with the lookback: 28 days of 10-minute windows is 4,032 windows read per closed
+/// window. This keeps the horizon's windows in blocks of consecutive windows, each block's inputs
+/// reduced (`Inputs::reduce`) and kept. A call reads the windows that joined a block (reduced
+/// together with the block's reduction) and, when the sliding horizon leaves a window of the oldest
+/// block, that block's remaining windows; it then computes the views over the blocks' reductions.
+/// Blocks hold about √n windows of an n-window horizon, so a call reads O(√n) windows at most and
+/// merges O(√n) reductions, instead of reading n windows. The views equal `compute`'s, up to the
+/// order in which the logged 1/π are summed.
+#[derive(Default)]
+pub struct Incremental {
+    /// Windows per block: a power of two near √(windows in the horizon), never lowered, so that
+    /// a horizon whose size wavers does not regroup its blocks.
+    per_block: i64,
+    /// Block start (in units of `per_block` windows) → the block's windows and reduced inputs.
+    blocks: BTreeMap<i64, Block>,
+    /// Windows read from the state so far, over all calls.
+    windows_read: u64,
+    /// The state the blocks were read from: another one starts over.
+    dir: Option<std::path::PathBuf>,
+}
+
+struct Block {
+    windows: Vec<WindowEntry>,
+    reduced: Inputs,
+}
+
+impl Incremental {
+    /// The cumulative views of the state in `dir` over `horizon_ms`, as `compute` gives them.
+    pub async fn update(&mut self, dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
+        let windows = windows_in_horizon(manifest, horizon_ms);
+        let wanted = ((windows.len() as f64).sqrt().ceil() as u64).max(4).next_power_of_two() as i64;
+        if wanted > self.per_block || self.dir.as_deref() != Some(dir) {
+            self.per_block = self.per_block.max(wanted);
+            self.blocks.clear();
+            self.dir = Some(dir.to_path_buf());
+        }
+        let span = manifest.window.slide_ms.max(1).saturating_mul(self.per_block);
+        let mut grouped: BTreeMap<i64, Vec<WindowEntry>> = BTreeMap::new();
+        for w in &windows {
+            grouped.entry(w.start_ms.div_euclid(span)).or_default().push(w.clone());
+        }
+        let mut kept = std::mem::take(&mut self.blocks);
+        for (key, members) in grouped {
+            let block = match kept.remove(&key) {
+                Some(block) if block.windows == members => block,
+                // Windows joined the block and none left it: its reduction plus theirs, reduced.
+                Some(block) if block.windows.iter().all(|w| members.contains(w)) => {
+                    let joined: Vec<WindowEntry> = members.iter().filter(|w| !block.windows.contains(w)).cloned().collect();
+                    let mut inputs = Inputs::read(dir, &joined)?;
+                    self.windows_read += joined.len() as u64;
+                    inputs.counts.extend(block.reduced.counts);
+                    inputs.sessions.extend(block.reduced.sessions);
+                    inputs.sample.extend(block.reduced.sample);
+                    Block { windows: members, reduced: inputs.reduce().await? }
+                }
+                // New, or a window left or changed: the block's windows read again.
+                _ => {
+                    let reduced = Inputs::read(dir, &members)?.reduce().await?;
+                    self.windows_read += members.len() as u64;
+                    Block { windows: members, reduced }
+                }
+            };
+            self.blocks.insert(key, block);
+        }
+        let mut inputs = Inputs { counts: Vec::new(), sessions: Vec::new(), sample: Vec::new() };
+        for block in self.blocks.values() {
+            inputs.counts.extend(block.reduced.counts.iter().cloned());
+            inputs.sessions.extend(block.reduced.sessions.iter().cloned());
+            inputs.sample.extend(block.reduced.sample.iter().cloned());
+        }
+        inputs.views(windows).await
+    }
+
+    /// Windows read from the state so far, over all calls (what a call costs is what it adds).
+    pub fn windows_read(&self) -> u64 {
+        self.windows_read
+    }
 }
 
 /// Writes the cumulative tables under `cumulative/` (each file atomically).
