@@ -191,40 +191,43 @@ if [ $# -gt 0 ]; then
   log "cargo nextest run --release $*"
   "${NEXTEST[@]}" "$@"
 else
-  # The deployment tests' waits are wall-clock: mostly waiting (about one core busy at three
-  # threads), they run four at a time on two cores (docs/testing.md), at normal priority. Beside
-  # them, at the lowest CPU priority, so that they take only what the deployment tests and their
-  # services leave idle: the benches' build, then the laboratory and the unit tests (CPU-bound, no
-  # wall-clock deadline), and the sqlite/SCRAM broker's build if it is not done yet.
-  # The benches (`benches/`) build after nextest's own (no-op) build has let go of cargo's lock;
-  # they share the target dir (and its lock) with the tests, so the laboratory's nextest starts when
-  # they are built. The benches link the libraries built above (release); the bench binary itself
-  # is compiled at opt-level 0 here, a compile check that runs nothing (`cargo bench` keeps 3). A
-  # build that fails fails the run (docs/testing.md).
-  log "cargo nextest run --release: tests/deployment; beside it at the lowest priority the benches' build, then tests/laboratory and the unit tests"
+  # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
+  # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
+  # threads), they run four at a time on two cores (docs/testing.md).
+  log "cargo nextest run --release: tests/deployment (the benches, and the test broker if not yet built, build beside them)"
+  # The benches (`benches/`) build while the deployment tests wait on their services: at the lowest
+  # CPU priority, after nextest's own (no-op) build has let go of cargo's lock. They share the target
+  # dir (and its lock) with the tests, so they are done before the laboratory's nextest needs that
+  # lock. The benches link the libraries built above (release); the bench binary itself is compiled
+  # at opt-level 0 here, a compile check that runs nothing (`cargo bench` keeps 3). A build that
+  # fails fails the run (docs/testing.md).
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20
-    if ! CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*' >"$BG_LOG" 2>&1; then
-      echo "the benches do not build:"; tail -50 "$BG_LOG"; exit 1
-    fi
-    exec "${NEXTEST[@]}" -E "not binary(deployment)"
-  ) &
+    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*'
+  ) >"$BG_LOG" 2>&1 &
+  bg_pid=$!
+  "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4
+  phase "tests/deployment (less the sqlite-broker tests)"
+  # The laboratory and the unit tests start at once; the tests that need the sqlite/SCRAM broker
+  # start beside them as soon as it is built (a second nextest, two at a time; on two cores the
+  # broker is usually built by now). The laboratory runs at the broker build's priority: CPU-bound
+  # both, they share the cores, so a broker still building is built and its tests (mostly waiting
+  # on a broker) run while the laboratory does, not after it.
+  log "cargo nextest run --release: tests/laboratory and the unit tests (the sqlite-broker tests join once the broker is built)"
+  nice -n 19 "${NEXTEST[@]}" -E "not binary(deployment)" &
   lab_pid=$!
-  deploy_rc=0
-  "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4 || deploy_rc=$?
-  phase "tests/deployment (less the sqlite-broker tests), the laboratory beside it"
-  # The tests that need the sqlite/SCRAM broker start once it is built (a second nextest, two at a
-  # time, beside the laboratory; on two cores the broker is usually built by now).
+  if ! wait "$bg_pid"; then
+    kill "$lab_pid" 2>/dev/null || true
+    echo "the benches do not build:"; tail -50 "$BG_LOG"; exit 1
+  fi
   wait_for_test_broker || { kill "$lab_pid" 2>/dev/null || true; exit 1; }
   log "the test broker is built ($((SECONDS - T0)) s); cargo nextest run --release: the sqlite-broker tests"
   sqlite_rc=0
   "${NEXTEST[@]}" -E "$LIBSQL_TESTS" --test-threads 2 || sqlite_rc=$?
   lab_rc=0
   wait "$lab_pid" || lab_rc=$?
-  [ "$deploy_rc" -eq 0 ] || { echo "the deployment tests failed (exit $deploy_rc)"; exit "$deploy_rc"; }
   [ "$sqlite_rc" -eq 0 ] || { echo "the sqlite-broker tests failed (exit $sqlite_rc)"; exit "$sqlite_rc"; }
-  [ "$lab_rc" -eq 0 ] || { echo "the benches, the laboratory or the unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
-  phase "the rest of tests/laboratory and the unit tests, and the sqlite-broker tests"
+  [ "$lab_rc" -eq 0 ] || { echo "the laboratory or unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
+  phase "tests/laboratory, unit tests and (from the broker's build on) the sqlite-broker tests"
 fi
