@@ -114,27 +114,55 @@ export RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 # The sqlite/SCRAM broker: its own workspace, lockfile and target folder, unoptimized (a few records
 # per test), without clippy's wrapper (its few lines only start tansu). It builds in the background
-# from here on at the lowest CPU priority, so it takes the cores only when ultr's build leaves one
-# idle (downloads, the last crates' single compiles) and when the deployment tests wait on their
-# services; the tests that need it start once it is built (below). It starts a minute after ultr's
-# build, which so takes cargo's package-cache lock first and downloads its own crates first.
+# from here on under SCHED_IDLE, so it takes a core only where every other process leaves it idle
+# (downloads, the last crates' single compiles, the deployment tests' waits) and yields to the
+# build of the remaining test binaries beside the deployment tests (below); when the laboratory
+# starts it is lifted to nice 19, the laboratory's priority. The tests that need it start once it is
+# built. It starts a minute after ultr's build, which so takes cargo's package-cache lock first and
+# downloads its own crates first.
 BROKER_TARGET="$TARGET_DIR/test-broker"
 export ULTR_TEST_BROKER="${ULTR_TEST_BROKER:-$BROKER_TARGET/release/ultr-test-broker}"
 BROKER_LOG="${TMPDIR:-/tmp}/ultr-test-broker-build.log"
 (
   renice -n 19 -p "$BASHPID" >/dev/null
+  chrt --idle -p 0 "$BASHPID"
   sleep 60
   exec env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo build --release --locked --manifest-path tools/test-broker/Cargo.toml --target-dir "$BROKER_TARGET"
 ) >"$BROKER_LOG" 2>&1 &
 broker_build_pid=$!
+# A process and everything it started, each listed before its children.
+process_tree() { local p; echo "$1"; for p in $(pgrep -P "$1"); do process_tree "$p"; done; }
+# From SCHED_IDLE to nice 19 (a process's later children inherit its policy), twice, for a compiler
+# started between the listing and the change.
+lift_test_broker_build() {
+  local pid
+  for _ in 1 2; do
+    for pid in $(process_tree "$broker_build_pid"); do chrt --other -p 0 "$pid" 2>/dev/null || true; done
+  done
+}
 # A run that stops early (a build or a test failing) leaves no build behind it.
-trap 'kill "$broker_build_pid" 2>/dev/null || true' EXIT
+stop_builds() {
+  local pid
+  for pid in $(process_tree "$broker_build_pid") ${bg_pid:+$(process_tree "$bg_pid")} ${bench_pid:+$(process_tree "$bench_pid")}; do
+    kill "$pid" 2>/dev/null || true
+  done
+}
+trap stop_builds EXIT
 wait_for_test_broker() {
   wait "$broker_build_pid" || { echo "the sqlite/SCRAM test broker does not build:"; tail -50 "$BROKER_LOG"; return 1; }
 }
-log "building ultr and its tests (release, with clippy's lints denied)"
-"${NEXTEST[@]}" --no-run
-phase "build: ultr and its tests"
+# Without arguments this builds the `ultr` binary and the deployment tests only: the laboratory's and
+# the unit tests' binaries build beside the deployment tests (below), which leave a core idle while
+# they wait on their services, so the deployment tests start when the last crate they need is built.
+if [ $# -gt 0 ]; then
+  log "building ultr and its tests (release, with clippy's lints denied)"
+  "${NEXTEST[@]}" --no-run
+  phase "build: ultr and its tests"
+else
+  log "building ultr and the deployment tests (release, with clippy's lints denied)"
+  "${NEXTEST[@]}" --test deployment --no-run
+  phase "build: ultr and the deployment tests"
+fi
 
 if [ -n "$venv_pid" ] && ! wait "$venv_pid"; then
   echo "installing the Python packages failed:"; cat "$VENV_LOG"; exit 1
@@ -149,7 +177,7 @@ broker_pid=""
 s3_pid=""
 cleanup() {
   rm -f "$TIMES_FILE"
-  kill "$broker_build_pid" 2>/dev/null || true
+  stop_builds
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
   [ -n "$s3_pid" ] && kill "$s3_pid" 2>/dev/null || true
 }
@@ -187,6 +215,7 @@ export ULTR_S3_ENDPOINT="http://${BROKER_HOST}:${S3_PORT}"
 LIBSQL_TESTS='test(/^(outage|kafka_security)::/)'
 if [ $# -gt 0 ]; then
   log "waiting for the sqlite/SCRAM test broker's build"
+  lift_test_broker_build
   wait_for_test_broker
   log "cargo nextest run --release $*"
   "${NEXTEST[@]}" "$@"
@@ -194,21 +223,33 @@ else
   # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
   # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
   # threads), they run four at a time on two cores (docs/testing.md).
-  log "cargo nextest run --release: tests/deployment (the benches, and the test broker if not yet built, build beside them)"
-  # The benches (`benches/`) build while the deployment tests wait on their services: at the lowest
-  # CPU priority, after nextest's own (no-op) build has let go of cargo's lock. They share the target
-  # dir (and its lock) with the tests, so they are done before the laboratory's nextest needs that
-  # lock. The benches link the libraries built above (release); the bench binary itself is compiled
-  # at opt-level 0 here, a compile check that runs nothing (`cargo bench` keeps 3). A build that
-  # fails fails the run (docs/testing.md).
+  log "cargo nextest run --release: tests/deployment (the other test binaries, the benches and the test broker build beside them)"
+  # The laboratory's and the unit tests' binaries build while the deployment tests wait on their
+  # services: at nice 19 (ahead of the test broker's SCHED_IDLE), after the deployment nextest's
+  # own (no-op) build has let go of cargo's lock. A build that fails fails the run.
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*'
+    sleep 20 && "${NEXTEST[@]}" --no-run
   ) >"$BG_LOG" 2>&1 &
   bg_pid=$!
-  "${NEXTEST[@]}" -E "binary(deployment) and not $LIBSQL_TESTS" --test-threads 4
+  "${NEXTEST[@]}" --test deployment -E "not $LIBSQL_TESTS" --test-threads 4
   phase "tests/deployment (less the sqlite-broker tests)"
+  lift_test_broker_build
+  if ! wait "$bg_pid"; then
+    echo "the laboratory's or the unit tests' build failed:"; tail -50 "$BG_LOG"; exit 1
+  fi
+  phase "the rest of the build (the laboratory's and the unit tests' binaries, if not built by now)"
+  # The benches (`benches/`) build beside the laboratory at nice 19, after the laboratory's nextest
+  # has let go of cargo's lock. They link the libraries built above (release); the bench binary
+  # itself is compiled at opt-level 0 here, a compile check that runs nothing (`cargo bench` keeps
+  # 3). A build that fails fails the run (docs/testing.md).
+  BENCH_LOG="${TMPDIR:-/tmp}/ultr-bench-build.log"
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*'
+  ) >"$BENCH_LOG" 2>&1 &
+  bench_pid=$!
   # The laboratory and the unit tests start at once; the tests that need the sqlite/SCRAM broker
   # start beside them as soon as it is built (a second nextest, two at a time; on two cores the
   # broker is usually built by now). The laboratory runs at the broker build's priority: CPU-bound
@@ -217,16 +258,15 @@ else
   log "cargo nextest run --release: tests/laboratory and the unit tests (the sqlite-broker tests join once the broker is built)"
   nice -n 19 "${NEXTEST[@]}" -E "not binary(deployment)" &
   lab_pid=$!
-  if ! wait "$bg_pid"; then
-    kill "$lab_pid" 2>/dev/null || true
-    echo "the benches do not build:"; tail -50 "$BG_LOG"; exit 1
-  fi
   wait_for_test_broker || { kill "$lab_pid" 2>/dev/null || true; exit 1; }
   log "the test broker is built ($((SECONDS - T0)) s); cargo nextest run --release: the sqlite-broker tests"
   sqlite_rc=0
-  "${NEXTEST[@]}" -E "$LIBSQL_TESTS" --test-threads 2 || sqlite_rc=$?
+  "${NEXTEST[@]}" --test deployment -E "$LIBSQL_TESTS" --test-threads 2 || sqlite_rc=$?
   lab_rc=0
   wait "$lab_pid" || lab_rc=$?
+  bench_rc=0
+  wait "$bench_pid" || bench_rc=$?
+  [ "$bench_rc" -eq 0 ] || { echo "the benches do not build:"; tail -50 "$BENCH_LOG"; exit 1; }
   [ "$sqlite_rc" -eq 0 ] || { echo "the sqlite-broker tests failed (exit $sqlite_rc)"; exit "$sqlite_rc"; }
   [ "$lab_rc" -eq 0 ] || { echo "the laboratory or unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
   phase "tests/laboratory, unit tests and (from the broker's build on) the sqlite-broker tests"
