@@ -1,10 +1,10 @@
 //! `ultr experiment zhuang2021` at a small scale (MQ2008 fold 1, 50,000 training sessions per cell, 3
-//! seeds, PBM and DCM clicks, the two methods the assertions read, Pos and XPA): what reproduces
-//! robustly is asserted — XPA predicts cascade (DCM) clicks better than the additive model beyond the
-//! paired seed noise (a one-sided paired t-test) — and the attention matrix is a proper one (rows
-//! over the other positions sum to 1). On PBM clicks the two are only reported: 3 seeds cannot show
-//! non-inferiority (the test says why). docs/experiments.md "Reproducing Zhuang et al. 2021" has
-//! the rest.
+//! seeds, DCM clicks, the two methods the assertions read, Pos and XPA): what reproduces robustly is
+//! asserted — XPA predicts cascade (DCM) clicks better than the additive model beyond the paired seed
+//! noise (a one-sided paired t-test) — and the attention matrix is a proper one (rows over the other
+//! positions sum to 1). PBM clicks are left out: 3 seeds cannot show XPA's non-inferiority there (the
+//! test says why), so no assertion could read them. docs/experiments.md "Reproducing Zhuang et al.
+//! 2021" has the rest.
 
 use crate::common;
 
@@ -27,7 +27,8 @@ fn zhuang2021_xpa_fits_cascade_clicks_better_than_the_additive_model() {
         tower: TowerKind::Mlp,
         max_positions: 10,
         logging_label_fraction: 0.01,
-        click_models: vec!["PBM".into(), "DCM".into()],
+        // DCM only: the PBM cells were half the runs and were only printed (below).
+        click_models: vec!["DCM".into()],
         methods: Method::table().into_iter().filter(|m| ["Pos", "XPA"].contains(&m.name.as_str())).collect(),
         progress: false,
     };
@@ -36,19 +37,17 @@ fn zhuang2021_xpa_fits_cascade_clicks_better_than_the_additive_model() {
         assert!(dir.path().join(f).exists(), "{f}");
     }
     eprintln!("{}", std::fs::read_to_string(dir.path().join("summary.md")).unwrap());
-    assert_eq!(summary.runs.len(), 2 * 2 * 3);
+    assert_eq!(summary.runs.len(), 2 * 3);
     let ll = |click: &str, method: &str| -> Vec<(u64, f64)> {
         summary.runs.iter().filter(|r| r.click_model == click && r.method == method).map(|r| (r.seed, r.click_log_likelihood)).collect()
     };
     // One-sided paired t-tests at 5% with 2 degrees of freedom (t = 2.92).
     let (better, diff, bound) = beyond_noise(&ll("DCM", "XPA"), &ll("DCM", "Pos"));
     assert!(better, "DCM: XPA − Pos log-likelihood {diff:+.5} (t·se {bound:.5})");
-    // Not asserted: "XPA is not worse than Pos on PBM clicks". Tested as "not worse beyond noise" it
-    // could not fail at 3 seeds; tested as non-inferiority within 0.0005 nats (the experiment's claim
-    // 1) it fails here for want of power: XPA − Pos = −0.00014, t·se = 0.00198 (paired sd ≈ 0.0012
-    // nats), so the bound needs about 50 seeds. The full run reports it (docs/experiments.md).
-    let (_, diff, bound) = beyond_noise(&ll("PBM", "XPA"), &ll("PBM", "Pos"));
-    eprintln!("PBM: XPA − Pos log-likelihood {diff:+.5} (t·se {bound:.5}), reported only");
+    // Not run: "XPA is not worse than Pos on PBM clicks". Tested as "not worse beyond noise" it could
+    // not fail at 3 seeds; tested as non-inferiority within 0.0005 nats (the experiment's claim 1) it
+    // failed here for want of power: XPA − Pos = −0.00014, t·se = 0.00198 (paired sd ≈ 0.0012 nats),
+    // so the bound needs about 50 seeds. The full run reports it (docs/experiments.md).
     for r in summary.runs.iter().filter(|r| r.method == "XPA") {
         assert_eq!(r.attention.len(), 10);
         for (j, row) in r.attention.iter().enumerate() {
