@@ -136,20 +136,25 @@ process_tree() { local p; echo "$1"; for p in $(pgrep -P "$1"); do process_tree 
 # started between the listing and the change.
 lift_test_broker_build() {
   local pid
+  [ -n "$broker_build_pid" ] || return 0
   for _ in 1 2; do
     for pid in $(process_tree "$broker_build_pid"); do chrt --other -p 0 "$pid" 2>/dev/null || true; done
   done
 }
-# A run that stops early (a build or a test failing) leaves no build behind it.
+# A run that stops early (a build or a test failing) leaves no build behind it. A build's pid is
+# cleared once it has been waited for: the kernel may give that number to another process since.
 stop_builds() {
   local pid
-  for pid in $(process_tree "$broker_build_pid") ${bg_pid:+$(process_tree "$bg_pid")} ${bench_pid:+$(process_tree "$bench_pid")}; do
+  for pid in ${broker_build_pid:+$(process_tree "$broker_build_pid")} ${bg_pid:+$(process_tree "$bg_pid")} ${bench_pid:+$(process_tree "$bench_pid")}; do
     kill "$pid" 2>/dev/null || true
   done
 }
 trap stop_builds EXIT
 wait_for_test_broker() {
-  wait "$broker_build_pid" || { echo "the sqlite/SCRAM test broker does not build:"; tail -50 "$BROKER_LOG"; return 1; }
+  local rc=0
+  wait "$broker_build_pid" || rc=$?
+  broker_build_pid=""
+  [ "$rc" -eq 0 ] || { echo "the sqlite/SCRAM test broker does not build:"; tail -50 "$BROKER_LOG"; return 1; }
 }
 # Without arguments this builds the `ultr` binary and the deployment tests only: the laboratory's and
 # the unit tests' binaries build beside the deployment tests (below), which leave a core idle while
@@ -236,9 +241,10 @@ else
   "${NEXTEST[@]}" --test deployment -E "not $LIBSQL_TESTS" --test-threads 4
   phase "tests/deployment (less the sqlite-broker tests)"
   lift_test_broker_build
-  if ! wait "$bg_pid"; then
-    echo "the laboratory's or the unit tests' build failed:"; tail -50 "$BG_LOG"; exit 1
-  fi
+  bg_rc=0
+  wait "$bg_pid" || bg_rc=$?
+  bg_pid=""
+  [ "$bg_rc" -eq 0 ] || { echo "the laboratory's or the unit tests' build failed:"; tail -50 "$BG_LOG"; exit 1; }
   phase "the rest of the build (the laboratory's and the unit tests' binaries, if not built by now)"
   # The benches (`benches/`) build beside the laboratory at nice 19, after the laboratory's nextest
   # has let go of cargo's lock. They link the libraries built above (release); the bench binary
@@ -266,6 +272,7 @@ else
   wait "$lab_pid" || lab_rc=$?
   bench_rc=0
   wait "$bench_pid" || bench_rc=$?
+  bench_pid=""
   [ "$bench_rc" -eq 0 ] || { echo "the benches do not build:"; tail -50 "$BENCH_LOG"; exit 1; }
   [ "$sqlite_rc" -eq 0 ] || { echo "the sqlite-broker tests failed (exit $sqlite_rc)"; exit "$sqlite_rc"; }
   [ "$lab_rc" -eq 0 ] || { echo "the laboratory or unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
