@@ -13,8 +13,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sessions="${1:-200000}"
-ultr="${CARGO_TARGET_DIR:-target}/release/ultr"
-[ -x "$ultr" ] || { echo "no release ultr at $ultr: cargo build --release --bin ultr" >&2; exit 1; }
 command -v java >/dev/null || { echo "Flink needs Java 11 or later: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
 FLINK_VENV="${FLINK_VENV:-$HOME/.cache/ultr/flink-venv}"
 if ! "$FLINK_VENV/bin/python" -c "import pyflink" 2>/dev/null; then
@@ -23,12 +21,7 @@ if ! "$FLINK_VENV/bin/python" -c "import pyflink" 2>/dev/null; then
   "$FLINK_VENV/bin/pip" install -q --disable-pip-version-check "apache-flink==2.3.0"
 fi
 py="$FLINK_VENV/bin/python"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-data_dir="${ULTR_DATA_DIR:-data}/mq2008"
-args=()
-for i in 1 2 3 4 5; do args+=(--data "$data_dir/S$i.txt"); done
-"$ultr" simulate "${args[@]}" --tau 0.3 --sessions "$sessions" --seed 3 --out "$work/sessions.jsonl" >/dev/null
+source scripts/bench-common.sh
 mkdir -p "$work/split"
 awk -v out="$work/split" '{ print > (out "/part-" (NR % 2) ".jsonl") }' "$work/sessions.jsonl"
 echo "JSONL: $sessions sessions, $(du -m "$work/sessions.jsonl" | cut -f1) MB; $(nproc) cores; $(java -version 2>&1 | head -1)"
@@ -54,15 +47,7 @@ print(json.dumps({"impressions": impressions, "propensity_counts": len(prop), "q
 PY
 echo "reference: $(cat "$work/reference.json")"
 
-secs_of=()
-for workers in 1 2; do
-  printf 'batch_records = 4096\n[runtime]\nworkers = %s\n[source.file]\npaths = ["%s"]\n[window]\nsize = "10m"\nallowed_lateness = "1m"\n[state]\nretention = "3650d"\nlookback = "3650d"\n' \
-    "$workers" "$work/sessions.jsonl" >"$work/ingest-$workers.toml"
-  /usr/bin/time -f '%e %U %S %M' -o "$work/time" "$ultr" ingest --config "$work/ingest-$workers.toml" --state "$work/state-$workers" >/dev/null
-  read -r secs user sys kib <"$work/time"
-  secs_of[$workers]=$secs
-  python3 -c "print(f'ultr ingest, $workers worker(s): {float(\"$secs\"):.2f} s wall ({float(\"$user\")+float(\"$sys\"):.2f} s CPU), peak RSS {$kib/1024:.0f} MB')"
-done
+for workers in 1 2; do run_ingest "$workers"; done
 # ultr's rows of the statistics defined alike, summed over the one-worker state's windows.
 "$py" - "$work/state-1" "$work/reference.json" <<'PY'
 import glob, json, sys
@@ -78,7 +63,7 @@ run_flink() { # parallelism input object_reuse label
   rm -rf "$work/flink"
   JVM_ARGS=-Xmx2g /usr/bin/time -f '%e' -o "$work/ftime" "$py" benches/flink/window_statistics.py "$2" "$work/flink" "$1" "$3" >"$work/flink.json" 2>"$work/flink.log" ||
     { echo "the Flink job failed:"; tail -30 "$work/flink.log"; exit 1; }
-  "$py" - "$work/flink" "$work/reference.json" "$work/flink.json" "$4" "${secs_of[$1]}" "$1" <<'PY'
+  "$py" - "$work/flink" "$work/reference.json" "$work/flink.json" "$4" "${ingest_secs[$1]}" "$1" <<'PY'
 import json, os, sys
 out, ref, run, label, ultr_secs, p = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), sys.argv[4], float(sys.argv[5]), sys.argv[6]
 for name in ["propensity_counts", "query_sessions", "training_rows", "training_features"]:
