@@ -19,24 +19,23 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
-/// The four claims on a smaller grid (one seed, 11: three would add about 330 CPU-s to CI; fewer
-/// sessions); thresholds scaled to the sample size. What the same grid gave on seeds 12 and 13
-/// (`ultr experiment hager2025 --train-sessions 60000 --seeds 12,13 --max-epochs 30`), so that the
-/// assertions below are the ones that hold beyond seed 11: well-specified RMSE 0.029/0.050 (linear)
-/// and 0.060/0.103 (MLP), hence a bound of 0.13, not 0.1; the embedding 1.663 at τ = 0 and
-/// 0.044/0.043 at τ = 1; omitted features 0.449/0.323 at τ = 0 against 0.084/0.127 at τ = 1; IPS
-/// closer to τ = 1 than plain in all four (model, seed) cells. Not asserted: the linear tower on MLP
-/// relevance at τ = 0 above τ = 1, which seed 12 reverses (0.084 against 0.088). The grid's
-/// τ = 0.666 cells are left out (`taus`): no claim below reads them, and they cost a quarter of the
-/// runs; the population check covers the τ = 0.333 and τ = 1 runs.
-#[test]
-fn hager2025_orderings_on_a_small_grid() {
+/// The four claims on a smaller grid (fewer sessions), on seeds 11, 12 and 13, each its own test;
+/// thresholds scaled to the sample size and set from what the three seeds measured (seeds 11/12/13,
+/// 2026-12-04): well-specified RMSE 0.017/0.028/0.050 (linear) and 0.076/0.061/0.103 (MLP), hence a
+/// bound of 0.13, not 0.1; the embedding 1.663 at τ = 0 on each, and 0.034/0.044/0.043 at τ = 1;
+/// omitted features 0.183/0.449/0.323 at τ = 0 against 0.067/0.084/0.127 at τ = 1; IPS closer to
+/// τ = 1 than plain in every (model, seed) cell; the largest gap to the population optimum
+/// 0.063/0.037/0.040 against a bound of 0.12. Not asserted: the linear tower on MLP relevance at τ = 0 above τ = 1, which
+/// seed 12 reverses (0.084 against 0.088). The grid's τ = 0.666 cells are left out (`taus`): no claim
+/// below reads them, and they cost a quarter of the runs; the population check covers the τ = 0.333
+/// and τ = 1 runs.
+fn hager2025_orderings_on_a_small_grid(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let summary = hager2025::run(&hager2025::Options {
         out: dir.path().to_path_buf(),
         data: common::mq2008_files(),
         train_sessions: 60_000,
-        seeds: vec![11],
+        seeds: vec![seed],
         taus: vec![0.0, 0.333, 1.0],
         max_epochs: 30,
         jobs: 2,
@@ -97,6 +96,8 @@ fn hager2025_orderings_on_a_small_grid() {
     let names: Vec<String> = table.records().map(|r| r.unwrap()[0].to_string()).collect();
     assert_eq!(names, summary.runs.iter().map(|r| r.setting.name.to_string()).collect::<Vec<_>>());
 }
+
+crate::seeded_tests!(hager2025_orderings_on_a_small_grid => hager2025_orderings_on_a_small_grid; seed_11 = 11, seed_12 = 12, seed_13 = 13);
 
 fn pipeline(dir: &Path, sessions: u64, extra: &str) -> PathBuf {
     let path = dir.join(format!("pipeline-{sessions}.toml"));
