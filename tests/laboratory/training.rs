@@ -25,10 +25,10 @@ fn ultr() -> Command {
 /// bound of 0.13, not 0.1; the embedding 1.663 at τ = 0 on each, and 0.034/0.044/0.043 at τ = 1;
 /// omitted features 0.183/0.449/0.323 at τ = 0 against 0.067/0.084/0.127 at τ = 1; IPS closer to
 /// τ = 1 than plain in every (model, seed) cell; the largest gap to the population optimum
-/// 0.063/0.037/0.040 against a bound of 0.12. Not asserted: the linear tower on MLP relevance at τ = 0 above τ = 1, which
-/// seed 12 reverses (0.084 against 0.088). The grid's τ = 0.666 cells are left out (`taus`): no claim
-/// below reads them, and they cost a quarter of the runs; the population check covers the τ = 0.333
-/// and τ = 1 runs.
+/// 0.063/0.037/0.040 against a bound of 0.12. Not asserted: the linear tower on MLP relevance at
+/// τ = 0 above τ = 1, which seed 12 reverses (0.084 against 0.088). The grid's τ = 0.666 cells are
+/// left out (`taus`): no claim below reads them, and they cost a quarter of the runs; the population
+/// check covers the τ = 0.333 and τ = 1 runs.
 fn hager2025_orderings_on_a_small_grid(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let summary = hager2025::run(&hager2025::Options {
