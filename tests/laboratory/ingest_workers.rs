@@ -61,8 +61,13 @@ fn messy_stream(dir: &Path, seed: u64) -> std::path::PathBuf {
 }
 
 fn config(file: &Path, workers: usize) -> PipelineConfig {
+    config_with(file, workers, "checkpoint_every_records = 1500")
+}
+
+/// `config` with its `[state]` checkpoint keys replaced by `checkpoints`.
+fn config_with(file: &Path, workers: usize, checkpoints: &str) -> PipelineConfig {
     let text = format!(
-        "batch_records = 300\n[runtime]\nworkers = {workers}\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"2m\"\nallowed_lateness = \"20s\"\n[state]\ncheckpoint_every_records = 1500\nretention = \"3650d\"\nlookback = \"3650d\"\n",
+        "batch_records = 300\n[runtime]\nworkers = {workers}\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"2m\"\nallowed_lateness = \"20s\"\n[state]\n{checkpoints}\nretention = \"3650d\"\nlookback = \"3650d\"\n",
         file.display().to_string()
     );
     PipelineConfig::parse(&text, "workers.toml").unwrap()
@@ -115,5 +120,34 @@ fn several_workers_equal_one_worker_row_for_row() {
         let again = run_to_state(&config(&data, 1), &dir.path().join("w3"), &mut NoObserver).unwrap();
         assert_eq!(again.records, 0, "nothing left to read");
         assert_eq!(everything(&dir.path().join("w3")).1, want_rest);
+    }
+}
+
+/// Closed windows that wait in memory for a later checkpoint (`[state] checkpoint_closed_bytes`,
+/// issue 58) leave the state a checkpoint at every close leaves — every table of every window, the
+/// counters, offsets and dead letters — with 1 and 2 workers, in one checkpoint instead of one per
+/// close.
+#[test]
+fn closed_windows_written_at_a_later_checkpoint_leave_the_state_of_a_checkpoint_per_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = messy_stream(dir.path(), 7);
+    for workers in [1, 2] {
+        let every_close = dir.path().join(format!("every-close-{workers}"));
+        let per_close = "checkpoint_every_records = 1000000\ncheckpoint_interval = \"1h\"\ncheckpoint_closed_bytes = \"1B\"";
+        let report = run_to_state(&config_with(&data, workers, per_close), &every_close, &mut NoObserver).unwrap();
+        let closed = report.windows_closed_this_run;
+        assert!(closed >= 5, "{closed} windows closed");
+        assert!(report.checkpoints >= closed / 2, "{workers} workers: {} checkpoints for {closed} closes", report.checkpoints);
+        let waiting = dir.path().join(format!("waiting-{workers}"));
+        let wait = "checkpoint_every_records = 1000000\ncheckpoint_interval = \"1h\"\ncheckpoint_closed_bytes = \"1GiB\"";
+        let report = run_to_state(&config_with(&data, workers, wait), &waiting, &mut NoObserver).unwrap();
+        assert_eq!((report.windows_closed_this_run, report.checkpoints), (closed, 1), "{workers} workers: every window written by the last checkpoint");
+        let (want_tables, want_rest) = everything(&every_close);
+        let (tables, rest) = everything(&waiting);
+        assert_eq!(rest, want_rest, "{workers} workers: counters, offsets or dead letters differ");
+        assert_eq!(tables.len(), want_tables.len());
+        for (got, want) in tables.iter().zip(&want_tables) {
+            assert!(got == want, "{workers} workers: window {}-{} table {} differs", want.0, want.1, want.2);
+        }
     }
 }

@@ -141,7 +141,10 @@ struct Coordinator {
     sent: ResumeOffsets,
     checkpointed: ResumeOffsets,
     in_flight: bool,
+    /// Closed windows computed by the workers and not yet written (see `Pending::closed`).
     closed_pending: bool,
+    /// Their bytes, summed over the workers, after the last batch.
+    closed_pending_bytes: usize,
     closed_unmerged: bool,
     since_checkpoint: u64,
     last_checkpoint: Instant,
@@ -187,6 +190,7 @@ impl Coordinator {
             checkpointed: states.first().map(|d| d.resume.clone()).unwrap_or_default(),
             in_flight: false,
             closed_pending: false,
+            closed_pending_bytes: 0,
             closed_unmerged: false,
             since_checkpoint: 0,
             last_checkpoint: Instant::now(),
@@ -212,10 +216,12 @@ impl Coordinator {
             // of a stop is not counted, and is read again by the next run.
             let following = if ended { Next::End } else { self.ingest.next()? };
             self.collect()?;
-            let due = self.closed_pending
+            // Closed windows wait in memory for the next checkpoint, up to `checkpoint_closed_bytes`:
+            // one checkpoint then writes several closed windows, and the open ones' partials once.
+            let due = (self.closed_pending && self.closed_pending_bytes >= config.state.checkpoint_closed_bytes())
                 || self.since_checkpoint >= config.state.checkpoint_every_records
                 || ended
-                || (self.since_checkpoint > 0 && self.last_checkpoint.elapsed() >= config.state.checkpoint_interval());
+                || ((self.since_checkpoint > 0 || self.closed_pending) && self.last_checkpoint.elapsed() >= config.state.checkpoint_interval());
             let stop = observer.should_stop();
             if (due || stop) && (self.closed_pending || self.since_checkpoint > 0 || self.sent != self.checkpointed) {
                 self.checkpoint(ended)?;
@@ -263,9 +269,13 @@ impl Coordinator {
             return Ok(());
         }
         let mut first_error = None;
+        self.closed_pending_bytes = 0;
         for w in &mut self.workers {
             match w.recv() {
-                Ok(Reply::Processed { closed }) => self.closed_pending |= closed,
+                Ok(Reply::Processed { closed, closed_bytes }) => {
+                    self.closed_pending |= closed;
+                    self.closed_pending_bytes += closed_bytes;
+                }
                 Ok(_) => anyhow::bail!("a worker answered out of turn"),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -307,6 +317,7 @@ impl Coordinator {
         r.checkpoints += 1;
         self.checkpointed = self.sent.clone();
         self.closed_pending = false;
+        self.closed_pending_bytes = 0;
         self.since_checkpoint = 0;
         self.last_checkpoint = Instant::now();
         Ok(())
@@ -351,7 +362,8 @@ enum Order {
 
 enum Reply {
     Described(Described),
-    Processed { closed: bool },
+    /// Whether windows closed since the last checkpoint, and the bytes of their computed statistics.
+    Processed { closed: bool, closed_bytes: usize },
     Checkpointed(ShardReport),
 }
 
@@ -511,20 +523,38 @@ impl Shard {
             Order::Describe => {
                 Ok(Reply::Described(Described { resume: self.resume.clone(), decoder: self.decoder.clone(), dead_letters: self.dead_letters.clone() }))
             }
-            Order::Batch(b) => self.process(&b).map(|closed| Reply::Processed { closed }),
+            Order::Batch(b) => {
+                self.process(&b)?;
+                Ok(self.processed())
+            }
             Order::Flush => {
                 let closed = self.operator.flush_all();
-                let any = !closed.is_empty();
-                self.pending.closed.extend(closed);
-                Ok(Reply::Processed { closed: any })
+                self.close_windows(closed)?;
+                Ok(self.processed())
             }
             Order::Checkpoint => self.checkpoint().map(Reply::Checkpointed),
         }
     }
 
+    fn processed(&self) -> Reply {
+        Reply::Processed { closed: !self.pending.closed.is_empty(), closed_bytes: self.pending.closed_bytes }
+    }
+
+    /// Computes the windows that closed (finished, or a shard's merged partial), which frees their
+    /// buffers and partials; the next checkpoint writes them.
+    fn close_windows(&mut self, closed: Vec<ClosedWindow>) -> anyhow::Result<()> {
+        for w in closed {
+            let started = Instant::now();
+            let tables = if self.shards == 1 { self.runtime.block_on(self.open.close(w.start))? } else { self.runtime.block_on(self.open.close_partial(w.start))? };
+            self.pending.closed_bytes += tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.get_array_memory_size()).sum::<usize>();
+            self.pending.closed.push((ClosedOutput { start_ms: w.start, end_ms: w.end, tables }, started.elapsed().as_secs_f64()));
+        }
+        Ok(())
+    }
+
     /// One batch: the dead letters (shard 0), this shard's sessions into windows, every session's
-    /// time into the clocks. Returns whether windows closed.
-    fn process(&mut self, b: &Broadcast) -> anyhow::Result<bool> {
+    /// time into the clocks, and the windows that closed computed.
+    fn process(&mut self, b: &Broadcast) -> anyhow::Result<()> {
         let now = Instant::now();
         for key in &b.assigned {
             self.operator.register_partition(key, now);
@@ -563,22 +593,23 @@ impl Shard {
         for (start, rows) in &out.added {
             self.runtime.block_on(self.open.add(*start, rows))?;
         }
-        let closed = !out.closed.is_empty();
-        self.pending.add(out.admitted, out.late, out.closed);
+        self.pending.add(out.admitted, out.late, &out.closed);
+        self.close_windows(out.closed)?;
         self.resume.merge(&batch.resume);
         self.decoder = b.decoder.clone();
-        Ok(closed)
+        Ok(())
     }
 
-    /// Closes the pending windows and writes one checkpoint: dead letters first, then the state that
-    /// counts them.
+    /// Writes one checkpoint: dead letters first, then the state that counts them, with the windows
+    /// closed since the last one.
     fn checkpoint(&mut self) -> anyhow::Result<ShardReport> {
         if let Some(dead) = &mut self.dead {
             dead.flush()?;
         }
-        let close_started = Instant::now();
-        let n_closed = self.pending.closed.len();
-        let closed = self.runtime.block_on(compute_closed(&mut self.open, std::mem::take(&mut self.pending.closed), self.shards == 1))?;
+        let write_started = Instant::now();
+        let (closed, compute_seconds): (Vec<ClosedOutput>, Vec<f64>) = std::mem::take(&mut self.pending.closed).into_iter().unzip();
+        self.pending.closed_bytes = 0;
+        let n_closed = closed.len();
         let open_partials = self.runtime.block_on(self.open.checkpoint())?;
         let dead_letter_file_bytes = match &self.dead {
             Some(dead) => dead.file_len()?,
@@ -606,7 +637,8 @@ impl Shard {
         }
         Ok(ShardReport {
             windows_closed: n_closed as u64,
-            window_close_seconds: vec![close_started.elapsed().as_secs_f64() / n_closed.max(1) as f64; n_closed],
+            // Each window's own computation, and its share of the checkpoint that wrote it.
+            window_close_seconds: compute_seconds.iter().map(|s| s + write_started.elapsed().as_secs_f64() / n_closed.max(1) as f64).collect(),
             counters: self.operator.counters().clone(),
             watermark_ms: self.operator.watermark(),
             dead_letters: self.dead_letters.clone(),
@@ -620,27 +652,20 @@ impl Shard {
 struct Pending {
     admitted: Vec<(i64, u64)>,
     late: Vec<RecordBatch>,
-    closed: Vec<ClosedWindow>,
+    /// Windows closed since the last checkpoint, computed, with the seconds their computation took.
+    /// Until it writes them a crash replays their sessions from the last checkpoint's offsets, where
+    /// they are still open, so they close again: nothing is lost or counted twice.
+    closed: Vec<(ClosedOutput, f64)>,
+    /// Arrow bytes of `closed`.
+    closed_bytes: usize,
 }
 
 impl Pending {
-    fn add(&mut self, admitted: Vec<(i64, u64)>, late: Vec<RecordBatch>, closed: Vec<ClosedWindow>) {
+    fn add(&mut self, admitted: Vec<(i64, u64)>, late: Vec<RecordBatch>, closed: &[ClosedWindow]) {
         // A window that closed needs no filter entries.
         let closed_starts: Vec<i64> = closed.iter().map(|c| c.start).collect();
         self.admitted.retain(|(s, _)| !closed_starts.contains(s));
         self.admitted.extend(admitted.into_iter().filter(|(s, _)| !closed_starts.contains(s)));
         self.late.extend(late);
-        self.closed.extend(closed);
     }
-}
-
-/// The closed windows' statistics: finished, or (a shard of several) the merged partials only, which
-/// the merged view finishes once for all shards.
-async fn compute_closed(open: &mut OpenWindows, closed: Vec<ClosedWindow>, finish: bool) -> anyhow::Result<Vec<ClosedOutput>> {
-    let mut out = Vec::with_capacity(closed.len());
-    for w in closed {
-        let tables = if finish { open.close(w.start).await? } else { open.close_partial(w.start).await? };
-        out.push(ClosedOutput { start_ms: w.start, end_ms: w.end, tables });
-    }
-    Ok(out)
 }

@@ -12,10 +12,14 @@ pub struct StateConfig {
     pub dir: Option<std::path::PathBuf>,
     /// Horizon of the cumulative views.
     pub lookback: ConfigDuration,
-    /// Checkpoint at least this often, in records read (and whenever a window closes).
+    /// Checkpoint at least this often, in records read.
     pub checkpoint_every_records: u64,
-    /// ... and at least this often in wall time while records arrive, so a quiet stream's tail is
-    /// made durable, its offsets committed and its consumer lag reported.
+    /// Checkpoint as soon as the windows closed since the last checkpoint hold this much: a closed
+    /// window's statistics wait in memory for the next checkpoint, so when many close at once
+    /// (catching up on a backlog) one checkpoint writes them all. `1B` checkpoints at every close.
+    pub checkpoint_closed_bytes: ConfigBytes,
+    /// ... and at least this often in wall time while records arrive or closed windows wait, so a
+    /// quiet stream's tail is made durable, its offsets committed and its consumer lag reported.
     pub checkpoint_interval: ConfigDuration,
     /// Keep closed windows this far back from the newest (default: `lookback`).
     pub retention: Option<ConfigDuration>,
@@ -33,6 +37,7 @@ impl Default for StateConfig {
             dir: None,
             lookback: duration("28d"),
             checkpoint_every_records: 200_000,
+            checkpoint_closed_bytes: bytes("64MiB"),
             checkpoint_interval: duration("10s"),
             retention: None,
             query_memory_limit: bytes("1GiB"),
@@ -44,6 +49,10 @@ impl Default for StateConfig {
 impl StateConfig {
     pub fn checkpoint_interval(&self) -> std::time::Duration {
         self.checkpoint_interval.std()
+    }
+
+    pub fn checkpoint_closed_bytes(&self) -> usize {
+        self.checkpoint_closed_bytes.bytes()
     }
 
     /// `state.query_memory_limit` in bytes.
