@@ -363,7 +363,10 @@ enum Order {
 enum Reply {
     Described(Described),
     /// Whether windows closed since the last checkpoint, and the bytes of their computed statistics.
-    Processed { closed: bool, closed_bytes: usize },
+    Processed {
+        closed: bool,
+        closed_bytes: usize,
+    },
     Checkpointed(ShardReport),
 }
 
@@ -545,7 +548,8 @@ impl Shard {
     fn close_windows(&mut self, closed: Vec<ClosedWindow>) -> anyhow::Result<()> {
         for w in closed {
             let started = Instant::now();
-            let tables = if self.shards == 1 { self.runtime.block_on(self.open.close(w.start))? } else { self.runtime.block_on(self.open.close_partial(w.start))? };
+            let tables =
+                if self.shards == 1 { self.runtime.block_on(self.open.close(w.start))? } else { self.runtime.block_on(self.open.close_partial(w.start))? };
             self.pending.closed_bytes += tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.get_array_memory_size()).sum::<usize>();
             self.pending.closed.push((ClosedOutput { start_ms: w.start, end_ms: w.end, tables }, started.elapsed().as_secs_f64()));
         }
