@@ -325,7 +325,9 @@ fn sigterm_during_a_window_then_restart_loses_and_double_counts_nothing() {
 fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = 1_767_225_600_000i64;
-    // One file (one partition): the watermark follows the stream across the switch.
+    // One file (one partition): the watermark follows the stream across the switch. A checkpoint per
+    // closed window (`checkpoint_closed_bytes = "1B"`), as a live stream's checkpoint interval gives
+    // it, so the monitor looks at every window; a replay would otherwise write many per checkpoint.
     let a = stream_file(dir.path(), "randomized.jsonl", 0.3, 7200, t0, 31); // 60 min
     let b = stream_file(dir.path(), "deterministic.jsonl", 0.0, 10_800, t0 + 7200 * 500, 31); // 90 min, same corpus
     let both = dir.path().join("switch.jsonl");
@@ -335,7 +337,7 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     std::fs::write(&both, text).unwrap();
     let config = ultr::config::PipelineConfig::parse(
         &format!(
-            "batch_records = 200\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"30m\"\n",
+            "batch_records = 200\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"10m\"\nallowed_lateness = \"10s\"\n[state]\nlookback = \"30m\"\ncheckpoint_closed_bytes = \"1B\"\n",
             both.display().to_string()
         ),
         "switch.toml",
@@ -607,11 +609,13 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
         hostile.replace('"', "\\\"")
     ));
     std::fs::write(&data, &text).unwrap();
+    // A checkpoint per closed window, as a live stream has it: the monitor logs a line for each.
     let config = dir.path().join("status.toml");
     std::fs::write(
         &config,
         format!(
             "[source.file]\npaths = [{:?}]\n[window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n\
+             [state]\ncheckpoint_closed_bytes = \"1B\"\n\
              [train]\ntower = \"linear\"\nmax_epochs = 30\nschedule = \"*/3 * * * * *\"\nwarm_start = true\n\
              [train.uncertainty]\nenabled = true\nreplicates = 10\nepochs = 10\nconverged_epochs = 100\n",
             data.display().to_string()
