@@ -87,6 +87,18 @@ fn everything(state: &Path) -> (Vec<(i64, i64, &'static str, Vec<String>)>, Stri
     (tables, format!("{:?}\n{:?}\n{:?}\n{letters:?}", m.operator.counters, m.resume, m.dead_letters))
 }
 
+/// Asserts that `state` holds `want` (`everything` of another state): the counters, offsets and dead
+/// letters, then every table of every window; `label` names the run in a failure.
+fn assert_same_state(state: &Path, want: &(Vec<(i64, i64, &'static str, Vec<String>)>, String), label: &str) {
+    let (want_tables, want_rest) = want;
+    let (tables, rest) = everything(state);
+    assert_eq!(&rest, want_rest, "{label}: counters, offsets or dead letters differ");
+    assert_eq!(tables.len(), want_tables.len());
+    for (got, want) in tables.iter().zip(want_tables) {
+        assert!(got == want, "{label}: window {}-{} table {} differs", want.0, want.1, want.2);
+    }
+}
+
 #[test]
 fn several_workers_equal_one_worker_row_for_row() {
     for seed in [5, 6] {
@@ -94,7 +106,8 @@ fn several_workers_equal_one_worker_row_for_row() {
         let data = messy_stream(dir.path(), seed);
         let one = dir.path().join("one");
         let report = run_to_state(&config(&data, 1), &one, &mut NoObserver).unwrap();
-        let (want_tables, want_rest) = everything(&one);
+        let want = everything(&one);
+        let (want_tables, want_rest) = &want;
         let c = &report.counters;
         assert!(c.late_sessions > 0 && c.duplicate_sessions > 0, "the stream has late and duplicate sessions: {c:?}");
         assert!(!read_dead_letters(&one.join("dead-letters.jsonl")).unwrap().is_empty(), "and malformed lines");
@@ -103,12 +116,7 @@ fn several_workers_equal_one_worker_row_for_row() {
             let state = dir.path().join(format!("w{workers}"));
             let report = run_to_state(&config(&data, workers), &state, &mut NoObserver).unwrap();
             assert!(state.join("shards").join((workers - 1).to_string()).join("manifest.json").exists(), "{workers} shards ran");
-            let (tables, rest) = everything(&state);
-            assert_eq!(rest, want_rest, "seed {seed}, {workers} workers: counters, offsets or dead letters differ");
-            assert_eq!(tables.len(), want_tables.len());
-            for (got, want) in tables.iter().zip(&want_tables) {
-                assert!(got == want, "seed {seed}, {workers} workers: window {}-{} table {} differs", want.0, want.1, want.2);
-            }
+            assert_same_state(&state, &want, &format!("seed {seed}, {workers} workers"));
             assert_eq!(report.counters.sessions, c.sessions);
             // Each shard holds part of the sessions, and together all of them.
             let shard_sessions: Vec<u64> =
@@ -119,7 +127,7 @@ fn several_workers_equal_one_worker_row_for_row() {
         // A restart with another worker count keeps the state's layout and reads nothing twice.
         let again = run_to_state(&config(&data, 1), &dir.path().join("w3"), &mut NoObserver).unwrap();
         assert_eq!(again.records, 0, "nothing left to read");
-        assert_eq!(everything(&dir.path().join("w3")).1, want_rest);
+        assert_eq!(&everything(&dir.path().join("w3")).1, want_rest);
     }
 }
 
@@ -131,23 +139,17 @@ fn several_workers_equal_one_worker_row_for_row() {
 fn closed_windows_written_at_a_later_checkpoint_leave_the_state_of_a_checkpoint_per_close() {
     let dir = tempfile::tempdir().unwrap();
     let data = messy_stream(dir.path(), 7);
+    // Checkpoints only at closes (by the bound) and at the end.
+    let bound = |bytes: &str| format!("checkpoint_every_records = 1000000\ncheckpoint_interval = \"1h\"\ncheckpoint_closed_bytes = \"{bytes}\"");
     for workers in [1, 2] {
         let every_close = dir.path().join(format!("every-close-{workers}"));
-        let per_close = "checkpoint_every_records = 1000000\ncheckpoint_interval = \"1h\"\ncheckpoint_closed_bytes = \"1B\"";
-        let report = run_to_state(&config_with(&data, workers, per_close), &every_close, &mut NoObserver).unwrap();
+        let report = run_to_state(&config_with(&data, workers, &bound("1B")), &every_close, &mut NoObserver).unwrap();
         let closed = report.windows_closed_this_run;
         assert!(closed >= 5, "{closed} windows closed");
         assert!(report.checkpoints >= closed / 2, "{workers} workers: {} checkpoints for {closed} closes", report.checkpoints);
         let waiting = dir.path().join(format!("waiting-{workers}"));
-        let wait = "checkpoint_every_records = 1000000\ncheckpoint_interval = \"1h\"\ncheckpoint_closed_bytes = \"1GiB\"";
-        let report = run_to_state(&config_with(&data, workers, wait), &waiting, &mut NoObserver).unwrap();
+        let report = run_to_state(&config_with(&data, workers, &bound("1GiB")), &waiting, &mut NoObserver).unwrap();
         assert_eq!((report.windows_closed_this_run, report.checkpoints), (closed, 1), "{workers} workers: every window written by the last checkpoint");
-        let (want_tables, want_rest) = everything(&every_close);
-        let (tables, rest) = everything(&waiting);
-        assert_eq!(rest, want_rest, "{workers} workers: counters, offsets or dead letters differ");
-        assert_eq!(tables.len(), want_tables.len());
-        for (got, want) in tables.iter().zip(&want_tables) {
-            assert!(got == want, "{workers} workers: window {}-{} table {} differs", want.0, want.1, want.2);
-        }
+        assert_same_state(&waiting, &everything(&every_close), &format!("{workers} workers"));
     }
 }

@@ -642,7 +642,10 @@ impl Shard {
         Ok(ShardReport {
             windows_closed: n_closed as u64,
             // Each window's own computation, and its share of the checkpoint that wrote it.
-            window_close_seconds: compute_seconds.iter().map(|s| s + write_started.elapsed().as_secs_f64() / n_closed.max(1) as f64).collect(),
+            window_close_seconds: {
+                let share = write_started.elapsed().as_secs_f64() / n_closed.max(1) as f64;
+                compute_seconds.iter().map(|s| s + share).collect()
+            },
             counters: self.operator.counters().clone(),
             watermark_ms: self.operator.watermark(),
             dead_letters: self.dead_letters.clone(),
