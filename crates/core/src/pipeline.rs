@@ -122,7 +122,7 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
         }
     }
     let mut run = Coordinator::start(config, state_dir, workers, merged, open_reader)?;
-    observer.on_restored(run.ingest.source().health());
+    observer.on_restored(run.ingest.reader().source().health());
     let result = run.serve(config, observer);
     run.stop_workers();
     result
@@ -131,7 +131,7 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
 /// The reader's side of a run: decodes, hands every batch to every worker, and says when they
 /// checkpoint (all at the same record), then merges their states and commits the source.
 struct Coordinator {
-    ingest: Ingest<Box<dyn RecordSource + Send>>,
+    ingest: ReadAhead,
     workers: Vec<Worker>,
     /// The shards' merged view (several workers), written after every checkpoint that closed windows.
     merged: Option<StateStore>,
@@ -181,7 +181,7 @@ impl Coordinator {
         });
         let dead_letters = states.first().map(|d| d.dead_letters.clone()).unwrap_or_default();
         Ok(Coordinator {
-            ingest,
+            ingest: ReadAhead::new(ingest),
             workers,
             merged,
             shard_dirs,
@@ -199,7 +199,7 @@ impl Coordinator {
     }
 
     fn serve(&mut self, config: &CoreConfig, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
-        let mut next = self.ingest.next()?;
+        let mut next = self.ingest.reader_mut().next()?;
         loop {
             let ended = matches!(next, Next::End);
             match next {
@@ -212,9 +212,10 @@ impl Coordinator {
                     self.in_flight = true;
                 }
             }
-            // Decoding the next batch overlaps the workers' windows of this one; a batch read ahead
-            // of a stop is not counted, and is read again by the next run.
-            let following = if ended { Next::End } else { self.ingest.next()? };
+            // Decoding the next batch overlaps the workers' windows of this one (a worker on the
+            // reader's thread runs its batch while a scoped thread decodes); a batch read ahead of a
+            // stop is not counted, and is read again by the next run.
+            let following = if ended { Next::End } else { self.ingest.read_ahead(&mut self.workers)? };
             self.collect()?;
             // Closed windows wait in memory for the next checkpoint, up to `checkpoint_closed_bytes`:
             // one checkpoint then writes several closed windows, and the open ones' partials once.
@@ -228,7 +229,7 @@ impl Coordinator {
                 observer.persist(self.store())?;
                 // Only after the state covering it is durable; a failed commit is a warning (the
                 // manifest, not the group, says where reading resumes).
-                if let Err(e) = self.ingest.source_mut().commit(&self.sent) {
+                if let Err(e) = self.ingest.reader_mut().source_mut().commit(&self.sent) {
                     tracing::warn!("committing source offsets: {e:#}");
                 }
                 observer.after_checkpoint(self.store(), &self.report);
@@ -248,11 +249,11 @@ impl Coordinator {
         self.since_checkpoint += batch.records as u64;
         self.sent.merge(&batch.resume);
         let owners = shards::owners(&batch, self.workers.len());
-        let source = self.ingest.source();
+        let source = self.ingest.reader().source();
         let broadcast = Arc::new(Broadcast {
             assigned: source.assigned_partitions(),
             behind: source.partitions_behind(),
-            decoder: self.ingest.decoder_state(),
+            decoder: self.ingest.reader().decoder_state(),
             batch,
             owners,
         });
@@ -313,7 +314,7 @@ impl Coordinator {
         r.counters = WindowCounters::sum(reports.iter().map(|x| &x.counters));
         r.watermark_ms = reports.iter().map(|x| x.watermark_ms).min().unwrap_or(i64::MIN);
         r.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
-        r.lag = self.ingest.source().lag(&self.sent);
+        r.lag = self.ingest.reader().source().lag(&self.sent);
         r.checkpoints += 1;
         self.checkpointed = self.sent.clone();
         self.closed_pending = false;
@@ -333,8 +334,77 @@ impl Coordinator {
     }
 
     fn stop_workers(&mut self) {
+        self.ingest.stop();
         for w in self.workers.drain(..) {
             w.join();
+        }
+    }
+}
+
+type Reader = Ingest<Box<dyn RecordSource + Send>>;
+
+/// The reader lent to a thread of its own for one batch at a time, so that decoding the next batch
+/// overlaps a worker running on the coordinator's thread. The reader travels to that thread and
+/// back, so the coordinator holds it whenever it asks the source anything.
+struct ReadAhead {
+    reader: Option<Box<Reader>>,
+    thread: Option<DecodeThread>,
+}
+
+struct DecodeThread {
+    lend: std::sync::mpsc::SyncSender<Box<Reader>>,
+    back: std::sync::mpsc::Receiver<(Box<Reader>, anyhow::Result<Next>)>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl ReadAhead {
+    fn new(reader: Reader) -> ReadAhead {
+        ReadAhead { reader: Some(Box::new(reader)), thread: None }
+    }
+
+    fn reader(&self) -> &Reader {
+        self.reader.as_deref().expect("the reader is back after every batch")
+    }
+
+    fn reader_mut(&mut self) -> &mut Reader {
+        self.reader.as_deref_mut().expect("the reader is back after every batch")
+    }
+
+    /// The next batch, decoded while the workers on this thread run the order they were given;
+    /// workers on threads of their own are running theirs already.
+    fn read_ahead(&mut self, workers: &mut [Worker]) -> anyhow::Result<Next> {
+        if !workers.iter().any(Worker::holds_order) {
+            return self.reader_mut().next();
+        }
+        if self.thread.is_none() {
+            let (lend, inbox) = std::sync::mpsc::sync_channel::<Box<Reader>>(1);
+            let (outbox, back) = std::sync::mpsc::sync_channel(1);
+            let handle = std::thread::Builder::new()
+                .name("ultr-decode".into())
+                .spawn(move || {
+                    for mut reader in inbox {
+                        let next = reader.next();
+                        if outbox.send((reader, next)).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .context("starting the decode thread")?;
+            self.thread = Some(DecodeThread { lend, back, handle });
+        }
+        let thread = self.thread.as_ref().expect("started above");
+        let reader = self.reader.take().expect("the reader is back after every batch");
+        thread.lend.send(reader).map_err(|_| anyhow::anyhow!("the decode thread stopped"))?;
+        workers.iter_mut().for_each(Worker::run_order);
+        let (reader, next) = thread.back.recv().map_err(|_| anyhow::anyhow!("the decode thread stopped while decoding"))?;
+        self.reader = Some(reader);
+        next
+    }
+
+    fn stop(&mut self) {
+        if let Some(DecodeThread { lend, back, handle }) = self.thread.take() {
+            drop((lend, back));
+            let _ = handle.join();
         }
     }
 }
@@ -391,6 +461,8 @@ struct ShardReport {
 enum Worker {
     Inline {
         shard: Box<Shard>,
+        /// An order given and not yet run: it runs while the next batch decodes, or at `recv`.
+        order: Option<Order>,
         /// The answer to the last order, until `recv` takes it.
         reply: Option<anyhow::Result<Reply>>,
     },
@@ -404,7 +476,21 @@ enum Worker {
 
 impl Worker {
     fn inline(shard: Shard) -> Worker {
-        Worker::Inline { shard: Box::new(shard), reply: None }
+        Worker::Inline { shard: Box::new(shard), order: None, reply: None }
+    }
+
+    /// Whether this is a worker on the reader's thread with an order to run.
+    fn holds_order(&self) -> bool {
+        matches!(self, Worker::Inline { order: Some(_), .. })
+    }
+
+    /// Runs the order a worker on the reader's thread was given (a thread of its own runs it at once).
+    fn run_order(&mut self) {
+        if let Worker::Inline { shard, order, reply } = self {
+            if let Some(order) = order.take() {
+                *reply = Some(shard.handle(order));
+            }
+        }
     }
 
     fn spawn(mut shard: Shard) -> anyhow::Result<Worker> {
@@ -423,8 +509,9 @@ impl Worker {
 
     fn send(&mut self, order: Order) -> anyhow::Result<()> {
         match self {
-            Worker::Inline { shard, reply } => {
-                *reply = Some(shard.handle(order));
+            Worker::Inline { order: slot, reply, .. } => {
+                *reply = None;
+                *slot = Some(order);
                 Ok(())
             }
             Worker::Thread { orders, index, .. } => orders.send(order).map_err(|_| anyhow::anyhow!("ingest worker {index} stopped")),
@@ -433,7 +520,11 @@ impl Worker {
 
     fn recv(&mut self) -> anyhow::Result<Reply> {
         match self {
-            Worker::Inline { reply, .. } => reply.take().unwrap_or_else(|| Err(anyhow::anyhow!("no order was given"))),
+            Worker::Inline { .. } => {
+                self.run_order();
+                let Worker::Inline { reply, .. } = self else { unreachable!() };
+                reply.take().unwrap_or_else(|| Err(anyhow::anyhow!("no order was given")))
+            }
             Worker::Thread { replies, index, .. } => {
                 replies.recv().map_err(|_| anyhow::anyhow!("ingest worker {index} stopped"))?.with_context(|| format!("ingest worker {index}"))
             }
