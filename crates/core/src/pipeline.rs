@@ -105,7 +105,8 @@ pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn Recor
 /// reader decodes every record and each worker — a shard with its own state in `shards/<i>` —
 /// assigns the sessions whose query hashes to it, while every session moves every shard's clocks:
 /// windows close at the same session as in a one-worker run, and `state_dir` holds the shards'
-/// merged view, equal to that run's state row for row.
+/// merged view, equal to that run's state row for row. One worker runs on the reader's thread while
+/// the next batch decodes on a thread of its own.
 pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn Observer, open_reader: &OpenSource) -> anyhow::Result<RunReport> {
     let shards = shards::layout(state_dir, config.workers)?;
     let mut merged = None;
