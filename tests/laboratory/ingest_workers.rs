@@ -1,6 +1,6 @@
 //! Several ingest workers (`[runtime] workers`) on a file with out-of-order, late, duplicate and
 //! malformed sessions: the merged view equals a one-worker run's state row for row — every table of
-//! every window, the counters, the dead letters and the offsets — and so do the training rows.
+//! every window, the counters, the dead letters and the offsets — and the shards keep no closed window.
 
 use std::path::Path;
 
@@ -118,11 +118,14 @@ fn several_workers_equal_one_worker_row_for_row() {
             assert!(state.join("shards").join((workers - 1).to_string()).join("manifest.json").exists(), "{workers} shards ran");
             assert_same_state(&state, &want, &format!("seed {seed}, {workers} workers"));
             assert_eq!(report.counters.sessions, c.sessions);
-            // Each shard holds part of the sessions, and together all of them.
-            let shard_sessions: Vec<u64> =
-                (0..workers).map(|i| read_manifest(&state.join("shards").join(i.to_string())).unwrap().operator.counters.sessions).collect();
+            // Each shard holds part of the sessions, and together all of them; a closed window is
+            // written once, to the merged view, and no shard keeps one (issue 58).
+            let shards: Vec<_> = (0..workers).map(|i| read_manifest(&state.join("shards").join(i.to_string())).unwrap()).collect();
+            let shard_sessions: Vec<u64> = shards.iter().map(|m| m.operator.counters.sessions).collect();
             assert!(shard_sessions.iter().all(|&s| s > 0), "{shard_sessions:?}");
             assert_eq!(shard_sessions.iter().sum::<u64>(), c.sessions);
+            let kept: Vec<usize> = shards.iter().map(|m| m.windows.len()).collect();
+            assert!(kept.iter().all(|&n| n == 0), "{workers} workers: the shards keep closed windows {kept:?}");
         }
         // A restart with another worker count keeps the state's layout and reads nothing twice.
         let again = run_to_state(&config(&data, 1), &dir.path().join("w3"), &mut NoObserver).unwrap();
@@ -152,4 +155,63 @@ fn closed_windows_written_at_a_later_checkpoint_leave_the_state_of_a_checkpoint_
         assert_eq!((report.windows_closed_this_run, report.checkpoints), (closed, 1), "{workers} workers: every window written by the last checkpoint");
         assert_same_state(&waiting, &everything(&every_close), &format!("{workers} workers"));
     }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.file_name() != ".lock" {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// A copy of the state directory after every checkpoint, with the run's closed windows by then.
+struct Snapshots {
+    state: std::path::PathBuf,
+    into: std::path::PathBuf,
+    taken: Vec<(std::path::PathBuf, u64)>,
+}
+
+impl ultr::pipeline::Observer for Snapshots {
+    fn after_checkpoint(&mut self, _store: &ultr::state::StateStore, report: &ultr::pipeline::RunReport) {
+        let to = self.into.join(self.taken.len().to_string());
+        copy_dir(&self.state, &to);
+        self.taken.push((to, report.windows_closed_this_run));
+    }
+}
+
+/// A crash between two shards' checkpoints, after the merged view took the windows that closed
+/// (issue 58: shards keep no closed window). Built from copies of a 2-worker run's state: a
+/// checkpoint that closed windows, with shard 0 put back to the checkpoint before, so the merged
+/// view holds a window shard 0 still has open while shard 1 is past it. Resumed to the end, the
+/// state equals a one-worker run's — every table of every window, the counters, offsets and dead
+/// letters: the window shard 0 closes again from the replay is not replaced by its share alone.
+#[test]
+fn a_crash_between_two_shards_checkpoints_leaves_every_merged_window_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = messy_stream(dir.path(), 8);
+    let one = dir.path().join("one");
+    run_to_state(&config(&data, 1), &one, &mut NoObserver).unwrap();
+    let want = everything(&one);
+    let state = dir.path().join("two");
+    let mut snapshots = Snapshots { state: state.clone(), into: dir.path().join("snapshots"), taken: Vec::new() };
+    run_to_state(&config(&data, 2), &state, &mut snapshots).unwrap();
+    let taken = &snapshots.taken;
+    let k = (1..taken.len()).find(|&i| taken[i - 1].1 > 0 && taken[i].1 > taken[i - 1].1).expect("two checkpoints that closed windows, one after the other");
+    let crashed = dir.path().join("crashed");
+    copy_dir(&taken[k].0, &crashed);
+    std::fs::remove_dir_all(crashed.join("shards").join("0")).unwrap();
+    copy_dir(&taken[k - 1].0.join("shards").join("0"), &crashed.join("shards").join("0"));
+    let merged = read_manifest(&crashed).unwrap();
+    let behind = read_manifest(&crashed.join("shards").join("0")).unwrap();
+    assert!(
+        behind.open_windows.iter().any(|o| merged.windows.iter().any(|w| w.start_ms == o.start_ms)),
+        "the merged view holds a window shard 0 still has open"
+    );
+    run_to_state(&config(&data, 2), &crashed, &mut NoObserver).unwrap();
+    assert_same_state(&crashed, &want, "resumed after a crash between the shards' checkpoints");
 }

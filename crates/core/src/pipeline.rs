@@ -134,7 +134,8 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
 struct Coordinator {
     ingest: ReadAhead,
     workers: Vec<Worker>,
-    /// The shards' merged view (several workers), written after every checkpoint that closed windows.
+    /// The shards' merged view (several workers): their closed windows, merged in memory, at every
+    /// checkpoint that has some.
     merged: Option<StateStore>,
     shard_dirs: Vec<std::path::PathBuf>,
     target: Option<crate::state::merged::MergeTarget>,
@@ -287,8 +288,38 @@ impl Coordinator {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Every worker checkpoints at the same record; then the merged view, if windows closed.
+    /// Every worker checkpoints at the same record; then the merged view, if windows closed. With
+    /// several workers their closed windows are merged in memory and written to the merged view
+    /// first: once, and before any shard's checkpoint drops them (`merged::write_merged`).
     fn checkpoint(&mut self, ended: bool) -> anyhow::Result<()> {
+        let mut merged_closed = None;
+        if let (Some(store), Some(target)) = (self.merged.as_mut(), self.target.as_ref()) {
+            if self.closed_pending {
+                let started = Instant::now();
+                for w in &mut self.workers {
+                    w.send(Order::TakeClosed)?;
+                }
+                let mut closed = Vec::with_capacity(self.workers.len());
+                let mut compute_seconds: BTreeMap<(i64, i64), f64> = BTreeMap::new();
+                for w in &mut self.workers {
+                    match w.recv()? {
+                        Reply::Closed(windows) => {
+                            let (windows, seconds): (Vec<ClosedOutput>, Vec<f64>) = windows.into_iter().unzip();
+                            for (w, s) in windows.iter().zip(seconds) {
+                                // The shards computed their shares side by side: the slowest one's.
+                                let slot = compute_seconds.entry((w.start_ms, w.end_ms)).or_default();
+                                *slot = slot.max(s);
+                            }
+                            closed.push(windows);
+                        }
+                        _ => anyhow::bail!("a worker answered out of turn"),
+                    }
+                }
+                let n = crate::state::merged::write_merged(closed, store, target)?;
+                let share = started.elapsed().as_secs_f64() / n.max(1) as f64;
+                merged_closed = Some((n as u64, compute_seconds.into_values().map(|s| s + share).collect::<Vec<f64>>()));
+            }
+        }
         for w in &mut self.workers {
             w.send(Order::Checkpoint)?;
         }
@@ -308,8 +339,17 @@ impl Coordinator {
         }
         let r = &mut self.report;
         let first = &reports[0];
-        r.windows_closed_this_run += first.windows_closed;
-        r.window_close_seconds = reports.iter().map(|x| x.window_close_seconds.clone()).max_by_key(|v| v.len()).unwrap_or_default();
+        match merged_closed {
+            Some((n, seconds)) => {
+                r.windows_closed_this_run += n;
+                r.window_close_seconds = seconds;
+            }
+            None if self.merged.is_some() => r.window_close_seconds = Vec::new(),
+            None => {
+                r.windows_closed_this_run += first.windows_closed;
+                r.window_close_seconds = first.window_close_seconds.clone();
+            }
+        }
         r.dead_letters = first.dead_letters.clone();
         r.dead_letter_failures = first.dead_letter_failures;
         r.counters = WindowCounters::sum(reports.iter().map(|x| &x.counters));
@@ -428,6 +468,8 @@ enum Order {
     Batch(Arc<Broadcast>),
     /// The source ended: close every window.
     Flush,
+    /// Hand over the closed windows' partials (several workers: the coordinator merges and writes them).
+    TakeClosed,
     Checkpoint,
 }
 
@@ -439,6 +481,8 @@ enum Reply {
         closed_bytes: usize,
     },
     Checkpointed(ShardReport),
+    /// The closed windows' partials, with the seconds each took to compute.
+    Closed(Vec<(ClosedOutput, f64)>),
 }
 
 /// What a restored shard holds.
@@ -626,6 +670,10 @@ impl Shard {
                 let closed = self.operator.flush_all();
                 self.close_windows(closed)?;
                 Ok(self.processed())
+            }
+            Order::TakeClosed => {
+                self.pending.closed_bytes = 0;
+                Ok(Reply::Closed(std::mem::take(&mut self.pending.closed)))
             }
             Order::Checkpoint => self.checkpoint().map(Reply::Checkpointed),
         }

@@ -14,11 +14,10 @@ pub struct RuntimeConfig {
     pub worker_threads: usize,
     /// Ingest workers: pipelines side by side, each assigning its share of the queries (by a hash of
     /// `query_id`) to windows on its own thread, while one reader decodes for all and merges their
-    /// closed windows into the state's merged view. Each worker holds its own open windows' partials
-    /// and buffers (about `window.reduce_rows` rows), so more workers cost memory, and the state keeps
-    /// their closed windows beside the merged view. Default 1: a second worker pays only when windows
-    /// are long enough that per-window work outweighs the merge (docs/benchmarks.md, ingest). A state
-    /// keeps the count it was created with.
+    /// closed windows in memory into the state's merged view, where each is written once. Each worker
+    /// holds its own open windows' partials and buffers (about `window.reduce_rows` rows), so more
+    /// workers cost memory. Default 1: on 2 cores a second worker measured slower with 10-minute
+    /// windows (docs/benchmarks.md, ingest). A state keeps the count it was created with.
     pub workers: Option<usize>,
 }
 

@@ -52,6 +52,74 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
     OperatorSnapshot { partitions, watermark, counters, event_watermark }
 }
 
+/// Merges and finishes each window's partials (`load` gives a window's bounds and its parts' partials,
+/// in part order), `target.threads` windows at a time (each holds one window's partials).
+fn merge_windows<T: Sync>(
+    todo: &[T],
+    target: &MergeTarget,
+    load: impl Fn(&T) -> anyhow::Result<(i64, i64, Vec<Tables>)> + Sync,
+) -> anyhow::Result<Vec<ClosedOutput>> {
+    let merge_one = |item: &T| -> anyhow::Result<ClosedOutput> {
+        let (start_ms, end_ms, partials) = load(item)?;
+        let rt = crate::runtime::current_thread()?;
+        let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
+        Ok(ClosedOutput { start_ms, end_ms, tables })
+    };
+    let threads = target.threads.clamp(1, todo.len().max(1));
+    let chunk = todo.len().div_ceil(threads).max(1);
+    let mut results: Vec<Option<anyhow::Result<ClosedOutput>>> = (0..todo.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        for (out, work) in results.chunks_mut(chunk).zip(todo.chunks(chunk)) {
+            let merge_one = &merge_one;
+            scope.spawn(move || {
+                for (slot, item) in out.iter_mut().zip(work) {
+                    *slot = Some(merge_one(item));
+                }
+            });
+        }
+    });
+    results.into_iter().map(|r| r.expect("every window merged")).collect()
+}
+
+/// Writes windows closed by the shards of one ingest into its merged view `store`, merged in memory:
+/// `closed` holds each shard's closed partials (shards in order), which no shard writes itself. The
+/// view's counters and offsets stay as they are until `compact_into` reads the shards' next
+/// checkpoint. A window the view holds already is final and is skipped: it was written whole before
+/// any shard's checkpoint dropped it, and after a crash between the shards' checkpoints only the
+/// shards behind close it again from the replay, so their merge would lack the others' shares.
+pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, target: &MergeTarget) -> anyhow::Result<usize> {
+    let written: BTreeSet<(i64, i64)> = store.manifest().windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
+    let mut groups: BTreeMap<(i64, i64), Vec<Tables>> = BTreeMap::new();
+    for shard in closed {
+        for w in shard.into_iter().filter(|w| !written.contains(&(w.start_ms, w.end_ms))) {
+            groups.entry((w.start_ms, w.end_ms)).or_default().push(w.tables);
+        }
+    }
+    if groups.is_empty() {
+        return Ok(0);
+    }
+    // Each window's partials, taken by the thread that merges it.
+    type Shares = parking_lot::Mutex<Vec<Tables>>;
+    let todo: Vec<((i64, i64), Shares)> = groups.into_iter().map(|(k, v)| (k, parking_lot::Mutex::new(v))).collect();
+    let closed = merge_windows(&todo, target, |((start, end), partials)| Ok((*start, *end, std::mem::take(&mut *partials.lock()))))?;
+    let n = closed.len();
+    let m = store.manifest().clone();
+    store.checkpoint(Checkpoint {
+        closed,
+        open_partials: Vec::new(),
+        admitted: Vec::new(),
+        late: Vec::new(),
+        operator: m.operator,
+        open_windows: BTreeSet::new(),
+        resume: m.resume,
+        dead_letters: m.dead_letters,
+        dead_letter_file_bytes: None,
+        retention_ms: target.retention_ms,
+        decoder: m.decoder,
+    })?;
+    Ok(n)
+}
+
 /// Merges the partition states in `parts` (local directories, each with its manifest) into the
 /// state directory `out`, re-merging only the windows whose partition windows changed since the
 /// last compaction (the manifest's `merged_from` records them).
@@ -107,8 +175,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         }
         merged_from.insert(key, print);
     }
-    // Windows merge independently: `target.threads` of them at a time (each holds one window's partials).
-    let merge_one = |(start, end, members): &(i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<ClosedOutput> {
+    let read_one = |(start, end, members): &(i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<(i64, i64, Vec<Tables>)> {
         let key = format!("{start}-{end}");
         let mut partials: Vec<Tables> = Vec::with_capacity(members.len());
         for (i, w) in members.iter() {
@@ -119,23 +186,9 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
             }
             partials.push(tables);
         }
-        let rt = crate::runtime::current_thread()?;
-        let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
-        Ok(ClosedOutput { start_ms: *start, end_ms: *end, tables })
+        Ok((*start, *end, partials))
     };
-    let threads = target.threads.clamp(1, todo.len().max(1));
-    let mut results: Vec<Option<anyhow::Result<ClosedOutput>>> = (0..todo.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let chunks: Vec<_> = results.chunks_mut(todo.len().div_ceil(threads).max(1)).zip(todo.chunks(todo.len().div_ceil(threads).max(1))).collect();
-        for (out, work) in chunks {
-            scope.spawn(move || {
-                for (slot, item) in out.iter_mut().zip(work) {
-                    *slot = Some(merge_one(item));
-                }
-            });
-        }
-    });
-    let closed = results.into_iter().map(|r| r.expect("every window merged")).collect::<anyhow::Result<Vec<_>>>()?;
+    let closed = merge_windows(&todo, target, read_one)?;
     // Late sessions' side output: each part's segments not merged before, once.
     let mut late = Vec::new();
     for (dir, m) in &manifests {
