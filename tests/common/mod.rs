@@ -84,6 +84,19 @@ pub fn final_counts(state: &std::path::Path) -> (Vec<String>, String) {
     (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
 }
 
+/// Copies a state directory (or any folder) recursively, leaving out a running writer's `.lock`.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.file_name() != ".lock" {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
 /// Every row of `batches` as printed, sorted: tables compared row for row whatever their order.
 pub fn sorted_rows(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<String> {
     let mut rows = Vec::new();

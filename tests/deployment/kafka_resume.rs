@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::common::copy_dir;
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
 use ultr::simulate::relevance::RelevanceKind;
@@ -60,18 +61,6 @@ fn config(topic: &str, group: &str) -> PipelineConfig {
 fn sessions_in(state: &Path) -> u64 {
     let c = read_manifest(state).unwrap().operator.counters;
     c.sessions + c.late_sessions + c.duplicate_sessions
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else if e.file_name() != ".lock" {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::common::sorted_rows;
+use crate::common::{copy_dir, sorted_rows};
 use rand::{Rng, SeedableRng};
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
@@ -154,18 +154,6 @@ fn closed_windows_written_at_a_later_checkpoint_leave_the_state_of_a_checkpoint_
         let report = run_to_state(&config_with(&data, workers, &bound("1GiB")), &waiting, &mut NoObserver).unwrap();
         assert_eq!((report.windows_closed_this_run, report.checkpoints), (closed, 1), "{workers} workers: every window written by the last checkpoint");
         assert_same_state(&waiting, &everything(&every_close), &format!("{workers} workers"));
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else if e.file_name() != ".lock" {
-            std::fs::copy(e.path(), target).unwrap();
-        }
     }
 }
 
