@@ -215,8 +215,8 @@ impl Coordinator {
                 }
             }
             // Decoding the next batch overlaps the workers' windows of this one (a worker on the
-            // reader's thread runs its batch while a scoped thread decodes); a batch read ahead of a
-            // stop is not counted, and is read again by the next run.
+            // reader's thread runs its batch while the reader decodes on a thread of its own); a batch
+            // read ahead of a stop is not counted, and is read again by the next run.
             let following = if ended { Next::End } else { self.ingest.read_ahead(&mut self.workers)? };
             self.collect()?;
             // Closed windows wait in memory for the next checkpoint, up to `checkpoint_closed_bytes`:
@@ -315,7 +315,10 @@ impl Coordinator {
                         _ => anyhow::bail!("a worker answered out of turn"),
                     }
                 }
-                let n = crate::state::merged::write_merged(closed, store, target)?;
+                // Counted as closed whether or not the merged view held them already (a replay after a
+                // crash), as one worker counts a window its replay closes again.
+                let n = compute_seconds.len();
+                crate::state::merged::write_merged(closed, store, target)?;
                 let share = started.elapsed().as_secs_f64() / n.max(1) as f64;
                 merged_closed = Some((n as u64, compute_seconds.into_values().map(|s| s + share).collect::<Vec<f64>>()));
             }

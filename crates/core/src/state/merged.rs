@@ -87,6 +87,7 @@ fn merge_windows<T: Sync>(
 /// checkpoint. A window the view holds already is final and is skipped: it was written whole before
 /// any shard's checkpoint dropped it, and after a crash between the shards' checkpoints only the
 /// shards behind close it again from the replay, so their merge would lack the others' shares.
+/// Returns the windows written.
 pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, target: &MergeTarget) -> anyhow::Result<usize> {
     let written: BTreeSet<(i64, i64)> = store.manifest().windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
     let mut groups: BTreeMap<(i64, i64), Vec<Tables>> = BTreeMap::new();
