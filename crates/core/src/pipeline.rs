@@ -342,17 +342,10 @@ impl Coordinator {
         }
         let r = &mut self.report;
         let first = &reports[0];
-        match merged_closed {
-            Some((n, seconds)) => {
-                r.windows_closed_this_run += n;
-                r.window_close_seconds = seconds;
-            }
-            None if self.merged.is_some() => r.window_close_seconds = Vec::new(),
-            None => {
-                r.windows_closed_this_run += first.windows_closed;
-                r.window_close_seconds = first.window_close_seconds.clone();
-            }
-        }
+        // Several workers' shards close nothing of their own (the coordinator took their windows).
+        let (closed, seconds) = merged_closed.unwrap_or_else(|| (first.windows_closed, first.window_close_seconds.clone()));
+        r.windows_closed_this_run += closed;
+        r.window_close_seconds = seconds;
         r.dead_letters = first.dead_letters.clone();
         r.dead_letter_failures = first.dead_letter_failures;
         r.counters = WindowCounters::sum(reports.iter().map(|x| &x.counters));

@@ -53,13 +53,14 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
 }
 
 /// Merges and finishes each window's partials (`load` gives a window's bounds and its parts' partials,
-/// in part order), `target.threads` windows at a time (each holds one window's partials).
-fn merge_windows<T: Sync>(
-    todo: &[T],
+/// in part order), `target.threads` windows at a time (each holds one window's partials); the
+/// windows come back in `todo`'s order.
+fn merge_windows<T: Send>(
+    todo: Vec<T>,
     target: &MergeTarget,
-    load: impl Fn(&T) -> anyhow::Result<(i64, i64, Vec<Tables>)> + Sync,
+    load: impl Fn(T) -> anyhow::Result<(i64, i64, Vec<Tables>)> + Sync,
 ) -> anyhow::Result<Vec<ClosedOutput>> {
-    let merge_one = |item: &T| -> anyhow::Result<ClosedOutput> {
+    let merge_one = |item: T| -> anyhow::Result<ClosedOutput> {
         let (start_ms, end_ms, partials) = load(item)?;
         let rt = crate::runtime::current_thread()?;
         let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
@@ -67,18 +68,21 @@ fn merge_windows<T: Sync>(
     };
     let threads = target.threads.clamp(1, todo.len().max(1));
     let chunk = todo.len().div_ceil(threads).max(1);
-    let mut results: Vec<Option<anyhow::Result<ClosedOutput>>> = (0..todo.len()).map(|_| None).collect();
+    let mut chunks: Vec<Vec<T>> = Vec::with_capacity(threads);
+    let mut items = todo.into_iter().peekable();
+    while items.peek().is_some() {
+        chunks.push(items.by_ref().take(chunk).collect());
+    }
     std::thread::scope(|scope| {
-        for (out, work) in results.chunks_mut(chunk).zip(todo.chunks(chunk)) {
-            let merge_one = &merge_one;
-            scope.spawn(move || {
-                for (slot, item) in out.iter_mut().zip(work) {
-                    *slot = Some(merge_one(item));
-                }
-            });
-        }
-    });
-    results.into_iter().map(|r| r.expect("every window merged")).collect()
+        let merging: Vec<_> = chunks
+            .into_iter()
+            .map(|work| {
+                let merge_one = &merge_one;
+                scope.spawn(move || work.into_iter().map(merge_one).collect::<Vec<_>>())
+            })
+            .collect();
+        merging.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
 }
 
 /// Writes windows closed by the shards of one ingest into its merged view `store`, merged in memory:
@@ -99,24 +103,22 @@ pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, targ
     if groups.is_empty() {
         return Ok(0);
     }
-    // Each window's partials, taken by the thread that merges it.
-    type Shares = parking_lot::Mutex<Vec<Tables>>;
-    let todo: Vec<((i64, i64), Shares)> = groups.into_iter().map(|(k, v)| (k, parking_lot::Mutex::new(v))).collect();
-    let closed = merge_windows(&todo, target, |((start, end), partials)| Ok((*start, *end, std::mem::take(&mut *partials.lock()))))?;
+    let closed = merge_windows(groups.into_iter().collect(), target, |((start, end), partials)| Ok((start, end, partials)))?;
     let n = closed.len();
-    let m = store.manifest().clone();
+    let m = store.manifest();
+    let (operator, resume, dead_letters, decoder) = (m.operator.clone(), m.resume.clone(), m.dead_letters.clone(), m.decoder.clone());
     store.checkpoint(Checkpoint {
         closed,
         open_partials: Vec::new(),
         admitted: Vec::new(),
         late: Vec::new(),
-        operator: m.operator,
+        operator,
         open_windows: BTreeSet::new(),
-        resume: m.resume,
-        dead_letters: m.dead_letters,
+        resume,
+        dead_letters,
         dead_letter_file_bytes: None,
         retention_ms: target.retention_ms,
-        decoder: m.decoder,
+        decoder,
     })?;
     Ok(n)
 }
@@ -176,7 +178,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         }
         merged_from.insert(key, print);
     }
-    let read_one = |(start, end, members): &(i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<(i64, i64, Vec<Tables>)> {
+    let read_one = |(start, end, members): (i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<(i64, i64, Vec<Tables>)> {
         let key = format!("{start}-{end}");
         let mut partials: Vec<Tables> = Vec::with_capacity(members.len());
         for (i, w) in members.iter() {
@@ -187,9 +189,9 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
             }
             partials.push(tables);
         }
-        Ok((*start, *end, partials))
+        Ok((start, end, partials))
     };
-    let closed = merge_windows(&todo, target, read_one)?;
+    let closed = merge_windows(todo, target, read_one)?;
     // Late sessions' side output: each part's segments not merged before, once.
     let mut late = Vec::new();
     for (dir, m) in &manifests {
