@@ -197,7 +197,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
                 if batches % 3 == 0 {
                     // Checkpoint, then continue from the persisted partials alone (as a restart does).
                     persisted.extend(rt.block_on(open.checkpoint()).unwrap());
-                    open = OpenWindows::new(reduce_rows, HOLDOUT, bounds).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect());
+                    open = OpenWindows::new(reduce_rows, HOLDOUT, bounds).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect()).unwrap();
                 }
             }
             Next::Idle => {}
@@ -456,8 +456,9 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
     let mut ingest = Ingest::new(FileSource::open(&path, 0).unwrap(), DecodeLimits::default(), 40);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut partials: Vec<Tables> = Vec::new();
+    let mut ids = ultr::window::keys::Keys::default();
     while let Next::Batch(b) = ingest.next().unwrap() {
-        let keyed = with_window_keys(&b.impressions, HOLDOUT).unwrap();
+        let keyed = with_window_keys(&b.impressions, HOLDOUT, &mut ids).unwrap();
         partials.push(rt.block_on(reduce(vec![keyed], &StatisticBounds::default())).unwrap());
     }
     assert!(partials.len() >= 4, "several partials: {}", partials.len());

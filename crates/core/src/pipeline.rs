@@ -610,7 +610,7 @@ impl Shard {
         let manifest = store.manifest().clone();
         let operator =
             WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.window.max_clock_jump_ms()));
-        let open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?);
+        let open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?)?;
         let dead = if index == 0 { Some(open_dead_letters(config, dead_letter_dir, manifest.dead_letter_file_bytes)?) } else { None };
         if let Some(dead) = &dead {
             if manifest.dead_letter_file_bytes.is_none() {

@@ -62,8 +62,12 @@ fn merge_windows<T: Send>(
 ) -> anyhow::Result<Vec<ClosedOutput>> {
     let merge_one = |item: T| -> anyhow::Result<ClosedOutput> {
         let (start_ms, end_ms, partials) = load(item)?;
+        // Merged on the window's ids (`window::keys`), written with its strings.
+        let mut keys = crate::window::keys::Keys::default();
+        let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
         let rt = crate::runtime::current_thread()?;
         let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
+        let tables = keys.tables_to_strings(tables)?;
         Ok(ClosedOutput { start_ms, end_ms, tables })
     };
     let threads = target.threads.clamp(1, todo.len().max(1));

@@ -1,12 +1,14 @@
 //! Open windows as partial aggregates: rows a window admits are buffered up to a bound, reduced by
 //! the `sql/` statistics, and the partials merged (also by `sql/`) when they pile up, at checkpoints
 //! and at close. An open window therefore costs its distinct keys plus one bounded buffer, whatever
-//! its length; no raw impression outlives its micro-batch.
+//! its length; no raw impression outlives its micro-batch. Inside a window, queries, documents and
+//! contexts are ids (`keys`); what leaves it (a checkpoint's partials, a closed window) has strings.
 
 use std::collections::BTreeMap;
 
 use datafusion::arrow::array::RecordBatch;
 
+use super::keys::Keys;
 use super::{finish, merge, reduce, with_window_keys, StatisticBounds, Tables};
 
 /// Partials a window may hold before they are merged into one.
@@ -21,6 +23,8 @@ struct OpenWindow {
     partials: Vec<Tables>,
     /// Changed since the last checkpoint.
     dirty: bool,
+    /// The strings behind the ids of `buffer` and `partials`.
+    keys: Keys,
 }
 
 /// Every open window's partial aggregates.
@@ -37,12 +41,14 @@ impl OpenWindows {
         OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout, bounds }
     }
 
-    /// Continues from checkpointed partials (one merged partial per window).
-    pub fn restore(mut self, partials: Vec<(i64, Tables)>) -> Self {
+    /// Continues from checkpointed partials (one merged partial per window, with strings).
+    pub fn restore(mut self, partials: Vec<(i64, Tables)>) -> anyhow::Result<Self> {
         for (start, tables) in partials {
-            self.windows.entry(start).or_default().partials.push(tables);
+            let w = self.windows.entry(start).or_default();
+            let tables = w.keys.tables_from_strings(tables)?;
+            w.partials.push(tables);
         }
-        self
+        Ok(self)
     }
 
     /// Adds rows window `start` admitted (whole sessions).
@@ -50,8 +56,8 @@ impl OpenWindows {
         if rows.num_rows() == 0 {
             return Ok(());
         }
-        let keyed = with_window_keys(rows, self.holdout)?;
         let w = self.windows.entry(start).or_default();
+        let keyed = with_window_keys(rows, self.holdout, &mut w.keys)?;
         w.buffered_rows += keyed.num_rows();
         w.buffer.push(keyed);
         w.dirty = true;
@@ -64,30 +70,37 @@ impl OpenWindows {
         Ok(())
     }
 
-    /// Reduces and merges every window changed since the last call; returns their merged partials
-    /// (what a checkpoint persists in place of raw rows).
+    /// Reduces and merges every window changed since the last call; returns their merged partials,
+    /// with strings (what a checkpoint persists in place of raw rows).
     pub async fn checkpoint(&mut self) -> anyhow::Result<Vec<(i64, Tables)>> {
         let mut out = Vec::new();
         for (start, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
             reduce_buffer(w, &self.bounds).await?;
             merge_partials(w, &self.bounds).await?;
             w.dirty = false;
-            out.push((*start, w.partials[0].clone()));
+            out.push((*start, w.keys.tables_to_strings(w.partials[0].clone())?));
         }
         Ok(out)
     }
 
-    /// Removes window `start` and returns its finished statistics (`super::WINDOW_TABLES`).
+    /// Removes window `start` and returns its finished statistics (`super::WINDOW_TABLES`), with
+    /// strings.
     pub async fn close(&mut self, start: i64) -> anyhow::Result<Tables> {
-        finish(self.close_partial(start).await?).await
+        let (merged, keys) = self.remove(start).await?;
+        keys.tables_to_strings(finish(merged).await?)
     }
 
-    /// Removes window `start` and returns its one merged partial, unfinished: a shard's share, which
-    /// the merged view merges with the other shards' and finishes once.
+    /// Removes window `start` and returns its one merged partial, unfinished, with strings: a shard's
+    /// share, which the merged view merges with the other shards' and finishes once.
     pub async fn close_partial(&mut self, start: i64) -> anyhow::Result<Tables> {
+        let (merged, keys) = self.remove(start).await?;
+        keys.tables_to_strings(merged)
+    }
+
+    async fn remove(&mut self, start: i64) -> anyhow::Result<(Tables, Keys)> {
         let mut w = self.windows.remove(&start).unwrap_or_default();
         reduce_buffer(&mut w, &self.bounds).await?;
-        merge(std::mem::take(&mut w.partials), &self.bounds).await
+        Ok((merge(std::mem::take(&mut w.partials), &self.bounds).await?, w.keys))
     }
 
     pub fn starts(&self) -> impl Iterator<Item = i64> + '_ {

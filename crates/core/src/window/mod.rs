@@ -5,6 +5,7 @@
 
 pub mod aggregates;
 pub mod config;
+pub mod keys;
 pub mod operator;
 pub mod prepared;
 pub mod sql;
@@ -93,16 +94,23 @@ pub fn table<'a>(tables: &'a Tables, name: &str) -> &'a [RecordBatch] {
     tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_slice()).unwrap_or(&[])
 }
 
-/// The impressions schema plus the per-impression keys the window statistics use: `sample_key`
-/// (orders the overlap sample), `session_key`, `split` (the session's `Split`, as u8),
-/// `pattern_key` (the session's content, for the session store) and `feature_key` (the feature and
-/// bias-feature bits, so training rows group on a scalar). All 64-bit hashes: two different inputs
-/// share a key with probability 2⁻⁶⁴.
+/// The impressions schema with `query_id`, `doc_id` and `context` as 64-bit ids (`keys`), plus the
+/// per-impression keys the window statistics use: `sample_key` (orders the overlap sample),
+/// `session_key`, `split` (the session's `Split`, as u8), `pattern_key` (the session's content, for
+/// the session store) and `feature_key` (the feature and bias-feature bits, so training rows group on
+/// a scalar). All 64-bit hashes: two different inputs share a key with probability 2⁻⁶⁴.
 pub fn window_schema() -> SchemaRef {
     static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
     SCHEMA
         .get_or_init(|| {
-            let mut fields: Vec<Field> = impressions_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            let mut fields: Vec<Field> = impressions_schema()
+                .fields()
+                .iter()
+                .map(|f| match keys::KEY_COLUMNS.contains(&f.name().as_str()) {
+                    true => f.as_ref().clone().with_data_type(DataType::UInt64),
+                    false => f.as_ref().clone(),
+                })
+                .collect();
             fields.push(Field::new("sample_key", DataType::UInt64, false));
             fields.push(Field::new("session_key", DataType::UInt64, false));
             fields.push(Field::new("split", DataType::UInt8, false));
@@ -211,8 +219,9 @@ fn vector_hash(mut h: u64, list: &datafusion::arrow::array::ListArray, i: usize)
     h
 }
 
-/// Adds the window keys to a batch of impressions (whole sessions, rows of a session contiguous).
-pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result<RecordBatch> {
+/// A batch of impressions (whole sessions, rows of a session contiguous) as window rows: its query,
+/// document and context as ids remembered in `interned`, and the window keys added.
+pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout, interned: &mut keys::Keys) -> anyhow::Result<RecordBatch> {
     let ids = batch.column_by_name(col::SESSION_ID).expect("impressions schema").as_string::<i32>();
     let queries = batch.column_by_name(col::QUERY_ID).expect("impressions schema").as_string::<i32>();
     let contexts = batch.column_by_name(col::CONTEXT).expect("impressions schema").as_string::<i32>();
@@ -250,6 +259,13 @@ pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout) -> anyhow::Result
         i = j;
     }
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+    let schema = batch.schema();
+    for (kind, name, strings) in
+        [(keys::Kind::Query, col::QUERY_ID, queries), (keys::Kind::Doc, col::DOC_ID, docs), (keys::Kind::Context, col::CONTEXT, contexts)]
+    {
+        let i = schema.index_of(name)?;
+        columns[i] = Arc::new(interned.intern_column(kind, strings)?);
+    }
     columns.push(Arc::new(sample));
     columns.push(Arc::new(UInt64Array::from(session)));
     columns.push(Arc::new(datafusion::arrow::array::UInt8Array::from(splits)));
@@ -284,7 +300,8 @@ pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::R
     Ok(out)
 }
 
-/// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order).
+/// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order), with its ids
+/// (`keys`) still in place of strings.
 pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
     let counts = table(&merged, "propensity_counts").to_vec();
     let counts_schema = counts.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(Schema::empty()));
@@ -321,6 +338,7 @@ pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<R
 /// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
 /// the incremental path must equal.
 pub async fn window_statistics(impressions: &[RecordBatch], holdout: Holdout, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
-    let keyed = impressions.iter().map(|b| with_window_keys(b, holdout)).collect::<anyhow::Result<Vec<_>>>()?;
-    finish(merge(vec![reduce(keyed, bounds).await?], bounds).await?).await
+    let mut ids = keys::Keys::default();
+    let keyed = impressions.iter().map(|b| with_window_keys(b, holdout, &mut ids)).collect::<anyhow::Result<Vec<_>>>()?;
+    ids.tables_to_strings(finish(merge(vec![reduce(keyed, bounds).await?], bounds).await?).await?)
 }

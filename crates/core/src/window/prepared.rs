@@ -87,7 +87,9 @@ async fn prepare(stat: &Statistic, bounds: &StatisticBounds, tables: &[(String, 
         ctx.register_table(name.as_str(), slot.clone())?;
         slots.push((name.clone(), slot));
     }
-    let df = ctx.sql(&bounds.sql(stat)).await.map_err(|e| sql_error(stat, e))?;
+    let ids =
+        tables.iter().any(|(_, schema, _)| schema.field_with_name("context").is_ok_and(|f| f.data_type() == &datafusion::arrow::datatypes::DataType::UInt64));
+    let df = ctx.sql(&bounds.sql_for(stat, ids)).await.map_err(|e| sql_error(stat, e))?;
     let state = ctx.state();
     let plan = state.optimize(df.logical_plan()).map_err(|e| sql_error(stat, e))?;
     Ok(Prepared { plan, slots, state })

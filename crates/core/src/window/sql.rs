@@ -96,9 +96,16 @@ impl Default for StatisticBounds {
 }
 
 impl StatisticBounds {
-    /// `stat`'s SQL with the bounds filled in.
+    /// `stat`'s SQL with the bounds filled in, for inputs whose keys are strings.
     pub fn sql(&self, stat: &Statistic) -> String {
-        stat.sql.replace("{session_store_patterns}", &self.session_store_patterns.to_string())
+        self.sql_for(stat, false)
+    }
+
+    /// `stat`'s SQL with the bounds filled in, and `{empty_context}` as the empty context in the
+    /// inputs' key type: `''`, or id 0 where the keys are ids (`window::keys`).
+    pub fn sql_for(&self, stat: &Statistic, ids: bool) -> String {
+        let empty_context = if ids { "CAST(0 AS BIGINT UNSIGNED)" } else { "''" };
+        stat.sql.replace("{session_store_patterns}", &self.session_store_patterns.to_string()).replace("{empty_context}", empty_context)
     }
 }
 
