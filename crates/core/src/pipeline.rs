@@ -684,10 +684,14 @@ impl Shard {
     fn close_windows(&mut self, closed: Vec<ClosedWindow>) -> anyhow::Result<()> {
         for w in closed {
             let started = Instant::now();
-            let tables =
-                if self.shards == 1 { self.runtime.block_on(self.open.close(w.start))? } else { self.runtime.block_on(self.open.close_partial(w.start))? };
+            let (tables, keys) = if self.shards == 1 {
+                (self.runtime.block_on(self.open.close(w.start))?, None)
+            } else {
+                let (tables, keys) = self.runtime.block_on(self.open.close_partial(w.start))?;
+                (tables, Some(keys))
+            };
             self.pending.closed_bytes += tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.get_array_memory_size()).sum::<usize>();
-            self.pending.closed.push((ClosedOutput { start_ms: w.start, end_ms: w.end, tables }, started.elapsed().as_secs_f64()));
+            self.pending.closed.push((ClosedOutput { start_ms: w.start, end_ms: w.end, tables, keys }, started.elapsed().as_secs_f64()));
         }
         Ok(())
     }

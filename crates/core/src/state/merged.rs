@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::{read_window_table, Checkpoint, ClosedOutput, Manifest, StateStore};
+use crate::window::keys::Keys;
 use crate::window::operator::{OperatorSnapshot, WindowCounters, WindowSpec};
 use crate::window::{Holdout, Tables, PARTIALS};
 
@@ -52,23 +53,22 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
     OperatorSnapshot { partitions, watermark, counters, event_watermark }
 }
 
-/// Merges and finishes each window's partials (`load` gives a window's bounds and its parts' partials,
-/// in part order), `target.threads` windows at a time (each holds one window's partials); the
-/// windows come back in `todo`'s order.
+/// Merges and finishes each window's partials (`load` gives a window's bounds, its parts' partials,
+/// in part order, and the strings of the ids among them), `target.threads` windows at a time (each
+/// holds one window's partials); the windows come back in `todo`'s order, with strings.
 fn merge_windows<T: Send>(
     todo: Vec<T>,
     target: &MergeTarget,
-    load: impl Fn(T) -> anyhow::Result<(i64, i64, Vec<Tables>)> + Sync,
+    load: impl Fn(T) -> anyhow::Result<(i64, i64, Vec<Tables>, Keys)> + Sync,
 ) -> anyhow::Result<Vec<ClosedOutput>> {
     let merge_one = |item: T| -> anyhow::Result<ClosedOutput> {
-        let (start_ms, end_ms, partials) = load(item)?;
-        // Merged on the window's ids (`window::keys`), written with its strings.
-        let mut keys = crate::window::keys::Keys::default();
+        let (start_ms, end_ms, partials, mut keys) = load(item)?;
+        // Merged on the window's ids (`window::keys`): partials read from Parquet are interned here.
         let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
         let rt = crate::runtime::current_thread()?;
         let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
         let tables = keys.tables_to_strings(tables)?;
-        Ok(ClosedOutput { start_ms, end_ms, tables })
+        Ok(ClosedOutput { start_ms, end_ms, tables, keys: None })
     };
     let threads = target.threads.clamp(1, todo.len().max(1));
     let chunk = todo.len().div_ceil(threads).max(1);
@@ -98,16 +98,20 @@ fn merge_windows<T: Send>(
 /// Returns the windows written.
 pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, target: &MergeTarget) -> anyhow::Result<usize> {
     let written: BTreeSet<(i64, i64)> = store.manifest().windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
-    let mut groups: BTreeMap<(i64, i64), Vec<Tables>> = BTreeMap::new();
+    let mut groups: BTreeMap<(i64, i64), (Vec<Tables>, Keys)> = BTreeMap::new();
     for shard in closed {
         for w in shard.into_iter().filter(|w| !written.contains(&(w.start_ms, w.end_ms))) {
-            groups.entry((w.start_ms, w.end_ms)).or_default().push(w.tables);
+            let (partials, keys) = groups.entry((w.start_ms, w.end_ms)).or_default();
+            partials.push(w.tables);
+            if let Some(k) = w.keys {
+                keys.absorb(k)?;
+            }
         }
     }
     if groups.is_empty() {
         return Ok(0);
     }
-    let closed = merge_windows(groups.into_iter().collect(), target, |((start, end), partials)| Ok((start, end, partials)))?;
+    let closed = merge_windows(groups.into_iter().collect(), target, |((start, end), (partials, keys))| Ok((start, end, partials, keys)))?;
     let n = closed.len();
     let m = store.manifest();
     let (operator, resume, dead_letters, decoder) = (m.operator.clone(), m.resume.clone(), m.dead_letters.clone(), m.decoder.clone());
@@ -182,7 +186,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         }
         merged_from.insert(key, print);
     }
-    let read_one = |(start, end, members): (i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<(i64, i64, Vec<Tables>)> {
+    let read_one = |(start, end, members): (i64, i64, &Vec<(usize, super::WindowEntry)>)| -> anyhow::Result<(i64, i64, Vec<Tables>, Keys)> {
         let key = format!("{start}-{end}");
         let mut partials: Vec<Tables> = Vec::with_capacity(members.len());
         for (i, w) in members.iter() {
@@ -193,7 +197,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
             }
             partials.push(tables);
         }
-        Ok((start, end, partials))
+        Ok((start, end, partials, Keys::default()))
     };
     let closed = merge_windows(todo, target, read_one)?;
     // Late sessions' side output: each part's segments not merged before, once.

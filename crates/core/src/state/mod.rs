@@ -142,6 +142,9 @@ pub struct ClosedOutput {
     pub start_ms: i64,
     pub end_ms: i64,
     pub tables: Tables,
+    /// `Some` while `tables` hold the window's ids (`window::keys`), not strings: a shard's partial
+    /// on its way to the merged view. Written to Parquet, they become strings first.
+    pub keys: Option<crate::window::keys::Keys>,
 }
 
 /// Everything one checkpoint adds.
@@ -298,7 +301,10 @@ impl StateStore {
         let mut next = self.manifest.clone();
         next.seq += 1;
         let windows_dir = self.dir.join("windows");
-        for closed in cp.closed {
+        for mut closed in cp.closed {
+            if let Some(keys) = closed.keys.take() {
+                closed.tables = keys.tables_to_strings(std::mem::take(&mut closed.tables))?;
+            }
             // A new folder per checkpoint: re-processing a window writes a fresh folder and the
             // manifest switches to it atomically; the old one becomes garbage after the manifest.
             let base = format!("{}-{}", closed.start_ms, closed.end_ms);

@@ -90,11 +90,10 @@ impl OpenWindows {
         keys.tables_to_strings(finish(merged).await?)
     }
 
-    /// Removes window `start` and returns its one merged partial, unfinished, with strings: a shard's
-    /// share, which the merged view merges with the other shards' and finishes once.
-    pub async fn close_partial(&mut self, start: i64) -> anyhow::Result<Tables> {
-        let (merged, keys) = self.remove(start).await?;
-        keys.tables_to_strings(merged)
+    /// Removes window `start` and returns its one merged partial, unfinished, with its ids and their
+    /// strings: a shard's share, which the merged view merges with the other shards' and finishes once.
+    pub async fn close_partial(&mut self, start: i64) -> anyhow::Result<(Tables, Keys)> {
+        self.remove(start).await
     }
 
     async fn remove(&mut self, start: i64) -> anyhow::Result<(Tables, Keys)> {

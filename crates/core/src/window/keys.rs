@@ -133,6 +133,24 @@ impl Keys {
         Ok(UInt64Array::from(out))
     }
 
+    /// Every id `other` knows, checked against this window's (shards' shares of one window).
+    pub fn absorb(&mut self, other: Keys) -> anyhow::Result<()> {
+        if self.strings.is_empty() {
+            self.strings = other.strings;
+            return Ok(());
+        }
+        for (k, s) in other.strings {
+            match self.strings.get(&k) {
+                Some(known) if *known == s => {}
+                Some(known) => anyhow::bail!("strings {s:?} and {known:?} share the 64-bit key {k:#018x}; this build cannot keep both apart in one window"),
+                None => {
+                    self.strings.insert(k, s);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The strings of an id column (nulls stay null).
     fn strings_of(&self, ids: &UInt64Array, column: &str) -> anyhow::Result<StringArray> {
         let mut bytes = 0;
@@ -286,13 +304,20 @@ mod tests {
         assert_eq!(keys.to_strings(&ids).unwrap(), b);
     }
 
-    /// Two strings with one id are an error naming both, never one key for two documents.
+    /// Two strings with one id are an error naming both, never one key for two documents: when
+    /// interned, and when one shard's share of a window is absorbed into another's.
     #[test]
     fn a_second_string_for_a_known_id_is_an_error() {
         let mut keys = Keys::default();
         keys.strings.insert(id(Kind::Doc, "d1"), Arc::from("other"));
         let e = keys.intern(Kind::Doc, "d1").unwrap_err().to_string();
         assert!(e.contains("\"d1\"") && e.contains("\"other\""), "{e}");
+        let mut other = Keys::default();
+        other.intern(Kind::Doc, "d1").unwrap();
+        let mut absorbing = Keys::default();
+        absorbing.intern(Kind::Doc, "d2").unwrap();
+        absorbing.strings.insert(id(Kind::Doc, "d1"), Arc::from("other"));
+        assert!(absorbing.absorb(other).unwrap_err().to_string().contains("\"other\""));
     }
 
     /// An id without a string is an error, not an empty string.
