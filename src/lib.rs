@@ -16,6 +16,22 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Opts the process out of transparent huge pages (Linux; elsewhere, and where the kernel refuses,
+/// nothing changes). mimalloc reserves its arena with `MADV_HUGEPAGE` and hands 64 KiB pieces of it
+/// back to the kernel as they fall free; the next touch of such a piece then faults in, and zeroes,
+/// a whole 2 MiB page. Ingest spent about a fifth of its samples zeroing pages that way
+/// (`docs/benchmarks.md`, issue 58 step 4); with 4 KiB pages it touches only what it uses.
+pub fn opt_out_of_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_THP_DISABLE takes one integer flag and reads no memory of ours.
+        let status = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        if status != 0 {
+            tracing::debug!("prctl(PR_SET_THP_DISABLE): {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
 pub use ultr_core::{identify, ingest, progress, scale_out, session, sinks, sources, state, units, window};
 pub use ultr_simulate as simulate;
 pub use ultr_train as train;

@@ -421,6 +421,7 @@ pub fn main() -> ExitCode {
         // Colour codes only for a terminal: a log file or a collector gets plain lines.
         logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
     }
+    ultr::opt_out_of_transparent_huge_pages();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => ultr::demo::run(&args),
