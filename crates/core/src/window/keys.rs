@@ -16,7 +16,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArra
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type, UInt64Type};
 
-use super::Tables;
+use super::sql::Tables;
 
 /// The columns that hold interned strings, in any table of a window.
 pub const KEY_COLUMNS: [&str; 5] = ["query_id", "doc_id", "context", "context_a", "context_b"];

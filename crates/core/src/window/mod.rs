@@ -86,9 +86,6 @@ pub const PARTIALS: [Decomposable; 6] = [
 pub const WINDOW_TABLES: [&str; 8] =
     ["propensity_counts", "query_sessions", "position_ctr", "swap_edges", "overlap_sample", "training_rows", "training_features", "session_store"];
 
-/// The statistics of one window (or of a cumulative view), by name.
-pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
-
 /// The batches of table `name` (empty when absent).
 pub fn table<'a>(tables: &'a Tables, name: &str) -> &'a [RecordBatch] {
     tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_slice()).unwrap_or(&[])

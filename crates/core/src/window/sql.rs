@@ -12,6 +12,9 @@ use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+/// The statistics of one window (or of a cumulative view), by name.
+pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
+
 /// A named statistic and its SQL text (compiled in from `sql/`).
 pub struct Statistic {
     pub name: &'static str,
