@@ -530,7 +530,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
     let mut ingest = Ingest::new(source, DecodeLimits::default(), 4096);
     let mut dead = DeadLetterSink::file(&args.dead_letter)?;
     let summary = ingest.drain(&mut dead, |_| {})?;
-    ingest.source().commit(ingest.resume())?;
+    ingest.source().commit(ingest.resume(), true)?;
     print_summary(&summary, args.json)
 }
 

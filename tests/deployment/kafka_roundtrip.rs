@@ -107,7 +107,7 @@ fn hundred_thousand_sessions_round_trip_exactly_once() {
     assert!(kafka_rows == file_rows, "Kafka and file impressions differ");
 
     // Committed offsets leave no lag.
-    ingest.source().commit(ingest.resume()).unwrap();
+    ingest.source().commit(ingest.resume(), true).unwrap();
     let lag = ingest.source().lag(ingest.resume());
     assert!(!lag.is_empty());
     assert!(lag.values().all(|&l| l == 0), "lag after full read: {lag:?}");

@@ -231,7 +231,7 @@ impl Coordinator {
                 observer.persist(self.store())?;
                 // Only after the state covering it is durable; a failed commit is a warning (the
                 // manifest, not the group, says where reading resumes).
-                if let Err(e) = self.ingest.reader_mut().source_mut().commit(&self.sent) {
+                if let Err(e) = self.ingest.reader_mut().source_mut().commit(&self.sent, ended || stop) {
                     tracing::warn!("committing source offsets: {e:#}");
                 }
                 observer.after_checkpoint(self.store(), &self.report);

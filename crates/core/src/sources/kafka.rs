@@ -71,6 +71,18 @@ impl ClientContext for StateSeekingContext {
 }
 
 impl ConsumerContext for StateSeekingContext {
+    /// The answer to an asynchronous commit (`KafkaSource::commit`), accounted like a synchronous one.
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) => self.health.ok(),
+            Err(e) => {
+                let (kind, down) = classify(&e);
+                self.health.error(kind, down);
+                tracing::warn!(kind, "committing Kafka offsets after a durable checkpoint failed: {e}; continuing");
+            }
+        }
+    }
+
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result = match err {
@@ -220,7 +232,10 @@ impl KafkaSource {
     }
 
     /// Commits resume offsets to the group (for lag visibility; the state manifest stays the truth).
-    pub fn commit(&self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
+    /// Only the `last` commit of a run waits for the broker's answer: a synchronous commit in flight
+    /// when the broker went away waited for it for the whole outage, and the pipeline with it (the
+    /// outage test caught it under load). The others are answered through `commit_callback`.
+    pub fn commit(&self, offsets: &ResumeOffsets, last: bool) -> anyhow::Result<()> {
         if !self.commits {
             return Ok(());
         }
@@ -232,13 +247,14 @@ impl KafkaSource {
             }
         }
         if list.count() > 0 {
-            if let Err(e) = self.consumer.commit(&list, CommitMode::Sync) {
+            let mode = if last { CommitMode::Sync } else { CommitMode::Async };
+            if let Err(e) = self.consumer.commit(&list, mode) {
                 // The manifest is the truth and already durable: a failed commit only delays the
                 // group's lag report. Warn and go on; the next checkpoint commits again.
                 let (kind, down) = classify(&e);
                 self.health.error(kind, down);
                 tracing::warn!(kind, "committing Kafka offsets after a durable checkpoint failed: {e}; continuing");
-            } else {
+            } else if last {
                 self.health.ok();
             }
         }
@@ -388,8 +404,8 @@ impl RecordSource for KafkaSource {
         }
     }
 
-    fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
-        KafkaSource::commit(self, offsets)
+    fn commit(&mut self, offsets: &ResumeOffsets, last: bool) -> anyhow::Result<()> {
+        KafkaSource::commit(self, offsets, last)
     }
 
     fn assigned_partitions(&self) -> Vec<String> {

@@ -126,7 +126,10 @@ pub trait RecordSource {
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll>;
 
     /// Tells the source that everything before `offsets` is durable (Kafka commits it to the group).
-    fn commit(&mut self, _offsets: &ResumeOffsets) -> anyhow::Result<()> {
+    /// `last`: the run stops after this one, so the source waits for its answer; otherwise it sends
+    /// the commit and goes on, since a broker that goes away mid-commit must not stall the pipeline
+    /// (the state's manifest, not the group, says where reading resumes).
+    fn commit(&mut self, _offsets: &ResumeOffsets, _last: bool) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -167,8 +170,8 @@ impl RecordSource for Box<dyn RecordSource + Send> {
     fn poll(&mut self, max: usize) -> anyhow::Result<Poll> {
         (**self).poll(max)
     }
-    fn commit(&mut self, offsets: &ResumeOffsets) -> anyhow::Result<()> {
-        (**self).commit(offsets)
+    fn commit(&mut self, offsets: &ResumeOffsets, last: bool) -> anyhow::Result<()> {
+        (**self).commit(offsets, last)
     }
     fn assigned_partitions(&self) -> Vec<String> {
         (**self).assigned_partitions()
