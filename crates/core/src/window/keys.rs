@@ -16,6 +16,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArra
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type, UInt64Type};
 
+use super::hash::{fnv, mix, FNV_OFFSET};
 use super::sql::Tables;
 
 /// The columns that hold interned strings, in any table of a window.
@@ -78,15 +79,7 @@ pub fn id(kind: Kind, s: &str) -> u64 {
     if s.is_empty() && matches!(kind, Kind::Context) {
         return 0;
     }
-    let mut h = 0xcbf2_9ce4_8422_2325 ^ kind.seed();
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h.max(1)
+    mix(fnv(FNV_OFFSET ^ kind.seed(), s.bytes())).max(1)
 }
 
 /// The strings behind one window's ids.

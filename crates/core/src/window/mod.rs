@@ -5,6 +5,7 @@
 
 pub mod aggregates;
 pub mod config;
+mod hash;
 pub mod keys;
 pub mod operator;
 pub mod prepared;
@@ -19,6 +20,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Typ
 
 use crate::session::impressions_schema;
 use crate::session::schema::col;
+use hash::{fnv, mix, FNV_OFFSET, FNV_PRIME};
 
 /// A decomposable statistic: `reduce` turns a micro-batch of impressions into a partial table named
 /// `table`; `merge` (reading table `merge_input`) turns a union of partials into one. Both end in
@@ -116,24 +118,6 @@ pub fn window_schema() -> SchemaRef {
             Arc::new(Schema::new(fields))
         })
         .clone()
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0100_0000_01b3;
-
-fn fnv(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
-    for b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
-}
-
-/// A 64-bit finaliser, so nearby FNV states spread over the whole range.
-fn mix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
 }
 
 /// FNV-1a of session id and position, finished with a 64-bit mix: stable across runs and machines.
