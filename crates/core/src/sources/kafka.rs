@@ -73,14 +73,7 @@ impl ClientContext for StateSeekingContext {
 impl ConsumerContext for StateSeekingContext {
     /// The answer to an asynchronous commit (`KafkaSource::commit`), accounted like a synchronous one.
     fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => self.health.ok(),
-            Err(e) => {
-                let (kind, down) = classify(&e);
-                self.health.error(kind, down);
-                tracing::warn!(kind, "committing Kafka offsets after a durable checkpoint failed: {e}; continuing");
-            }
-        }
+        account_commit(&self.health, &result);
     }
 
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -139,6 +132,20 @@ pub fn classify(error: &KafkaError) -> (&'static str, bool) {
         }
         Some(RDKafkaErrorCode::OperationTimedOut) | Some(RDKafkaErrorCode::RequestTimedOut) => ("timeout", false),
         _ => ("other", false),
+    }
+}
+
+/// A commit's answer, synchronous or through `commit_callback`: the manifest is the truth and already
+/// durable, so a failed commit only delays the group's lag report. It is counted and warned about,
+/// and the next checkpoint commits again.
+fn account_commit(health: &SourceHealth, result: &rdkafka::error::KafkaResult<()>) {
+    match result {
+        Ok(()) => health.ok(),
+        Err(e) => {
+            let (kind, down) = classify(e);
+            health.error(kind, down);
+            tracing::warn!(kind, "committing Kafka offsets after a durable checkpoint failed: {e}; continuing");
+        }
     }
 }
 
@@ -248,14 +255,10 @@ impl KafkaSource {
         }
         if list.count() > 0 {
             let mode = if last { CommitMode::Sync } else { CommitMode::Async };
-            if let Err(e) = self.consumer.commit(&list, mode) {
-                // The manifest is the truth and already durable: a failed commit only delays the
-                // group's lag report. Warn and go on; the next checkpoint commits again.
-                let (kind, down) = classify(&e);
-                self.health.error(kind, down);
-                tracing::warn!(kind, "committing Kafka offsets after a durable checkpoint failed: {e}; continuing");
-            } else if last {
-                self.health.ok();
+            let result = self.consumer.commit(&list, mode);
+            // An asynchronous commit that was sent is answered through `commit_callback`.
+            if result.is_err() || last {
+                account_commit(&self.health, &result);
             }
         }
         Ok(())
