@@ -87,16 +87,16 @@ async fn prepare(stat: &Statistic, bounds: &StatisticBounds, tables: &[(String, 
         ctx.register_table(name.as_str(), slot.clone())?;
         slots.push((name.clone(), slot));
     }
-    let ids =
-        tables.iter().any(|(_, schema, _)| schema.field_with_name("context").is_ok_and(|f| f.data_type() == &datafusion::arrow::datatypes::DataType::UInt64));
-    let df = ctx.sql(&bounds.sql_for(stat, ids)).await.map_err(|e| sql_error(stat, e))?;
+    let df = ctx.sql(&bounds.sql_for(stat, true)).await.map_err(|e| sql_error(stat, e))?;
     let state = ctx.state();
     let plan = state.optimize(df.logical_plan()).map_err(|e| sql_error(stat, e))?;
     Ok(Prepared { plan, slots, state })
 }
 
 /// Runs `stat` on `inputs`, planned once per statement, bounds and input schemas. Like
-/// `run_bounded_sql`: always at least one batch (possibly empty), so the schema survives.
+/// `run_bounded_sql`: always at least one batch (possibly empty), so the schema survives. The inputs
+/// are a window's tables, keyed by ids (`window::keys`): `{empty_context}` is id 0. Tables keyed by
+/// strings (the cumulative views) run through `run_bounded_sql`.
 pub async fn run(stat: &Statistic, bounds: &StatisticBounds, inputs: Vec<Input<'_>>) -> anyhow::Result<Vec<RecordBatch>> {
     let mut tables = Vec::with_capacity(inputs.len());
     for input in inputs {
