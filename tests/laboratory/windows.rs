@@ -389,7 +389,15 @@ fn partition_batch(partition: i32, times: &[i64]) -> ultr::ingest::DecodedBatch 
         d.decode(s.json().as_bytes()).unwrap();
         origins.push(SessionOrigin { stream: Arc::from("kafka:t"), partition, offset: i as i64, rows: 1, repeated_items: 0 });
     }
-    DecodedBatch { impressions: d.finish(), records: times.len(), sessions: times.len(), dead_letters: vec![], resume: Default::default(), origins }
+    DecodedBatch {
+        impressions: d.finish(),
+        records: times.len(),
+        sessions: times.len(),
+        dead_letters: vec![],
+        resume: Default::default(),
+        origins,
+        decoder: Default::default(),
+    }
 }
 
 #[test]

@@ -102,7 +102,8 @@ pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn Recor
 /// reads one partition).
 ///
 /// With several workers (`CoreConfig::workers`, kept by the state as `shards/layout.json`), one
-/// reader decodes every record and each worker — a shard with its own state in `shards/<i>` —
+/// reader reads every record, each poll is decoded in as many stretches side by side
+/// (`Ingest::decoders`), and each worker — a shard with its own state in `shards/<i>` —
 /// assigns the sessions whose query hashes to it, while every session moves every shard's clocks:
 /// windows close at the same session as in a one-worker run, and `state_dir` holds the shards'
 /// merged view, equal to that run's state row for row. One worker runs on the reader's thread while
@@ -170,7 +171,9 @@ impl Coordinator {
         // the reader goes back to the earliest, and the shards ahead skip what they hold.
         let resume = shards::earliest(states.iter().map(|d| &d.resume));
         let decoder = shards::earliest_decoder(states.iter().map(|d| &d.decoder));
-        let mut ingest = Ingest::new(open_reader(&resume)?, config.decode.clone(), config.batch_records);
+        // One decoder per worker: with one, decoding already overlaps the worker (`ReadAhead`), and a
+        // second decoder measured slower (docs/benchmarks.md, issue 58 step 5).
+        let mut ingest = Ingest::new(open_reader(&resume)?, config.decode.clone(), config.batch_records).decoders(workers.len());
         ingest.restore(&decoder);
         let shard_dirs = (0..workers.len()).map(|i| shards::dir(state_dir, i)).collect();
         let target = merged.as_ref().map(|_| crate::state::merged::MergeTarget {
@@ -252,13 +255,7 @@ impl Coordinator {
         self.sent.merge(&batch.resume);
         let owners = shards::owners(&batch, self.workers.len());
         let source = self.ingest.reader().source();
-        let broadcast = Arc::new(Broadcast {
-            assigned: source.assigned_partitions(),
-            behind: source.partitions_behind(),
-            decoder: self.ingest.reader().decoder_state(),
-            batch,
-            owners,
-        });
+        let broadcast = Arc::new(Broadcast { assigned: source.assigned_partitions(), behind: source.partitions_behind(), batch, owners });
         for w in &mut self.workers {
             w.send(Order::Batch(broadcast.clone()))?;
         }
@@ -455,8 +452,6 @@ struct Broadcast {
     assigned: Vec<String>,
     /// Assigned partitions with unread records below their high watermark: not idle.
     behind: Vec<String>,
-    /// The decoder's state after this batch, checkpointed with the shards.
-    decoder: crate::ingest::DecoderState,
 }
 
 enum Order {
@@ -740,7 +735,7 @@ impl Shard {
         self.pending.add(out.admitted, out.late, &out.closed);
         self.close_windows(out.closed)?;
         self.resume.merge(&batch.resume);
-        self.decoder = b.decoder.clone();
+        self.decoder = b.batch.decoder.clone();
         Ok(())
     }
 

@@ -192,6 +192,10 @@ pub struct Decoder {
     event_time_floor: Option<i64>,
     /// Event time of the last accepted session.
     last_event_ms: Option<i64>,
+    /// The own dimensions of the last accepted session's vectors (`None` where it had none).
+    last_dims: (Option<usize>, Option<usize>),
+    /// The event time of the last record that came as far as the future-time check, accepted or not.
+    judged_event_ms: Option<i64>,
     /// Read every record with serde_json, skipping the single-pass reader (the reference it is tested against).
     serde_json_only: bool,
 }
@@ -228,6 +232,8 @@ impl Decoder {
             event_time_ceiling: None,
             event_time_floor: None,
             last_event_ms: None,
+            last_dims: (None, None),
+            judged_event_ms: None,
             serde_json_only: false,
         }
     }
@@ -252,6 +258,33 @@ impl Decoder {
     /// Event time of the last accepted session.
     pub fn last_event_ms(&self) -> Option<i64> {
         self.last_event_ms
+    }
+
+    /// The last decoded record's event time if its decoding came as far as the future-time check
+    /// (`set_event_time_ceiling`): a refusal found after that check would have been
+    /// `future_event_time` under a lower ceiling.
+    pub fn judged_event_ms(&self) -> Option<i64> {
+        self.judged_event_ms
+    }
+
+    /// The last accepted record's own feature and bias-feature dimensions (`None`: no vectors).
+    pub fn last_dims(&self) -> (Option<usize>, Option<usize>) {
+        self.last_dims
+    }
+
+    /// A decoder with the same limits and reader and no rows, its dimensions locked as this one's.
+    pub fn sibling(&self) -> Decoder {
+        let mut d = Decoder::new(self.limits.clone());
+        d.serde_json_only = self.serde_json_only;
+        d.set_dims(self.feature_dim, self.bias_feature_dim);
+        d
+    }
+
+    /// Sets the locked dimensions as they are, unlocked ones included (a sibling decoding a stretch
+    /// of the stream starts where the stream's decoder stands).
+    pub fn set_dims(&mut self, feature_dim: Option<usize>, bias_feature_dim: Option<usize>) {
+        self.feature_dim = feature_dim;
+        self.bias_feature_dim = bias_feature_dim;
     }
 
     /// Items the last accepted session dropped because their `doc_id` repeated an earlier item's.
@@ -288,6 +321,7 @@ impl Decoder {
     /// Validates one record; on success appends its items as rows, on failure appends nothing.
     /// Returns the number of impressions added.
     pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, Rejected> {
+        self.judged_event_ms = None;
         if bytes.len() > self.limits.max_record_bytes {
             return Err(Rejected::new(Reason::RecordTooLarge, format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes)));
         }
@@ -324,12 +358,10 @@ impl Decoder {
                 ));
             }
         }
+        self.judged_event_ms = Some(event_millis);
         if let Some(ceiling) = self.event_time_ceiling {
             if event_millis > ceiling {
-                return Err(Rejected::new(
-                    Reason::FutureEventTime,
-                    format!("event_time {event_millis} ms is beyond the reference clock + decode.max_clock_skew ({ceiling} ms)"),
-                ));
+                return Err(future_event_time(event_millis, ceiling));
             }
         }
         let n = raw.items.len();
@@ -397,6 +429,7 @@ impl Decoder {
         self.feature_dim = self.feature_dim.or(checked.feature_dim);
         self.bias_feature_dim = self.bias_feature_dim.or(checked.bias_dim);
         self.last_event_ms = Some(checked.event_millis);
+        self.last_dims = (checked.feature_dim, checked.bias_dim);
         self.last_repeats = checked.repeats;
         let context = raw.context.as_ref().and_then(canonical_context);
         let n = raw.items.len() as u32 - checked.repeats;
@@ -437,6 +470,11 @@ impl Decoder {
         self.rows = 0;
         RecordBatch::try_new(impressions_schema(), columns).expect("decoder builds columns that match the impressions schema")
     }
+}
+
+/// The refusal of a session whose event time lies beyond the reference clock + `max_clock_skew`.
+pub fn future_event_time(event_millis: i64, ceiling: i64) -> Rejected {
+    Rejected::new(Reason::FutureEventTime, format!("event_time {event_millis} ms is beyond the reference clock + decode.max_clock_skew ({ceiling} ms)"))
 }
 
 struct Checked {
