@@ -3,6 +3,7 @@
 //! retention (`train.keep_checkpoints`) deletes, oldest first, and never the current model.
 
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -279,7 +280,7 @@ impl ModelStore {
 
 fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
     let mut f = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    serde_json::to_writer_pretty(&mut f, value)?;
+    f.write_all(&serde_json::to_vec_pretty(value)?)?; // whole: a file writer makes a call per token
     f.sync_all()?;
     Ok(())
 }
@@ -290,7 +291,7 @@ use ultr_core::state::sync_dir;
 fn write_export(dir: &Path, trained: &Trained) -> anyhow::Result<()> {
     let export = export::to_export(trained);
     let mut f = fs::File::create(dir.join(export::EXPORT))?;
-    serde_json::to_writer(&mut f, &export)?;
+    f.write_all(&serde_json::to_vec(&export)?)?;
     f.sync_all()?;
     super::onnx::write_onnx(dir, &export)?;
     Ok(())
