@@ -117,7 +117,10 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
     } else {
         let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
         // Held for the whole run: the merged view has one writer, as a one-worker state does.
-        merged = Some(StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?);
+        let mut store = StateStore::open(state_dir, &config.source_identity, spec, config.holdout)?;
+        // The workers wait while the merged view is written: every core writes.
+        store.set_write_threads(shards);
+        merged = Some(store);
         for index in 0..shards {
             let shard = Shard::restore(config, &shards::dir(state_dir, index), state_dir, index, shards)?;
             workers.push(Worker::spawn(shard)?);

@@ -59,6 +59,7 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
 fn merge_windows<T: Send>(
     todo: Vec<T>,
     target: &MergeTarget,
+    disjoint_queries: bool,
     load: impl Fn(T) -> anyhow::Result<(i64, i64, Vec<Tables>, Keys)> + Sync,
 ) -> anyhow::Result<Vec<ClosedOutput>> {
     let merge_one = |item: T| -> anyhow::Result<ClosedOutput> {
@@ -66,27 +67,17 @@ fn merge_windows<T: Send>(
         // Merged on the window's ids (`window::keys`): partials read from Parquet are interned here.
         let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
         let rt = crate::runtime::current_thread()?;
-        let tables = rt.block_on(async { crate::window::finish(crate::window::merge(partials, &target.bounds).await?).await })?;
+        let tables = rt.block_on(async {
+            let merged = match disjoint_queries {
+                true => crate::window::merge_disjoint_queries(partials, &target.bounds).await?,
+                false => crate::window::merge(partials, &target.bounds).await?,
+            };
+            crate::window::finish(merged).await
+        })?;
         let tables = keys.tables_to_strings(tables)?;
         Ok(ClosedOutput { start_ms, end_ms, tables, keys: None })
     };
-    let threads = target.threads.clamp(1, todo.len().max(1));
-    let chunk = todo.len().div_ceil(threads).max(1);
-    let mut chunks: Vec<Vec<T>> = Vec::with_capacity(threads);
-    let mut items = todo.into_iter().peekable();
-    while items.peek().is_some() {
-        chunks.push(items.by_ref().take(chunk).collect());
-    }
-    std::thread::scope(|scope| {
-        let merging: Vec<_> = chunks
-            .into_iter()
-            .map(|work| {
-                let merge_one = &merge_one;
-                scope.spawn(move || work.into_iter().map(merge_one).collect::<Vec<_>>())
-            })
-            .collect();
-        merging.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    })
+    super::in_threads(todo, target.threads, merge_one).into_iter().collect()
 }
 
 /// Writes windows closed by the shards of one ingest into its merged view `store`, merged in memory:
@@ -111,7 +102,8 @@ pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, targ
     if groups.is_empty() {
         return Ok(0);
     }
-    let closed = merge_windows(groups.into_iter().collect(), target, |((start, end), (partials, keys))| Ok((start, end, partials, keys)))?;
+    // The shards own disjoint sets of queries (`pipeline::shards::owners`).
+    let closed = merge_windows(groups.into_iter().collect(), target, true, |((start, end), (partials, keys))| Ok((start, end, partials, keys)))?;
     let n = closed.len();
     let m = store.manifest();
     let (operator, resume, dead_letters, decoder) = (m.operator.clone(), m.resume.clone(), m.dead_letters.clone(), m.decoder.clone());
@@ -199,7 +191,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         }
         Ok((start, end, partials, Keys::default()))
     };
-    let closed = merge_windows(todo, target, read_one)?;
+    let closed = merge_windows(todo, target, false, read_one)?;
     // Late sessions' side output: each part's segments not merged before, once.
     let mut late = Vec::new();
     for (dir, m) in &manifests {

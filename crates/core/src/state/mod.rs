@@ -174,6 +174,8 @@ pub struct StateStore {
     manifest: Manifest,
     /// One writer per state directory (a second `ultr ingest`/`ultr run` on it is refused).
     _lock: lock::DirLock,
+    /// Closed windows a checkpoint writes side by side (`set_write_threads`).
+    write_threads: usize,
 }
 
 impl StateStore {
@@ -202,7 +204,7 @@ impl StateStore {
                     manifest.holdout
                 );
             }
-            let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
+            let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock, write_threads: 1 };
             store.remove_garbage()?;
             return Ok(store);
         }
@@ -244,7 +246,7 @@ impl StateStore {
             dead_letter_file_bytes: None,
             merged_from: BTreeMap::new(),
         };
-        let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock };
+        let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock, write_threads: 1 };
         store.remove_garbage()?;
         Ok(store)
     }
@@ -297,11 +299,19 @@ impl StateStore {
         Ok(out)
     }
 
+    /// Closed windows a checkpoint writes at once, each on a thread of its own (default 1: in order,
+    /// on the caller's thread).
+    pub fn set_write_threads(&mut self, threads: usize) {
+        self.write_threads = threads.max(1);
+    }
+
     /// Persists a checkpoint: window folders and segments first, then the manifest, then garbage removal.
     pub fn checkpoint(&mut self, cp: Checkpoint) -> anyhow::Result<()> {
         let mut next = self.manifest.clone();
         next.seq += 1;
         let windows_dir = self.dir.join("windows");
+        let mut todo = Vec::with_capacity(cp.closed.len());
+        let mut named = BTreeSet::new();
         for mut closed in cp.closed {
             if let Some(keys) = closed.keys.take() {
                 closed.tables = keys.tables_to_strings(std::mem::take(&mut closed.tables))?;
@@ -309,28 +319,20 @@ impl StateStore {
             // A new folder per checkpoint: re-processing a window writes a fresh folder and the
             // manifest switches to it atomically; the old one becomes garbage after the manifest.
             let base = format!("{}-{}", closed.start_ms, closed.end_ms);
-            let name = if next.windows.iter().any(|w| w.dir == base) || windows_dir.join(&base).exists() { format!("{base}.{}", next.seq) } else { base };
-            let tmp = windows_dir.join(format!(".tmp-{name}-{}", next.seq));
-            fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-            let mut sessions = 0;
-            let mut impressions = 0;
-            let mut files = BTreeMap::new();
-            for (table, batches) in &closed.tables {
-                if *table == "query_sessions" {
-                    sessions = sum_column(batches, "sessions");
-                }
-                if *table == "propensity_counts" {
-                    impressions = sum_column(batches, "impressions");
-                }
-                if let Some(bytes) = write_parquet(&tmp.join(format!("{table}.parquet")), batches)? {
-                    files.insert(table.to_string(), bytes);
-                }
-            }
-            sync_dir(&tmp)?;
-            let dest = windows_dir.join(&name);
-            fs::rename(&tmp, &dest).with_context(|| format!("renaming {} to {}", tmp.display(), dest.display()))?;
-            next.windows.retain(|w| !(w.start_ms == closed.start_ms && w.end_ms == closed.end_ms));
-            next.windows.push(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions, files });
+            let taken = next.windows.iter().any(|w| w.dir == base) || named.contains(&base) || windows_dir.join(&base).exists();
+            let name = if taken { format!("{base}.{}", next.seq) } else { base };
+            named.insert(name.clone());
+            todo.push((closed, name));
+        }
+        let seq = next.seq;
+        let written = in_threads(todo, self.write_threads, |(closed, name)| -> anyhow::Result<WindowEntry> {
+            let (sessions, impressions, files) = write_window(&windows_dir, &name, seq, &closed.tables)?;
+            Ok(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions, files })
+        });
+        for entry in written {
+            let entry = entry?;
+            next.windows.retain(|w| !(w.start_ms == entry.start_ms && w.end_ms == entry.end_ms));
+            next.windows.push(entry);
         }
         sync_dir(&windows_dir)?;
         next.windows.sort_by_key(|w| (w.start_ms, w.end_ms));
@@ -562,6 +564,49 @@ fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     drop(f);
     fs::rename(&tmp, dir.join(MANIFEST))?;
     sync_dir(dir) // make the rename itself durable
+}
+
+/// Writes one closed window's tables into `windows_dir/name`, whole or not at all (a temporary
+/// folder renamed once every file is durable); returns its sessions, impressions and file sizes.
+fn write_window(windows_dir: &Path, name: &str, seq: u64, tables: &Tables) -> anyhow::Result<(u64, u64, BTreeMap<String, u64>)> {
+    let tmp = windows_dir.join(format!(".tmp-{name}-{seq}"));
+    fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut sessions = 0;
+    let mut impressions = 0;
+    let mut files = BTreeMap::new();
+    for (table, batches) in tables {
+        if *table == "query_sessions" {
+            sessions = sum_column(batches, "sessions");
+        }
+        if *table == "propensity_counts" {
+            impressions = sum_column(batches, "impressions");
+        }
+        if let Some(bytes) = write_parquet(&tmp.join(format!("{table}.parquet")), batches)? {
+            files.insert(table.to_string(), bytes);
+        }
+    }
+    sync_dir(&tmp)?;
+    let dest = windows_dir.join(name);
+    fs::rename(&tmp, &dest).with_context(|| format!("renaming {} to {}", tmp.display(), dest.display()))?;
+    Ok((sessions, impressions, files))
+}
+
+/// `f` over `items` on up to `threads` threads (consecutive shares), results in `items`' order.
+pub(crate) fn in_threads<T: Send, R: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if threads <= 1 || items.len() <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let share = items.len().div_ceil(threads.min(items.len()));
+    let mut shares: Vec<Vec<T>> = Vec::new();
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        shares.push(items.by_ref().take(share).collect());
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = shares.into_iter().map(|share| scope.spawn(move || share.into_iter().map(f).collect::<Vec<R>>())).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
 }
 
 fn sum_column(batches: &[RecordBatch], name: &str) -> u64 {

@@ -33,6 +33,9 @@ pub struct Decomposable {
     pub merge: &'static Statistic,
     pub merge_input: &'static str,
     pub order: &'static [&'static str],
+    /// Every key of the table holds `query_id`: partials of disjoint sets of queries (the shards of
+    /// one ingest, `pipeline::shards`) merge by putting their rows together.
+    pub keyed_by_query: bool,
 }
 
 /// What an open window keeps: the partial aggregates, in this order.
@@ -43,6 +46,7 @@ pub const PARTIALS: [Decomposable; 6] = [
         merge: &MERGE_PROPENSITY_COUNTS,
         merge_input: "propensity_counts",
         order: &["query_id", "doc_id", "position", "context", "policy_id"],
+        keyed_by_query: true,
     },
     Decomposable {
         table: "query_sessions",
@@ -50,6 +54,7 @@ pub const PARTIALS: [Decomposable; 6] = [
         merge: &MERGE_QUERY_SESSIONS,
         merge_input: "query_sessions",
         order: &["query_id", "policy_id"],
+        keyed_by_query: true,
     },
     // The bottom-k sample is its own merge.
     Decomposable {
@@ -58,6 +63,7 @@ pub const PARTIALS: [Decomposable; 6] = [
         merge: &OVERLAP_SAMPLE,
         merge_input: "impressions",
         order: &["position", "context", "sample_key"],
+        keyed_by_query: false,
     },
     Decomposable {
         table: "training_rows",
@@ -65,6 +71,7 @@ pub const PARTIALS: [Decomposable; 6] = [
         merge: &MERGE_TRAINING_ROWS,
         merge_input: "training_rows",
         order: &["query_id", "doc_id", "position", "split", "feature_key"],
+        keyed_by_query: true,
     },
     Decomposable {
         table: "training_features",
@@ -72,6 +79,7 @@ pub const PARTIALS: [Decomposable; 6] = [
         merge: &MERGE_TRAINING_FEATURES,
         merge_input: "training_features",
         order: &["query_id", "doc_id", "feature_key"],
+        keyed_by_query: true,
     },
     Decomposable {
         table: "session_store",
@@ -79,6 +87,7 @@ pub const PARTIALS: [Decomposable; 6] = [
         merge: &MERGE_SESSION_STORE,
         merge_input: "session_store",
         order: &["pattern_key", "position"],
+        keyed_by_query: false,
     },
 ];
 
@@ -267,6 +276,17 @@ pub async fn reduce(keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow
 
 /// Merges partial aggregates of one window into one partial (with the bounds they were reduced with).
 pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    merge_partials(partials, bounds, false).await
+}
+
+/// `merge` of one window's partials from shards that own disjoint sets of queries: a table keyed by
+/// query holds each key in one partial alone, so its merge is the partials' rows put together (in
+/// shard order, each shard's rows in their order); the others are merged.
+pub async fn merge_disjoint_queries(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    merge_partials(partials, bounds, true).await
+}
+
+async fn merge_partials(partials: Vec<Tables>, bounds: &StatisticBounds, disjoint_queries: bool) -> anyhow::Result<Tables> {
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
         let runs: Vec<Vec<RecordBatch>> =
@@ -275,6 +295,13 @@ pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::R
             out.push((p.table, Vec::new()));
             continue;
         };
+        // Each shard's share is one merged partial already (`close_partial`), of the merge's schema;
+        // put together in one batch, as a merge hands out.
+        if disjoint_queries && p.keyed_by_query && runs.iter().flatten().all(|b| b.schema() == first.schema()) {
+            let together = datafusion::arrow::compute::concat_batches(&first.schema(), runs.iter().flatten())?;
+            out.push((p.table, vec![together]));
+            continue;
+        }
         let input = prepared::Input { name: p.merge_input, schema: first.schema(), runs, order: p.order };
         out.push((p.table, prepared::run(p.merge, bounds, vec![input]).await?));
     }
