@@ -164,8 +164,9 @@ impl<S: RecordSource> Ingest<S> {
         }
     }
 
-    /// Decodes each poll in `n` stretches side by side (1: in order, on the caller's thread); a poll
-    /// then reads `n` batches' records.
+    /// Decodes each poll in `n` stretches side by side (1: in order, on the caller's thread), each
+    /// stretch handed out as a batch of its own. A poll still reads `batch_records` records: polling
+    /// `n` times as many measured 50–80 MB more peak memory with 2 (docs/benchmarks.md).
     pub fn decoders(mut self, n: usize) -> Self {
         self.siblings = if n > 1 { (0..n).map(|_| self.decoder.sibling()).collect() } else { Vec::new() };
         self
@@ -227,8 +228,7 @@ impl<S: RecordSource> Ingest<S> {
     #[allow(clippy::should_implement_trait, reason = "a fallible poll with Idle and End, not an Iterator's Option")]
     pub fn next(&mut self) -> anyhow::Result<Next> {
         if self.ready.is_empty() {
-            let stretches = self.siblings.len().max(1);
-            let records = match self.source.poll(self.batch_records * stretches)? {
+            let records = match self.source.poll(self.batch_records)? {
                 Poll::Records(r) => r,
                 Poll::Idle => return Ok(Next::Idle),
                 Poll::End => return Ok(Next::End),
@@ -555,7 +555,7 @@ mod tests {
         for seed in [1, 2, 3, 4] {
             let path = dir.path().join(format!("log-{seed}.jsonl"));
             std::fs::write(&path, tricky_log(1200, seed)).unwrap();
-            let in_order = decode_all(&path, 1, 100);
+            let in_order = decode_all(&path, 1, 400);
             // The state after every single record, read in order one at a time.
             let after_each: BTreeMap<String, DecoderState> =
                 decode_all(&path, 1, 1).5.into_iter().map(|(resume, state)| (format!("{resume:?}"), state)).collect();
@@ -567,7 +567,8 @@ mod tests {
             );
             assert_eq!(in_order.3.feature_dim, Some(3), "seed {seed}: the future session must not lock 5");
             for decoders in [2, 3] {
-                let side_by_side = decode_all(&path, decoders, 100);
+                let side_by_side = decode_all(&path, decoders, 400);
+                assert!(side_by_side.5.len() >= decoders * (in_order.5.len() - 1), "seed {seed}: each full poll was cut into {decoders} stretches");
                 for (resume, state) in &side_by_side.5 {
                     assert_eq!(
                         Some(state),

@@ -53,29 +53,41 @@ fn merged_snapshot(parts: &[(String, Manifest)]) -> OperatorSnapshot {
     OperatorSnapshot { partitions, watermark, counters, event_watermark }
 }
 
+/// One window merged and finished from its parts' partials (`disjoint_queries`: the parts own
+/// disjoint sets of queries, `window::merge_disjoint_queries`), with strings.
+fn merge_window(
+    start_ms: i64,
+    end_ms: i64,
+    partials: Vec<Tables>,
+    mut keys: Keys,
+    target: &MergeTarget,
+    disjoint_queries: bool,
+) -> anyhow::Result<ClosedOutput> {
+    // Merged on the window's ids (`window::keys`): partials read from Parquet are interned here.
+    let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
+    let rt = crate::runtime::current_thread()?;
+    let tables = rt.block_on(async {
+        let merged = match disjoint_queries {
+            true => crate::window::merge_disjoint_queries(partials, &target.bounds).await?,
+            false => crate::window::merge(partials, &target.bounds).await?,
+        };
+        crate::window::finish(merged).await
+    })?;
+    let tables = keys.tables_to_strings(tables)?;
+    Ok(ClosedOutput { start_ms, end_ms, tables, keys: None })
+}
+
 /// Merges and finishes each window's partials (`load` gives a window's bounds, its parts' partials,
 /// in part order, and the strings of the ids among them), `target.threads` windows at a time (each
 /// holds one window's partials); the windows come back in `todo`'s order, with strings.
 fn merge_windows<T: Send>(
     todo: Vec<T>,
     target: &MergeTarget,
-    disjoint_queries: bool,
     load: impl Fn(T) -> anyhow::Result<(i64, i64, Vec<Tables>, Keys)> + Sync,
 ) -> anyhow::Result<Vec<ClosedOutput>> {
     let merge_one = |item: T| -> anyhow::Result<ClosedOutput> {
-        let (start_ms, end_ms, partials, mut keys) = load(item)?;
-        // Merged on the window's ids (`window::keys`): partials read from Parquet are interned here.
-        let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
-        let rt = crate::runtime::current_thread()?;
-        let tables = rt.block_on(async {
-            let merged = match disjoint_queries {
-                true => crate::window::merge_disjoint_queries(partials, &target.bounds).await?,
-                false => crate::window::merge(partials, &target.bounds).await?,
-            };
-            crate::window::finish(merged).await
-        })?;
-        let tables = keys.tables_to_strings(tables)?;
-        Ok(ClosedOutput { start_ms, end_ms, tables, keys: None })
+        let (start_ms, end_ms, partials, keys) = load(item)?;
+        merge_window(start_ms, end_ms, partials, keys, target, false)
     };
     super::in_threads(todo, target.threads, merge_one).into_iter().collect()
 }
@@ -102,13 +114,11 @@ pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, targ
     if groups.is_empty() {
         return Ok(0);
     }
-    // The shards own disjoint sets of queries (`pipeline::shards::owners`).
-    let closed = merge_windows(groups.into_iter().collect(), target, true, |((start, end), (partials, keys))| Ok((start, end, partials, keys)))?;
-    let n = closed.len();
+    let n = groups.len();
     let m = store.manifest();
     let (operator, resume, dead_letters, decoder) = (m.operator.clone(), m.resume.clone(), m.dead_letters.clone(), m.decoder.clone());
-    store.checkpoint(Checkpoint {
-        closed,
+    let cp = Checkpoint {
+        closed: Vec::new(),
         open_partials: Vec::new(),
         admitted: Vec::new(),
         late: Vec::new(),
@@ -119,6 +129,11 @@ pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, targ
         dead_letter_file_bytes: None,
         retention_ms: target.retention_ms,
         decoder,
+    };
+    // Each window merged on the thread that writes it; the shards own disjoint sets of queries
+    // (`pipeline::shards::owners`).
+    store.checkpoint_computing(cp, groups.into_iter().map(|(bounds, parts)| (bounds, (bounds, parts))).collect(), |((start, end), (partials, keys))| {
+        merge_window(start, end, partials, keys, target, true)
     })?;
     Ok(n)
 }
@@ -191,7 +206,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         }
         Ok((start, end, partials, Keys::default()))
     };
-    let closed = merge_windows(todo, target, false, read_one)?;
+    let closed = merge_windows(todo, target, read_one)?;
     // Late sessions' side output: each part's segments not merged before, once.
     let mut late = Vec::new();
     for (dir, m) in &manifests {

@@ -306,26 +306,40 @@ impl StateStore {
     }
 
     /// Persists a checkpoint: window folders and segments first, then the manifest, then garbage removal.
-    pub fn checkpoint(&mut self, cp: Checkpoint) -> anyhow::Result<()> {
+    pub fn checkpoint(&mut self, mut cp: Checkpoint) -> anyhow::Result<()> {
+        let closed = std::mem::take(&mut cp.closed).into_iter().map(|c| ((c.start_ms, c.end_ms), c)).collect();
+        self.checkpoint_computing(cp, closed, Ok)
+    }
+
+    /// `checkpoint` with closed windows computed as they are written: `compute` turns each of
+    /// `closed`'s items (keyed by the window's start and end) into its window, on the thread that then
+    /// writes it (`set_write_threads`), so only as many computed windows live at once as threads.
+    pub fn checkpoint_computing<T: Send>(
+        &mut self,
+        cp: Checkpoint,
+        closed: Vec<((i64, i64), T)>,
+        compute: impl Fn(T) -> anyhow::Result<ClosedOutput> + Sync,
+    ) -> anyhow::Result<()> {
         let mut next = self.manifest.clone();
         next.seq += 1;
         let windows_dir = self.dir.join("windows");
-        let mut todo = Vec::with_capacity(cp.closed.len());
+        let mut todo = Vec::with_capacity(closed.len());
         let mut named = BTreeSet::new();
-        for mut closed in cp.closed {
-            if let Some(keys) = closed.keys.take() {
-                closed.tables = keys.tables_to_strings(std::mem::take(&mut closed.tables))?;
-            }
+        for ((start_ms, end_ms), item) in closed {
             // A new folder per checkpoint: re-processing a window writes a fresh folder and the
             // manifest switches to it atomically; the old one becomes garbage after the manifest.
-            let base = format!("{}-{}", closed.start_ms, closed.end_ms);
+            let base = format!("{start_ms}-{end_ms}");
             let taken = next.windows.iter().any(|w| w.dir == base) || named.contains(&base) || windows_dir.join(&base).exists();
             let name = if taken { format!("{base}.{}", next.seq) } else { base };
             named.insert(name.clone());
-            todo.push((closed, name));
+            todo.push((item, name));
         }
         let seq = next.seq;
-        let written = in_threads(todo, self.write_threads, |(closed, name)| -> anyhow::Result<WindowEntry> {
+        let written = in_threads(todo, self.write_threads, |(item, name)| -> anyhow::Result<WindowEntry> {
+            let mut closed = compute(item)?;
+            if let Some(keys) = closed.keys.take() {
+                closed.tables = keys.tables_to_strings(std::mem::take(&mut closed.tables))?;
+            }
             let (sessions, impressions, files) = write_window(&windows_dir, &name, seq, &closed.tables)?;
             Ok(WindowEntry { start_ms: closed.start_ms, end_ms: closed.end_ms, dir: name, sessions, impressions, files })
         });
