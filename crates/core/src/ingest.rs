@@ -261,16 +261,8 @@ impl<S: RecordSource> Ingest<S> {
         }
         parts.push(records);
         let dims = (self.decoder.feature_dim(), self.decoder.bias_feature_dim());
-        let guessed: Vec<Stretch> = std::thread::scope(|scope| {
-            let mut work = self.siblings.iter_mut().zip(&parts);
-            let (first_decoder, first) = work.next().expect("n >= 2 stretches");
-            let others: Vec<_> = work.map(|(decoder, part)| scope.spawn(move || guess(decoder, part, dims, floor))).collect();
-            let mut out = vec![guess(first_decoder, first, dims, floor)];
-            for handle in others {
-                out.push(handle.join().map_err(|_| anyhow::anyhow!("a decoding thread panicked"))?);
-            }
-            anyhow::Ok(out)
-        })?;
+        let work: Vec<(&mut Decoder, &Vec<RawRecord>)> = self.siblings.iter_mut().zip(&parts).collect();
+        let guessed: Vec<Stretch> = crate::runtime::in_threads(work, n, |(decoder, part)| guess(decoder, part, dims, floor));
         for (part, stretch) in parts.into_iter().zip(guessed) {
             let batch = match self.confirm(part, stretch, wall_ms, replay) {
                 Ok(batch) => batch,

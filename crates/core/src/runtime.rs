@@ -67,3 +67,35 @@ pub fn with_threads(name: &str, threads: usize) -> std::io::Result<Runtime> {
 pub fn current_thread() -> std::io::Result<Runtime> {
     Builder::new_current_thread().enable_all().build()
 }
+
+/// `f` over `items` on `threads` long-lived threads (`ultr-work-<i>`, one pool per count, kept for
+/// the process), results in `items`' order; 1 thread or 1 item: in order on the caller's thread.
+/// Long-lived, so each thread's allocator heap is reused rather than abandoned at every call (threads
+/// started per call held more memory: docs/benchmarks.md, issue 58 step 5).
+pub fn in_threads<T: Send, R: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> R + Sync + Send) -> Vec<R> {
+    use rayon::prelude::*;
+    if threads <= 1 || items.len() <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    match pool(threads) {
+        Some(pool) => pool.install(|| items.into_par_iter().map(f).collect()),
+        None => items.into_iter().map(f).collect(),
+    }
+}
+
+/// The pool of `threads` threads; `None` where threads cannot be started (the work runs in order).
+fn pool(threads: usize) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+    static POOLS: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashMap<usize, std::sync::Arc<rayon::ThreadPool>>>> = std::sync::OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock();
+    if let Some(pool) = pools.get(&threads) {
+        return Some(pool.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("ultr-work-{i}")).build();
+    match pool {
+        Ok(pool) => Some(pools.entry(threads).or_insert(std::sync::Arc::new(pool)).clone()),
+        Err(e) => {
+            tracing::warn!("starting {threads} work threads: {e}; working on one");
+            None
+        }
+    }
+}

@@ -89,7 +89,7 @@ fn merge_windows<T: Send>(
         let (start_ms, end_ms, partials, keys) = load(item)?;
         merge_window(start_ms, end_ms, partials, keys, target, false)
     };
-    super::in_threads(todo, target.threads, merge_one).into_iter().collect()
+    crate::runtime::in_threads(todo, target.threads, merge_one).into_iter().collect()
 }
 
 /// Writes windows closed by the shards of one ingest into its merged view `store`, merged in memory:

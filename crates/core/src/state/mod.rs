@@ -335,7 +335,7 @@ impl StateStore {
             todo.push((item, name));
         }
         let seq = next.seq;
-        let written = in_threads(todo, self.write_threads, |(item, name)| -> anyhow::Result<WindowEntry> {
+        let written = crate::runtime::in_threads(todo, self.write_threads, |(item, name)| -> anyhow::Result<WindowEntry> {
             let mut closed = compute(item)?;
             if let Some(keys) = closed.keys.take() {
                 closed.tables = keys.tables_to_strings(std::mem::take(&mut closed.tables))?;
@@ -603,24 +603,6 @@ fn write_window(windows_dir: &Path, name: &str, seq: u64, tables: &Tables) -> an
     let dest = windows_dir.join(name);
     fs::rename(&tmp, &dest).with_context(|| format!("renaming {} to {}", tmp.display(), dest.display()))?;
     Ok((sessions, impressions, files))
-}
-
-/// `f` over `items` on up to `threads` threads (consecutive shares), results in `items`' order.
-pub(crate) fn in_threads<T: Send, R: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    if threads <= 1 || items.len() <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let share = items.len().div_ceil(threads.min(items.len()));
-    let mut shares: Vec<Vec<T>> = Vec::new();
-    let mut items = items.into_iter().peekable();
-    while items.peek().is_some() {
-        shares.push(items.by_ref().take(share).collect());
-    }
-    let f = &f;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = shares.into_iter().map(|share| scope.spawn(move || share.into_iter().map(f).collect::<Vec<R>>())).collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    })
 }
 
 fn sum_column(batches: &[RecordBatch], name: &str) -> u64 {
