@@ -13,11 +13,14 @@ pub struct RuntimeConfig {
     /// the object store's client). Applied when the pipeline file is loaded.
     pub worker_threads: usize,
     /// Ingest workers: pipelines side by side, each assigning its share of the queries (by a hash of
-    /// `query_id`) to windows on its own thread, while one reader decodes for all and merges their
-    /// closed windows in memory into the state's merged view, where each is written once. Each worker
+    /// `query_id`) to windows on its own thread, while one reader reads for all, each poll is decoded
+    /// in one stretch per worker side by side, and their closed windows are merged in memory into the
+    /// state's merged view, where each is written once (a window per worker at a time). Each worker
     /// holds its own open windows' partials and buffers (about `window.reduce_rows` rows), so more
-    /// workers cost memory. Default 1: on 2 cores a second worker measured slower with 10-minute
-    /// windows (docs/benchmarks.md, ingest). A state keeps the count it was created with.
+    /// workers cost memory. Default 1. On 2 cores, 2 workers measured 8–11 % faster than one and took
+    /// 15–25 % more peak memory (docs/benchmarks.md, issue 58 step 5); the default stays 1 because
+    /// the state's manifest then lists no open windows or late segments (the shards hold them). A
+    /// state keeps the count it was created with.
     pub workers: Option<usize>,
 }
 
