@@ -233,7 +233,7 @@ impl<S: RecordSource> Ingest<S> {
                 Poll::Idle => return Ok(Next::Idle),
                 Poll::End => return Ok(Next::End),
             };
-            self.decode_poll(records)?;
+            self.decode_poll(records);
         }
         let batch = self.ready.pop_front().expect("a poll with records decodes at least one batch");
         self.handed = batch.resume.clone();
@@ -241,7 +241,7 @@ impl<S: RecordSource> Ingest<S> {
     }
 
     /// Decodes one poll's records into `ready`: in order, or in stretches side by side.
-    fn decode_poll(&mut self, mut records: Vec<RawRecord>) -> anyhow::Result<()> {
+    fn decode_poll(&mut self, mut records: Vec<RawRecord>) {
         let wall_ms = monotonic_wall(&mut self.wall_high_ms, chrono::Utc::now().timestamp_millis());
         let replay = self.source.replays_history();
         // A live stream's events are judged against the wall clock from below too; a replay's are not.
@@ -251,7 +251,7 @@ impl<S: RecordSource> Ingest<S> {
         if n < 2 {
             let batch = self.decode_in_order(records, wall_ms, replay);
             self.ready.push_back(batch);
-            return Ok(());
+            return;
         }
         let len = records.len().div_ceil(n);
         let mut parts = Vec::with_capacity(n);
@@ -270,7 +270,6 @@ impl<S: RecordSource> Ingest<S> {
             };
             self.ready.push_back(batch);
         }
-        Ok(())
     }
 
     /// The future-time ceiling of a record of `stream` under `clocks`.
@@ -296,44 +295,36 @@ impl<S: RecordSource> Ingest<S> {
 
     /// One decoder reads `records` in order.
     fn decode_in_order(&mut self, records: Vec<RawRecord>, wall_ms: i64, replay: bool) -> DecodedBatch {
-        let mut dead_letters = Vec::new();
-        let mut sessions = 0;
-        let mut origins = Vec::with_capacity(records.len());
-        let mut batch_resume = ResumeOffsets::default();
-        let n = records.len();
+        let mut tally = Tally::new(records.len());
         for record in records {
             let ceiling = self.ceiling(&self.stream_clocks, &record.position.stream, wall_ms, replay);
             self.decoder.set_event_time_ceiling(ceiling);
-            batch_resume.advance(&record);
             match self.decoder.decode(&record.payload) {
                 Ok(rows) => {
-                    sessions += 1;
                     if replay {
                         if let Some(t) = self.decoder.last_event_ms() {
                             Self::tick(&mut self.stream_clocks, &record.position.stream, t);
                         }
                     }
-                    origins.push(SessionOrigin {
-                        stream: record.position.stream.clone(),
-                        partition: record.position.partition,
-                        offset: record.position.offset,
-                        rows,
-                        repeated_items: self.decoder.last_repeats(),
-                    });
+                    tally.accept(&record, rows, self.decoder.last_repeats());
                 }
-                Err(rejected) => {
-                    dead_letters.push(DeadLetter { reason: rejected.reason, detail: rejected.detail, payload: record.payload, position: record.position })
-                }
+                Err(rejected) => tally.refuse(record, rejected),
             }
         }
-        self.decoded.merge(&batch_resume);
+        let impressions = self.decoder.finish();
+        self.hand_out(tally, impressions)
+    }
+
+    /// A batch from its tally and rows: the offsets after it, and the decoder state after it.
+    fn hand_out(&mut self, tally: Tally, impressions: RecordBatch) -> DecodedBatch {
+        self.decoded.merge(&tally.resume);
         DecodedBatch {
-            impressions: self.decoder.finish(),
-            records: n,
-            sessions,
-            dead_letters,
+            impressions,
+            records: tally.records,
+            sessions: tally.origins.len(),
+            dead_letters: tally.dead_letters,
             resume: self.decoded.clone(),
-            origins,
+            origins: tally.origins,
             decoder: self.decoder_state(),
         }
     }
@@ -377,25 +368,13 @@ impl<S: RecordSource> Ingest<S> {
         }
         self.stream_clocks = clocks;
         self.decoder.lock_dims(dims.0, dims.1);
-        let n = records.len();
-        let mut dead_letters = Vec::new();
-        let mut sessions = 0;
-        let mut origins = Vec::with_capacity(n);
-        let mut batch_resume = ResumeOffsets::default();
+        let mut tally = Tally::new(records.len());
         let refused_rows = stretch.guesses.iter().zip(&future).any(|(g, f)| matches!(g, Guess::Accepted { .. }) && f.is_some());
         let mut keep = refused_rows.then(|| Vec::with_capacity(stretch.impressions.num_rows()));
         for ((record, guess), future) in records.into_iter().zip(stretch.guesses).zip(future) {
-            batch_resume.advance(&record);
             let rejected = match (guess, future) {
                 (Guess::Accepted { rows, repeats, .. }, None) => {
-                    sessions += 1;
-                    origins.push(SessionOrigin {
-                        stream: record.position.stream.clone(),
-                        partition: record.position.partition,
-                        offset: record.position.offset,
-                        rows,
-                        repeated_items: repeats,
-                    });
+                    tally.accept(&record, rows, repeats);
                     if let Some(keep) = keep.as_mut() {
                         keep.extend(std::iter::repeat_n(true, rows));
                     }
@@ -410,15 +389,40 @@ impl<S: RecordSource> Ingest<S> {
                 (Guess::Refused { judged_ms: Some(t), .. }, Some(ceiling)) => future_event_time(t, ceiling),
                 (Guess::Refused { rejected, .. }, _) => rejected,
             };
-            dead_letters.push(DeadLetter { reason: rejected.reason, detail: rejected.detail, payload: record.payload, position: record.position });
+            tally.refuse(record, rejected);
         }
         let impressions = match keep {
             Some(keep) => datafusion::arrow::compute::filter_record_batch(&stretch.impressions, &BooleanArray::from(keep))
                 .expect("the mask has a value per row of the stretch"),
             None => stretch.impressions,
         };
-        self.decoded.merge(&batch_resume);
-        Ok(DecodedBatch { impressions, records: n, sessions, dead_letters, resume: self.decoded.clone(), origins, decoder: self.decoder_state() })
+        Ok(self.hand_out(tally, impressions))
+    }
+}
+
+/// What a batch's records came to, record by record in order: the sessions accepted, the dead
+/// letters, and the offsets after them.
+struct Tally {
+    records: usize,
+    origins: Vec<SessionOrigin>,
+    dead_letters: Vec<DeadLetter>,
+    resume: ResumeOffsets,
+}
+
+impl Tally {
+    fn new(records: usize) -> Tally {
+        Tally { records, origins: Vec::with_capacity(records), dead_letters: Vec::new(), resume: ResumeOffsets::default() }
+    }
+
+    fn accept(&mut self, record: &RawRecord, rows: usize, repeated_items: u32) {
+        self.resume.advance(record);
+        let p = &record.position;
+        self.origins.push(SessionOrigin { stream: p.stream.clone(), partition: p.partition, offset: p.offset, rows, repeated_items });
+    }
+
+    fn refuse(&mut self, record: RawRecord, rejected: Rejected) {
+        self.resume.advance(&record);
+        self.dead_letters.push(DeadLetter { reason: rejected.reason, detail: rejected.detail, payload: record.payload, position: record.position });
     }
 }
 
