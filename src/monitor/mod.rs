@@ -263,7 +263,7 @@ impl Monitor {
     }
 
     fn analyse(&mut self, dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
-        self.metrics.windows_open.set(manifest.open_windows.len() as i64);
+        self.metrics.windows_open.set(manifest.open_window_starts().len() as i64);
         self.tell_closed_windows(manifest);
         let latest = manifest.windows.iter().map(|w| w.end_ms).max().unwrap_or(i64::MIN);
         let model_changed = self.refresh_model()?;

@@ -66,8 +66,13 @@ fn config(file: &Path, workers: usize) -> PipelineConfig {
 
 /// `config` with its `[state]` checkpoint keys replaced by `checkpoints`.
 fn config_with(file: &Path, workers: usize, checkpoints: &str) -> PipelineConfig {
+    config_batch(file, workers, checkpoints, 300)
+}
+
+/// `config_with`, polling `batch_records` records at a time.
+fn config_batch(file: &Path, workers: usize, checkpoints: &str, batch_records: usize) -> PipelineConfig {
     let text = format!(
-        "batch_records = 300\n[runtime]\nworkers = {workers}\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"2m\"\nallowed_lateness = \"20s\"\n[state]\n{checkpoints}\nretention = \"3650d\"\nlookback = \"3650d\"\n",
+        "batch_records = {batch_records}\n[runtime]\nworkers = {workers}\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"2m\"\nallowed_lateness = \"20s\"\n[state]\n{checkpoints}\nretention = \"3650d\"\nlookback = \"3650d\"\n",
         file.display().to_string()
     );
     PipelineConfig::parse(&text, "workers.toml").unwrap()
@@ -202,4 +207,42 @@ fn a_crash_between_two_shards_checkpoints_leaves_every_merged_window_whole() {
     );
     run_to_state(&config(&data, 2), &crashed, &mut NoObserver).unwrap();
     assert_same_state(&crashed, &want, "resumed after a crash between the shards' checkpoints");
+}
+
+/// Stops a run once it has handed out this many records.
+struct StopAfter(u64, u64);
+
+impl ultr::pipeline::Observer for StopAfter {
+    fn on_progress(&mut self, r: &ultr::pipeline::RunReport) {
+        self.1 = r.records;
+    }
+    fn should_stop(&self) -> bool {
+        self.1 >= self.0
+    }
+}
+
+/// A run stopped inside the stream: the merged view of 2 and 3 workers lists the windows one worker
+/// leaves open at the same record (`Manifest::open_window_starts`, which the monitor's
+/// `windows_open` and scale-out's "finished" read), and holds its counters, offsets, dead letters
+/// and every closed window's tables. The one worker polls `300 / workers` records at a time, the size of the stretches the
+/// workers' polls are cut into, so both runs hand out the same records before they stop.
+#[test]
+fn a_run_stopped_mid_stream_leaves_a_merged_view_with_one_workers_open_windows_and_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = messy_stream(dir.path(), 9);
+    let checkpoints = "checkpoint_every_records = 1500";
+    for stop in [1_200, 4_500] {
+        for workers in [2, 3] {
+            let one = dir.path().join(format!("one-{workers}-{stop}"));
+            run_to_state(&config_batch(&data, 1, checkpoints, 300 / workers), &one, &mut StopAfter(stop, 0)).unwrap();
+            let m = read_manifest(&one).unwrap();
+            let open = m.open_window_starts();
+            assert!(!open.is_empty(), "stopped at {stop}: one worker has open windows");
+            assert!(m.operator.counters.sessions > 0 && m.operator.counters.sessions < 8_000, "stopped at {stop}: inside the stream");
+            let state = dir.path().join(format!("w{workers}-{stop}"));
+            run_to_state(&config(&data, workers), &state, &mut StopAfter(stop, 0)).unwrap();
+            assert_eq!(read_manifest(&state).unwrap().open_window_starts(), open, "stopped at {stop}, {workers} workers: the open windows");
+            assert_same_state(&state, &everything(&one), &format!("stopped at {stop}, {workers} workers"));
+        }
+    }
 }

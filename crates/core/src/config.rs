@@ -41,7 +41,7 @@ impl CoreConfig {
             identifiability: IdentifiabilityConfig::default(),
             holdout,
             source_identity,
-            workers: 1,
+            workers: crate::runtime::RuntimeConfig::default().ingest_workers(),
         }
     }
 

@@ -151,7 +151,6 @@ struct Coordinator {
     closed_pending: bool,
     /// Their bytes, summed over the workers, after the last batch.
     closed_pending_bytes: usize,
-    closed_unmerged: bool,
     since_checkpoint: u64,
     last_checkpoint: Instant,
     report: RunReport,
@@ -199,7 +198,6 @@ impl Coordinator {
             in_flight: false,
             closed_pending: false,
             closed_pending_bytes: 0,
-            closed_unmerged: false,
             since_checkpoint: 0,
             last_checkpoint: Instant::now(),
             report: RunReport { dead_letters, last_checkpoint_unix_ms: chrono::Utc::now().timestamp_millis(), ..RunReport::default() },
@@ -233,7 +231,7 @@ impl Coordinator {
                 || ((self.since_checkpoint > 0 || self.closed_pending) && self.last_checkpoint.elapsed() >= config.state.checkpoint_interval());
             let stop = observer.should_stop();
             if (due || stop) && (self.closed_pending || self.since_checkpoint > 0 || self.sent != self.checkpointed) {
-                self.checkpoint(ended)?;
+                self.checkpoint()?;
                 observer.persist(self.store())?;
                 // Only after the state covering it is durable; a failed commit is a warning (the
                 // manifest, not the group, says where reading resumes).
@@ -288,10 +286,10 @@ impl Coordinator {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Every worker checkpoints at the same record; then the merged view, if windows closed. With
-    /// several workers their closed windows are merged in memory and written to the merged view
-    /// first: once, and before any shard's checkpoint drops them (`merged::write_merged`).
-    fn checkpoint(&mut self, ended: bool) -> anyhow::Result<()> {
+    /// Every worker checkpoints at the same record; then the merged view. With several workers their
+    /// closed windows are merged in memory and written to the merged view first: once, and before
+    /// any shard's checkpoint drops them (`merged::write_merged`).
+    fn checkpoint(&mut self) -> anyhow::Result<()> {
         let mut merged_closed = None;
         if let (Some(store), Some(target)) = (self.merged.as_mut(), self.target.as_ref()) {
             if self.closed_pending {
@@ -333,12 +331,10 @@ impl Coordinator {
                 _ => anyhow::bail!("a worker answered out of turn"),
             }
         }
-        self.closed_unmerged |= self.closed_pending;
+        // At every checkpoint, so the merged view's counters, offsets, late sessions and open windows
+        // are as current as a one-worker state's.
         if let (Some(store), Some(target)) = (self.merged.as_mut(), self.target.as_ref()) {
-            if self.closed_unmerged || ended || store.manifest().seq == 0 {
-                crate::state::merged::compact_into(&self.shard_dirs, store, target)?;
-                self.closed_unmerged = false;
-            }
+            crate::state::merged::compact_into(&self.shard_dirs, store, target)?;
         }
         let r = &mut self.report;
         let first = &reports[0];

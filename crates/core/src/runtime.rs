@@ -17,10 +17,9 @@ pub struct RuntimeConfig {
     /// in one stretch per worker side by side, and their closed windows are merged in memory into the
     /// state's merged view, where each is written once (a window per worker at a time). Each worker
     /// holds its own open windows' partials and buffers (about `window.reduce_rows` rows), so more
-    /// workers cost memory. Default 1. On 2 cores, 2 workers measured 8–11 % faster than one and took
-    /// 15–25 % more peak memory (docs/benchmarks.md, issue 58 step 5); the default stays 1 because
-    /// the state's manifest then lists no open windows or late segments (the shards hold them). A
-    /// state keeps the count it was created with.
+    /// workers cost memory. Default: the cores this process may use, at most 2 — the most measured
+    /// faster than one fewer (docs/benchmarks.md, issue 58); set more to try. A state keeps the count
+    /// it was created with.
     pub workers: Option<usize>,
 }
 
@@ -41,13 +40,17 @@ impl RuntimeConfig {
         Ok(())
     }
 
-    /// Ingest workers of a new state.
+    /// Ingest workers of a new state: `workers`, or the default (see there).
     pub fn ingest_workers(&self) -> usize {
-        self.workers.unwrap_or(1).max(1)
+        self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()).min(MEASURED_WORKERS)).max(1)
     }
 }
 
 const DEFAULT_WORKER_THREADS: usize = 2;
+
+/// The most ingest workers measured faster than one fewer, each on as many cores: 2 beat 1 on 2
+/// cores, 1 beat 2 on 1 (docs/benchmarks.md, issue 58).
+const MEASURED_WORKERS: usize = 2;
 
 static WORKER_THREADS: AtomicUsize = AtomicUsize::new(DEFAULT_WORKER_THREADS);
 

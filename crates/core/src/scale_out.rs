@@ -676,7 +676,7 @@ pub fn unfinished(manifest: Option<&crate::state::Manifest>, topic: &str, partit
     if stored < high {
         return Some(format!("stored to offset {stored} of {high}"));
     }
-    let open = manifest.map_or(0, |m| m.open_windows.len());
+    let open = manifest.map_or(0, |m| m.open_window_starts().len());
     (open > 0).then(|| format!("read to its end ({high}) but {open} windows still open"))
 }
 

@@ -232,7 +232,9 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         }
     }
     let decoder = manifests.first().map(|(_, m)| m.decoder.clone()).unwrap_or_default();
+    let open_in_parts: BTreeSet<i64> = manifests.iter().flat_map(|(_, m)| m.open_window_starts()).collect();
     let changed = windows_merged > 0
+        || store.manifest().open_in_parts != open_in_parts
         || !late.is_empty()
         || store.manifest().seq == 0
         || store.manifest().operator.counters != snapshot.counters
@@ -252,7 +254,7 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
             retention_ms: target.retention_ms,
             decoder,
         })?;
-        store.record_merged_from(merged_from)?;
+        store.record_merged_from(merged_from, open_in_parts)?;
     }
     Ok(CompactReport {
         partitions: manifests.len(),

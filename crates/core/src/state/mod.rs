@@ -118,9 +118,19 @@ pub struct Manifest {
     /// from, so compaction re-merges only windows whose parts changed (`state::merged`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub merged_from: BTreeMap<String, String>,
+    /// A merged view's windows still open in its parts (an ingest's shards, or scale-out
+    /// partitions), whose partials stay there; a state holding its own open windows lists them in
+    /// `open_windows` instead.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub open_in_parts: BTreeSet<i64>,
 }
 
 impl Manifest {
+    /// The windows open in what this state covers: its own, or a merged view's parts'.
+    pub fn open_window_starts(&self) -> BTreeSet<i64> {
+        self.open_windows.iter().map(|w| w.start_ms).chain(self.open_in_parts.iter().copied()).collect()
+    }
+
     /// Every file this manifest names, relative to the state directory, with its recorded size
     /// (None where an older build recorded none): what a copy of the state must carry.
     pub fn named_files(&self) -> Vec<(String, Option<u64>)> {
@@ -245,6 +255,7 @@ impl StateStore {
             dead_letters: BTreeMap::new(),
             dead_letter_file_bytes: None,
             merged_from: BTreeMap::new(),
+            open_in_parts: BTreeSet::new(),
         };
         let store = StateStore { dir: dir.to_path_buf(), manifest, _lock: lock, write_threads: 1 };
         store.remove_garbage()?;
@@ -426,11 +437,13 @@ impl StateStore {
         Ok(())
     }
 
-    /// Records which partition windows each merged window was built from (compaction only).
-    pub fn record_merged_from(&mut self, merged_from: BTreeMap<String, String>) -> anyhow::Result<()> {
+    /// Records which partition windows each merged window was built from, and the windows open in
+    /// the parts (compaction only).
+    pub fn record_merged_from(&mut self, merged_from: BTreeMap<String, String>, open_in_parts: BTreeSet<i64>) -> anyhow::Result<()> {
         let mut next = self.manifest.clone();
         next.seq += 1;
         next.merged_from = merged_from;
+        next.open_in_parts = open_in_parts;
         write_manifest(&self.dir, &next)?;
         self.manifest = next;
         Ok(())
