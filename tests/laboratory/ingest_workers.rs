@@ -246,3 +246,62 @@ fn a_run_stopped_mid_stream_leaves_a_merged_view_with_one_workers_open_windows_a
         }
     }
 }
+
+/// Sessions 70 s apart in 1-minute windows: each window holds at most one session, so each is
+/// opened and closed by the one shard that owns its query, never by all of them.
+fn sparse_stream(dir: &Path, seed: u64) -> std::path::PathBuf {
+    let sim = Simulator::new(SimConfig {
+        synthetic: SyntheticData { queries: 40, docs_per_query: 8, features: 3 },
+        relevance: RelevanceKind::Linear,
+        sessions: 240,
+        seed,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let base = dir.join("dense.jsonl");
+    sim.run(&mut JsonlSink::create(&base).unwrap()).unwrap();
+    let t0: i64 = 1_767_225_600_000;
+    let lines: Vec<String> = std::fs::read_to_string(&base)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let mut session: serde_json::Value = serde_json::from_str(line).unwrap();
+            session["event_time"] = serde_json::json!(t0 + i as i64 * 70_000);
+            session.to_string()
+        })
+        .collect();
+    let path = dir.join("sparse.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// A stream whose windows each hold one session (`sparse_stream`): with 2 and 3 workers the
+/// windows closed — the counter in the merged view's manifest and in the run's report — equal one
+/// worker's, as do every other counter, the offsets and every window's tables (issue 58: a window
+/// only one shard saw was not counted, so 2 workers counted fewer windows closed than 1 on CLARA 2).
+#[test]
+fn windows_only_one_shard_saw_are_counted_closed_once_as_one_worker_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = sparse_stream(dir.path(), 3);
+    let window = |workers: usize| {
+        let text = format!(
+            "batch_records = 50\n[runtime]\nworkers = {workers}\n[source.file]\npaths = [{:?}]\n[window]\nsize = \"1m\"\nallowed_lateness = \"0s\"\n[state]\ncheckpoint_every_records = 120\nretention = \"3650d\"\nlookback = \"3650d\"\n",
+            data.display().to_string()
+        );
+        PipelineConfig::parse(&text, "sparse.toml").unwrap()
+    };
+    let one = dir.path().join("one");
+    let report = run_to_state(&window(1), &one, &mut NoObserver).unwrap();
+    let closed = report.counters.windows_closed;
+    assert_eq!(closed, read_manifest(&one).unwrap().windows.len() as u64, "one worker counts each window it wrote");
+    assert!(closed >= 200, "{closed} windows closed");
+    let want = everything(&one);
+    for workers in [2, 3] {
+        let state = dir.path().join(format!("w{workers}"));
+        let report = run_to_state(&window(workers), &state, &mut NoObserver).unwrap();
+        assert_eq!(report.counters.windows_closed, closed, "{workers} workers: the run's report");
+        assert_eq!(report.windows_closed_this_run, closed, "{workers} workers: closed this run");
+        assert_same_state(&state, &want, &format!("{workers} workers"));
+    }
+}

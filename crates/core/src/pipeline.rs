@@ -344,7 +344,11 @@ impl Coordinator {
         r.window_close_seconds = seconds;
         r.dead_letters = first.dead_letters.clone();
         r.dead_letter_failures = first.dead_letter_failures;
-        r.counters = WindowCounters::sum(reports.iter().map(|x| &x.counters));
+        r.counters = match &self.merged {
+            // The view counts each window closed once (`merged::write_merged`).
+            Some(store) => store.manifest().operator.counters.clone(),
+            None => WindowCounters::sum(reports.iter().map(|x| &x.counters)),
+        };
         r.watermark_ms = reports.iter().map(|x| x.watermark_ms).min().unwrap_or(i64::MIN);
         r.last_checkpoint_unix_ms = chrono::Utc::now().timestamp_millis();
         r.lag = self.ingest.reader().source().lag(&self.sent);

@@ -94,11 +94,11 @@ fn merge_windows<T: Send>(
 
 /// Writes windows closed by the shards of one ingest into its merged view `store`, merged in memory:
 /// `closed` holds each shard's closed partials (shards in order), which no shard writes itself. The
-/// view's counters and offsets stay as they are until `compact_into` reads the shards' next
-/// checkpoint. A window the view holds already is final and is skipped: it was written whole before
-/// any shard's checkpoint dropped it, and after a crash between the shards' checkpoints only the
-/// shards behind close it again from the replay, so their merge would lack the others' shares.
-/// Returns the windows written.
+/// view counts the windows it writes as closed; its other counters and offsets stay as they are
+/// until `compact_into` reads the shards' next checkpoint. A window the view holds already is final
+/// and is skipped: it was written whole before any shard's checkpoint dropped it, and after a crash
+/// between the shards' checkpoints only the shards behind close it again from the replay, so their
+/// merge would lack the others' shares. Returns the windows written.
 pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, target: &MergeTarget) -> anyhow::Result<usize> {
     let written: BTreeSet<(i64, i64)> = store.manifest().windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
     let mut groups: BTreeMap<(i64, i64), (Vec<Tables>, Keys)> = BTreeMap::new();
@@ -116,7 +116,10 @@ pub fn write_merged(closed: Vec<Vec<ClosedOutput>>, store: &mut StateStore, targ
     }
     let n = groups.len();
     let m = store.manifest();
-    let (operator, resume, dead_letters, decoder) = (m.operator.clone(), m.resume.clone(), m.dead_letters.clone(), m.decoder.clone());
+    let (mut operator, resume, dead_letters, decoder) = (m.operator.clone(), m.resume.clone(), m.dead_letters.clone(), m.decoder.clone());
+    // Counted here, in the manifest that lists the window, so each is counted once: a shard counts
+    // only the windows it saw a session of, and a replay closes again windows the view holds.
+    operator.counters.windows_closed += n as u64;
     let cp = Checkpoint {
         closed: Vec::new(),
         open_partials: Vec::new(),
@@ -221,8 +224,9 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
     }
     let windows_merged = closed.len();
     let mut snapshot = merged_snapshot(&manifests);
-    // A window no single part saw whole is still one window closed.
-    snapshot.counters.windows_closed = snapshot.counters.windows_closed.max(groups.len() as u64);
+    // A window no single part saw whole is still one window closed; an ingest's shards keep none,
+    // and the view counts the windows `write_merged` wrote.
+    snapshot.counters.windows_closed = snapshot.counters.windows_closed.max(groups.len() as u64).max(store.manifest().operator.counters.windows_closed);
     let mut resume = crate::sources::ResumeOffsets::default();
     let mut dead_letters: BTreeMap<String, u64> = BTreeMap::new();
     for (_, m) in &manifests {
