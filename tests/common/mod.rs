@@ -246,3 +246,16 @@ macro_rules! seeded_tests {
         }
     };
 }
+
+/// An observer that stops a run once it has handed out `.0` records (`.1`: handed out so far). The
+/// stop is seen after the next batch is handed out, so a run reads one batch more.
+pub struct StopAfter(pub u64, pub u64);
+
+impl ultr::pipeline::Observer for StopAfter {
+    fn on_progress(&mut self, r: &ultr::pipeline::RunReport) {
+        self.1 = r.records;
+    }
+    fn should_stop(&self) -> bool {
+        self.1 >= self.0
+    }
+}

@@ -155,20 +155,11 @@ fn the_duplicate_filter_keeps_distinct_sessions_apart_and_survives_a_checkpoint(
         ultr::config::PipelineConfig::parse(&text, "test").unwrap()
     };
     let state = dir.path().join("state");
-    // Stop inside the window, before the file's end flushes it: the stop is checked before the
-    // third batch of 100 is counted, so the run reads 300 records and checkpoints.
-    struct StopAfter(u64, u64);
-    impl ultr::pipeline::Observer for StopAfter {
-        fn on_progress(&mut self, r: &ultr::pipeline::RunReport) {
-            self.1 = r.records;
-        }
-        fn should_stop(&self) -> bool {
-            self.1 >= self.0
-        }
-    }
+    // Stop inside the window, before the file's end flushes it: the run stops one batch after 200
+    // records and checkpoints.
     let mut cfg = config(&path);
     cfg.batch_records = 100;
-    ultr::pipeline::run_to_state(&cfg, &state, &mut StopAfter(200, 0)).unwrap();
+    ultr::pipeline::run_to_state(&cfg, &state, &mut crate::common::StopAfter(200, 0)).unwrap();
     let manifest = ultr::state::read_manifest(&state).unwrap();
     assert_eq!(manifest.open_window_starts().len(), 1, "the window is still open");
     // Re-send 100 of the same sessions (at other times within the window), then 50 new ones.

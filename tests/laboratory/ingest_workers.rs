@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::common::{copy_dir, sorted_rows};
+use crate::common::{copy_dir, sorted_rows, StopAfter};
 use rand::{Rng, SeedableRng};
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
@@ -207,18 +207,6 @@ fn a_crash_between_two_shards_checkpoints_leaves_every_merged_window_whole() {
     );
     run_to_state(&config(&data, 2), &crashed, &mut NoObserver).unwrap();
     assert_same_state(&crashed, &want, "resumed after a crash between the shards' checkpoints");
-}
-
-/// Stops a run once it has handed out this many records.
-struct StopAfter(u64, u64);
-
-impl ultr::pipeline::Observer for StopAfter {
-    fn on_progress(&mut self, r: &ultr::pipeline::RunReport) {
-        self.1 = r.records;
-    }
-    fn should_stop(&self) -> bool {
-        self.1 >= self.0
-    }
 }
 
 /// A run stopped inside the stream: the merged view of 2 and 3 workers lists the windows one worker
