@@ -392,7 +392,17 @@ fn render_outcome(outcome: &TrainOutcome) -> String {
     ));
     if let Some(r) = &f.position_refit {
         let moved = r.before.iter().zip(&r.after).map(|(b, a)| (a - b).abs()).fold(0.0, f64::max);
-        s.push_str(&format!("  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n", r.positions));
+        if r.method == ultr_train::refit::RefitMethod::SwapPairs {
+            s.push_str(&format!(
+                "  θ from the swap pairs before training, then held fixed ([train] position_bias = \"swap_pairs\"): {} positions\n",
+                r.positions
+            ));
+        } else {
+            s.push_str(&format!(
+                "  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n",
+                r.positions
+            ));
+        }
         if !r.not_estimable.is_empty() {
             let list = r.not_estimable.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ");
             s.push_str(&format!(
@@ -476,7 +486,8 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     let truth = ground_truth(&config, &args.truth)?;
     let labels = if !args.labels.is_empty() { Some(labels_from_svmlight(&args.labels)?) } else { truth.as_ref().map(labels_from_truth) };
     let theta = truth.as_ref().map(truth_theta);
-    let report = evaluate(&trained, &heldout, labels.as_ref(), theta.as_deref(), args.positions, &device);
+    let mut report = evaluate(&trained, &heldout, labels.as_ref(), theta.as_deref(), args.positions, &device);
+    report.misspecification = Some(ultr_train::misspecification::of_model(&trained, &heldout, config.identifiability.min_policy_variation, &device));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "report": report }))?);
     } else {

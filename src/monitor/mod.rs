@@ -439,7 +439,7 @@ impl Monitor {
             }
             // A per-document tower's own estimation noise correlates with π; the test takes its
             // per-document levels out (see `ultr_train::misspecification`).
-            let nuisance = if model.meta.architecture.tower.pair_embedding() { Nuisance::PerDocument } else { Nuisance::PositionLogit };
+            let nuisance = Nuisance::of_tower(model.meta.architecture.tower);
             let test = score_test(&ex.rows, &logits, |i| held_out[i], self.config.identifiability.min_policy_variation, nuisance);
             self.report_window(&w, summary, test, whole_window);
         }

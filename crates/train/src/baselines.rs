@@ -36,6 +36,11 @@ pub struct HeldOutClicks {
     /// P(click | query, document), smoothed toward the training click-through rate.
     pub pair_ctr: f64,
     pub impressions: f64,
+    /// Whether a feature tower's candidate predicts the held-out clicks worse than per-pair CTR: the
+    /// features miss relevance that repeats per (query, document). Reported, not gated: per-pair
+    /// CTR cannot score a pair it has not seen, a ranking model must (docs/models.md, "The gate").
+    #[serde(default)]
+    pub below_pair_ctr: bool,
     /// Whether the candidate's click logits are click probabilities, so the comparison binds
     /// (false for DLA, whose listwise losses fix no level: reported, not gated).
     pub applies: bool,
@@ -46,8 +51,13 @@ impl HeldOutClicks {
     pub fn line(&self) -> String {
         let current = self.current.map(|c| format!(", current model {c:.5}")).unwrap_or_default();
         let note = if self.applies { "" } else { " (this model's click logits are uncalibrated: not gated on it)" };
+        let below = if self.below_pair_ctr {
+            "\n  the candidate predicts held-out clicks worse than per-(query, document) CTR: its features miss relevance that repeats per pair (not gated: per-pair CTR cannot rank a pair it has not seen)"
+        } else {
+            ""
+        };
         format!(
-            "held-out click log-likelihood per impression ({:.0} impressions): candidate {:.5}, position-only {:.5}, per-(query, document) CTR {:.5}{current}{note}",
+            "held-out click log-likelihood per impression ({:.0} impressions): candidate {:.5}, position-only {:.5}, per-(query, document) CTR {:.5}{current}{note}{below}",
             self.impressions, self.candidate, self.position_only, self.pair_ctr
         )
     }
@@ -178,6 +188,7 @@ pub fn held_out_clicks(data: &dyn ExampleChunks, candidate: &Trained, current: O
         position_only: sums.position_only / n,
         pair_ctr: sums.pair_ctr / n,
         impressions: n,
+        below_pair_ctr: candidate.meta.architecture.tower.reads_features() && sums.candidate < sums.pair_ctr,
         applies: candidate.meta.architecture.model.calibrated_clicks(),
     }))
 }

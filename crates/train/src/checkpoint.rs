@@ -316,7 +316,7 @@ mod tests {
     }
 
     fn held_out(candidate: f64, applies: bool) -> crate::baselines::HeldOutClicks {
-        crate::baselines::HeldOutClicks { candidate, current: None, position_only: -0.20, pair_ctr: -0.25, impressions: 1e4, applies }
+        crate::baselines::HeldOutClicks { candidate, current: None, position_only: -0.20, pair_ctr: -0.25, impressions: 1e4, below_pair_ctr: false, applies }
     }
 
     /// A candidate that predicts held-out clicks worse than position alone is rejected, the first

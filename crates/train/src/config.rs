@@ -17,6 +17,24 @@ pub enum AggregatedEpoch {
     Rows,
 }
 
+/// `[train] position_bias`: where θ_k of a model with a feature tower comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PositionBiasSource {
+    /// Before the tower trains, from the swap pairs: the (query, document) pairs shown at two
+    /// positions or more, each with a random effect of its own in place of r(x), unweighted (the
+    /// embedding tower's estimator, `crates/train/src/refit.rs`); then held fixed while r(x)
+    /// trains. Relevance the features miss stays in the pair effects instead of leaking into θ
+    /// through the logging policy (Hager et al. 2025, the omitted-variable case). Where the swap
+    /// pairs leave a position not estimable (no swap, or no click on them) training falls back to
+    /// `joint`, and the fit report says so.
+    SwapPairs,
+    /// Learned with the tower by gradient descent, then refit by maximum likelihood with r(x) held
+    /// fixed (`refit_position_bias`). Biased toward 0 when the features explain relevance only in
+    /// part and the logging policy ranks by what they miss.
+    Joint,
+}
+
 /// What to do with a training row whose (q,d,k) has no cumulative propensity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -140,6 +158,12 @@ pub struct TrainConfig {
     /// service's scheduled runs) is not refit: its rows are only the windows its parent has not
     /// seen; it starts from the parent's refit θ.
     pub refit_position_bias: bool,
+    /// Where a feature tower's θ_k comes from: `swap_pairs` (the default; estimated from the
+    /// (query, document) pairs shown at two positions or more before the tower trains, then held
+    /// fixed) or `joint` (trained with the tower, then refit with r(x) fixed). The embedding tower
+    /// always estimates θ from its pairs. docs/models.md, "θ from the swap pairs", says why and
+    /// with which figures.
+    pub position_bias: PositionBiasSource,
     /// The embedding tower only: after the θ refit, re-estimate γ_{q,d} around a prior from the
     /// logging policy's order, γ ~ N(ρ_b, 1/λ) with b the pair's mean logged position
     /// (`crates/train/src/logged_order_prior.rs`). The strengths λ tried; the validation sessions'
@@ -213,6 +237,7 @@ impl Default for TrainConfig {
             patience: 3,
             early_stopping: true,
             refit_position_bias: true,
+            position_bias: PositionBiasSource::SwapPairs,
             logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
             logged_order_prior_lower_bound: 1.0,
             validation_fraction: 0.1,

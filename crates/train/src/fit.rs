@@ -16,9 +16,10 @@ use super::artefact::{ModelMeta, Normalizer, Trained};
 pub use super::batches::make_batch;
 use super::batches::{aggregated_rows, batches, build_batch, draw_spans, epoch_steps, one_pass_batches, tower_inputs, walks_rows_once, BatchSpec};
 use super::chunks::ExampleChunks;
-use super::config::TrainConfig;
+use super::config::{PositionBiasSource, TrainConfig};
 use super::data::{split_of, Examples, Split};
 use super::models::{AnyModel, BatchTensors, InputShape};
+use super::refit::RefitMethod;
 use super::scoring::weighted_loss_sum;
 pub use super::scoring::LossSums;
 use super::weights::{weights_of, WeightReport, WeightTotals};
@@ -402,6 +403,20 @@ pub fn fit_chunks(
     if arch.tower.pair_embedding() {
         trained = grow_vocabulary(trained, pairs, &infer_device);
     }
+    // `[train] position_bias = "swap_pairs"`: a feature tower's θ from the swap pairs before the tower
+    // trains, then held fixed; a warm start keeps its parent's θ fixed. Where the swap pairs leave a
+    // position not estimable, θ trains with the tower as `joint` does.
+    let swap_pairs =
+        cfg.position_bias == PositionBiasSource::SwapPairs && cfg.refit_position_bias && arch.tower.reads_features() && trained.model.has_position_logits();
+    let mut swap_refit = None;
+    if swap_pairs && !warm {
+        let mut estimated = trained.clone();
+        if let Some(r) = super::refit::refit_position_bias(&mut estimated, data, cfg)?.filter(|r| r.method == RefitMethod::SwapPairs) {
+            trained = estimated;
+            swap_refit = Some(r);
+        }
+    }
+    let theta_fixed = swap_pairs && (warm || swap_refit.is_some()) && trained.model.freeze_position_logits();
     let val_denominator = if cfg.ips.self_normalize { survey.validation_weight } else { survey.validation_impressions as f64 };
     let mut run = Run {
         data,
@@ -429,8 +444,13 @@ pub fn fit_chunks(
     trained.model = best.2;
     // A warm start trains on the windows its parent has not seen only: refit there, θ would rest on
     // that slice alone. It starts from its parent's refit θ instead, which its epochs move little.
-    let position_refit =
-        if cfg.refit_position_bias && stop != StopReason::Diverged && !warm { super::refit::refit_position_bias(&mut trained, data, cfg)? } else { None };
+    let position_refit = if theta_fixed {
+        swap_refit
+    } else if cfg.refit_position_bias && stop != StopReason::Diverged && !warm {
+        super::refit::refit_position_bias(&mut trained, data, cfg)?
+    } else {
+        None
+    };
     let logged_order_prior =
         if stop != StopReason::Diverged && !warm { super::logged_order_prior::fit_logged_order_prior(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);

@@ -108,6 +108,30 @@ pub enum Nuisance {
     PerDocument,
 }
 
+impl Nuisance {
+    /// The nuisance of a model with this relevance tower: per document where the tower has a free
+    /// γ per (query, document), per position otherwise.
+    pub fn of_tower(tower: crate::models::TowerKind) -> Nuisance {
+        if tower.pair_embedding() {
+            Nuisance::PerDocument
+        } else {
+            Nuisance::PositionLogit
+        }
+    }
+}
+
+/// The test of `trained` on every row of `heldout` (rows no fit or early stopping chose by): what
+/// `ultr eval` reports beside the monitor's per-window figures.
+pub fn of_model(
+    trained: &crate::artefact::Trained,
+    heldout: &crate::data::Examples,
+    min_policy_variation: f64,
+    device: &burn::tensor::Device,
+) -> MisspecificationTest {
+    let logits = trained.logits(heldout, device);
+    score_test(&heldout.rows, &logits, |_| true, min_policy_variation, Nuisance::of_tower(trained.meta.architecture.tower))
+}
+
 /// Runs the test on `rows` (with the model's logits) where `include` holds. Rows without a finite π
 /// are left out. `min_policy_variation` is the within-position sd of π below which the data is
 /// called blind.

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::artefact::Trained;
 use super::chunks::ExampleChunks;
-use super::config::TrainConfig;
+use super::config::{IpsConfig, PositionBiasSource, TrainConfig};
 use super::data::{split_of, Examples, Split};
 use super::weights::weights_of;
 use ultr_core::math::sigmoid;
@@ -47,6 +47,23 @@ pub struct PositionRefit {
     pub not_estimable: Vec<usize>,
     /// The most Newton steps any position took.
     pub iterations: usize,
+    /// Which estimator gave θ.
+    #[serde(default)]
+    pub method: RefitMethod,
+}
+
+/// The estimator a refit used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefitMethod {
+    /// A feature tower's r(x) held fixed as an offset, one Newton problem per position, IPS-weighted.
+    #[default]
+    TowerOffset,
+    /// The embedding tower: its pairs' effects profiled out (random effects, random-walk prior).
+    PairEffects,
+    /// A feature tower's θ from its swap pairs, with a random effect per (query, document) in place
+    /// of r(x): omitted relevance cannot leak into θ through the logging policy.
+    SwapPairs,
 }
 
 /// Weighted sufficient statistics of one training row: its position, its (query, document) in the
@@ -61,35 +78,68 @@ pub(crate) struct RowTerms {
 
 /// Refits θ of `trained` on the training rows of `data` (see the module doc). None when the model's
 /// logit has no additive per-position parameter (a session model, or position through a tower).
+/// With `[train] position_bias = "swap_pairs"` a feature tower's θ is the embedding tower's
+/// estimate, from pairs shown at two positions or more with a random effect per (query, document),
+/// whatever r(x) is: fit before the tower trains, θ is then held fixed (`fit.rs`). Where the swap
+/// pairs leave a position not estimable it falls back to the tower-offset refit.
 pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<Option<PositionRefit>> {
     let positions = trained.meta.architecture.max_positions;
     if !trained.model.has_position_logits() {
         return Ok(None);
     }
+    let embedding = trained.meta.architecture.tower.pair_embedding();
+    // A feature tower's θ from the swap pairs (`[train] position_bias = "swap_pairs"`): the pairs
+    // keyed by (query, document) instead of the embedding's vocabulary, unweighted as the
+    // embedding tower's (a free effect per pair conditions on where the policy placed it).
+    let swap_pairs = !embedding && cfg.position_bias == PositionBiasSource::SwapPairs;
     let device = cfg.backend.device()?;
     let (mut terms, mut relevance) = (Vec::new(), Vec::new());
+    let mut keys = swap_pairs.then(std::collections::HashMap::new);
     match data.in_memory() {
-        Some(ex) => row_terms(trained, ex, cfg, &device, positions, &mut terms, &mut relevance),
+        Some(ex) => row_terms(trained, ex, cfg, &device, positions, keys.as_mut(), &mut terms, &mut relevance),
         None => {
             for i in 0..data.chunk_count(Split::Training) {
-                row_terms(trained, &data.load_chunk(Split::Training, i)?, cfg, &device, positions, &mut terms, &mut relevance);
+                row_terms(trained, &data.load_chunk(Split::Training, i)?, cfg, &device, positions, keys.as_mut(), &mut terms, &mut relevance);
             }
         }
     }
     let before = trained.position_bias();
-    let (delta, refit, iterations, not_estimable) = if trained.meta.architecture.tower.pair_embedding() {
-        profiled_shifts(&terms, &relevance, positions, &before)
-    } else {
-        let (delta, refit, iterations) = newton_shifts(&terms, positions);
-        let not_estimable = not_estimable(&terms, positions, &delta);
-        (delta, refit, iterations, not_estimable)
+    let mut method = if embedding { RefitMethod::PairEffects } else { RefitMethod::TowerOffset };
+    let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before));
+    let (delta, refit, iterations, not_estimable) = match profiled {
+        // A position the swap pairs cannot estimate: a feature tower falls back to the joint refit.
+        Some(p) if embedding || p.3.is_empty() => {
+            if swap_pairs {
+                method = RefitMethod::SwapPairs;
+            }
+            p
+        }
+        _ => {
+            let (mut weighted, mut relevance_unused) = (Vec::new(), Vec::new());
+            if swap_pairs {
+                // The tower-offset refit reads the IPS-weighted rows.
+                match data.in_memory() {
+                    Some(ex) => row_terms(trained, ex, cfg, &device, positions, None, &mut weighted, &mut relevance_unused),
+                    None => {
+                        for i in 0..data.chunk_count(Split::Training) {
+                            row_terms(trained, &data.load_chunk(Split::Training, i)?, cfg, &device, positions, None, &mut weighted, &mut relevance_unused);
+                        }
+                    }
+                }
+            } else {
+                weighted = terms;
+            }
+            let (delta, refit, iterations) = newton_shifts(&weighted, positions);
+            let not_estimable = not_estimable(&weighted, positions, &delta);
+            (delta, refit, iterations, not_estimable)
+        }
     };
     if refit == 0 {
         return Ok(None);
     }
     trained.model.shift_position_logits(&delta);
     let after = trained.position_bias();
-    Ok(Some(PositionRefit { before, after, positions: refit, iterations, not_estimable }))
+    Ok(Some(PositionRefit { before, after, positions: refit, iterations, not_estimable, method }))
 }
 
 /// The 1-based positions that have rows but were not refit (a zero shift where rows exist).
@@ -100,20 +150,35 @@ fn not_estimable(terms: &[RowTerms], positions: usize, delta: &[f32]) -> Vec<usi
 }
 
 /// Appends the terms of `ex`'s training rows at positions 1..=`positions`, and each row's relevance
-/// (the part of its logit the tower gives) to `relevance`.
+/// (the part of its logit the tower gives) to `relevance`. With `keys`, a row's pair is its
+/// (query, document) numbered in `keys` (across chunks) and every weight is 1.
+#[allow(clippy::too_many_arguments)]
 fn row_terms(
     trained: &Trained,
     ex: &Examples,
     cfg: &TrainConfig,
     device: &burn::tensor::Device,
     positions: usize,
+    keys: Option<&mut std::collections::HashMap<(String, String), u32>>,
     out: &mut Vec<RowTerms>,
     relevance: &mut Vec<f64>,
 ) {
     let logits = trained.logits(ex, device);
     let tower = trained.relevance_of_rows(ex, device);
-    let (weights, _) = weights_of(&ex.rows, &cfg.applied_ips());
-    let qd_map = trained.qd_map(ex);
+    // Keyed pairs (the swap-pair estimate) are unweighted; the others carry the fit's IPS weights.
+    let ips = if keys.is_some() { IpsConfig { enabled: false, ..cfg.ips.clone() } } else { cfg.applied_ips() };
+    let (weights, _) = weights_of(&ex.rows, &ips);
+    let qd_map = match keys {
+        Some(keys) => ex
+            .qd_keys
+            .iter()
+            .map(|k| {
+                let next = keys.len() as u32;
+                *keys.entry(k.clone()).or_insert(next)
+            })
+            .collect(),
+        None => trained.qd_map(ex),
+    };
     for span in ex.sessions.iter().filter(|s| split_of(s, cfg.holdout()) == Split::Training) {
         for i in span.start..span.start + span.len {
             let r = &ex.rows[i];

@@ -33,6 +33,9 @@ pub struct EvalReport {
     pub bias_positions: usize,
     pub theta_estimated: Vec<f64>,
     pub theta_true: Vec<f64>,
+    /// The misspecification test on the held-out rows (`crate::misspecification`), when run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub misspecification: Option<crate::misspecification::MisspecificationTest>,
 }
 
 /// RMSE over positions 1..=k of normalised θ (both vectors hold θ_k − θ_1 from index 0).
@@ -121,6 +124,7 @@ pub fn evaluate(trained: &Trained, heldout: &Examples, labels: Option<&Labels>, 
         bias_positions,
         theta_estimated: theta_estimated.into_iter().take(k_bias.max(bias_positions)).collect(),
         theta_true,
+        misspecification: None,
     }
 }
 
@@ -140,6 +144,16 @@ impl EvalReport {
             s.push_str("  k  estimated   true\n");
             for (i, t) in self.theta_true.iter().enumerate() {
                 s.push_str(&format!("  {:<2} {:+.4}   {:+.4}\n", i + 1, self.theta_estimated[i], t));
+            }
+        }
+        if let Some(m) = &self.misspecification {
+            match (&m.reason, m.assessable) {
+                (_, true) => s.push_str(&format!(
+                    "  misspecification: z = {:.2} over {} (query, document) clusters, {} position blocks (the monitor's ultr_misspecification_z; pipelines/alerts.yml alerts above its threshold)\n",
+                    m.z, m.clusters, m.dof
+                )),
+                (Some(r), false) => s.push_str(&format!("  misspecification: not assessable: {r}\n")),
+                (None, false) => s.push_str("  misspecification: not assessable\n"),
             }
         }
         s

@@ -89,6 +89,11 @@ impl Model for Additive {
         true
     }
 
+    fn freeze_position_logits(&mut self) -> bool {
+        self.theta = self.theta.clone().set_require_grad(false);
+        true
+    }
+
     fn pair_relevance(&self) -> Option<Vec<f32>> {
         let gamma = self.embedding.as_ref()?;
         Some(gamma.val().into_data().try_to_vec::<f32>().expect("γ is f32"))

@@ -83,6 +83,13 @@ pub trait Model: Module + Sized {
         false
     }
 
+    /// Holds θ_k fixed in training (no gradient, no optimizer step) where the click logit has it;
+    /// false (and unchanged) otherwise. `[train] position_bias = "swap_pairs"` fits θ first and
+    /// then freezes it.
+    fn freeze_position_logits(&mut self) -> bool {
+        false
+    }
+
     /// γ_{q,d} per vocabulary entry, if the click logit is θ_k + γ_{q,d} (+ b(z)) with an embedding
     /// tower; None otherwise. The logged-order prior (`logged_order_prior.rs`) re-estimates it.
     fn pair_relevance(&self) -> Option<Vec<f32>> {

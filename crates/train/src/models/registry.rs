@@ -213,6 +213,11 @@ macro_rules! registry {
                 match self { $( AnyModel::$kind(m) => m.shift_position_logits(delta), )* }
             }
 
+            /// Holds θ_k fixed in training (see `Model::freeze_position_logits`).
+            pub fn freeze_position_logits(&mut self) -> bool {
+                match self { $( AnyModel::$kind(m) => m.freeze_position_logits(), )* }
+            }
+
             /// γ per vocabulary entry where the logit is θ_k + γ (see `Model::pair_relevance`).
             pub fn pair_relevance(&self) -> Option<Vec<f32>> {
                 match self { $( AnyModel::$kind(m) => m.pair_relevance(), )* }
