@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ultr against the GBDT rankers teams run (issue 87): XGBoost's Unbiased LambdaMART
-# (`rank:ndcg`, `lambdarank_unbiased`), XGBoost's LambdaMART on raw clicks, and LightGBM's
-# lambdarank with its `position` column, all on the same simulated click log, every ranking scored
-# on queries never simulated.
+# (`rank:ndcg`, `lambdarank_unbiased`) and LightGBM's lambdarank with its `position` column (and,
+# with GBDT_NAIVE=1, XGBoost's LambdaMART on raw clicks), all on the same simulated click log,
+# every ranking scored on queries never simulated.
 #
 # A cell is (α, sessions, seed): `ultr simulate` on MQ2008 S1–S3 (their editors' labels as the
 # relevance, the additive PBM's clicks σ(−ln k + rel − 2), 10 results a page, the MLP logging policy
@@ -38,7 +38,7 @@ DATA="${ULTR_DATA_DIR:-data}/mq2008"
 GBDT_VENV="${GBDT_VENV:-$HOME/.cache/ultr/gbdt-venv}"
 if ! "$GBDT_VENV/bin/python" -c "import xgboost, lightgbm, numpy" 2>/dev/null; then
   python3 -m venv "$GBDT_VENV"
-  "$GBDT_VENV/bin/pip" install -q --disable-pip-version-check "xgboost>=2.1,<4" "lightgbm>=4.1,<5" "numpy>=1.24"
+  "$GBDT_VENV/bin/pip" install -q --disable-pip-version-check "xgboost-cpu>=2.1,<4" "lightgbm>=4.1,<5" "numpy>=1.24"
 fi
 PY="$GBDT_VENV/bin/python"
 mkdir -p "$OUT"
@@ -103,9 +103,9 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*/score.json")):
     for variant, u in d["ultr"].items():
         m, h = u["minus_xgboost_unbiased"], u["held_out_clicks"]
         print(
-            f"| {cell} | {variant} | {u['ndcg10']:.3f} | {n['xgboost_unbiased']:.3f} | {n['xgboost_naive']:.3f} | {n['lightgbm_position']:.3f} "
+            f"| {cell} | {variant} | {u['ndcg10']:.3f} | {n['xgboost_unbiased']:.3f} | {n.get('xgboost_naive', float('nan')):.3f} | {n['lightgbm_position']:.3f} "
             f"| {m['estimate']:+.3f} [{m['low']:+.3f}, {m['high']:+.3f}] | {u['theta_bias_rmse']:.3f} | {u['theta_method']} | {u['train_wall_seconds']:.1f} "
-            f"| {g['xgboost_unbiased']['fit_seconds']:.1f} / {g['xgboost_naive']['fit_seconds']:.1f} / {g['lightgbm_position']['fit_seconds']:.1f} "
+            f"| {g['xgboost_unbiased']['fit_seconds']:.1f} / {g.get('xgboost_naive', {}).get('fit_seconds', float('nan')):.1f} / {g['lightgbm_position']['fit_seconds']:.1f} "
             f"| {u['train_wall_seconds'] / fastest:.2f} | {h['candidate']:.4f} / {h['pair_ctr']:.4f}{' (below)' if h['below_pair_ctr'] else ''} | {'yes' if u['promoted'] else 'no'} |"
         )
 PY

@@ -2,8 +2,9 @@
 """The GBDT peers of scripts/bench-vs-gbdt.sh, and its scoring.
 
   gbdt_bench.py fit SESSIONS.jsonl TEST.letor OUT_DIR [--threads N]
-      Trains XGBoost's Unbiased LambdaMART (rank:ndcg, lambdarank_unbiased), XGBoost's LambdaMART on
-      the raw clicks, and LightGBM's lambdarank with its `position` column on the simulated sessions
+      Trains XGBoost's Unbiased LambdaMART (rank:ndcg, lambdarank_unbiased), LightGBM's lambdarank
+      with its `position` column and, with GBDT_NAIVE=1, XGBoost's LambdaMART on the raw clicks, on
+      the simulated sessions
       (a list per session, label = click, rows in displayed order), each early-stopped on the clicks
       of a tenth of the sessions (chosen by a hash of the session id, as ultr splits), then scores
       every document of TEST. Writes OUT_DIR/run-<ranker>.tsv (query, doc, score) and
@@ -146,11 +147,10 @@ def fit(args):
     width = data[False][0].shape[1]
     x_test = x_test[:, :width]
     report = {}
-    for name, fitter in [
-        ("xgboost_unbiased", lambda: fit_xgboost(data, threads, True)),
-        ("xgboost_naive", lambda: fit_xgboost(data, threads, False)),
-        ("lightgbm_position", lambda: fit_lightgbm(data, threads)),
-    ]:
+    fitters = [("xgboost_unbiased", lambda: fit_xgboost(data, threads, True)), ("lightgbm_position", lambda: fit_lightgbm(data, threads))]
+    if os.environ.get("GBDT_NAIVE"):
+        fitters.append(("xgboost_naive", lambda: fit_xgboost(data, threads, False)))
+    for name, fitter in fitters:
         predict, seconds, rounds = fitter()
         scores = predict(x_test)
         with open(os.path.join(out, f"run-{name}.tsv"), "w") as f:

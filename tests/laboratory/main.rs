@@ -24,6 +24,7 @@ mod misspecification;
 mod misspecification_statistics;
 mod model_interface;
 mod population;
+mod position_bias;
 mod production_ingest;
 mod results_scripts;
 mod simulator;

@@ -15,7 +15,7 @@ use ultr::session::DecodeLimits;
 use ultr::simulate::source::SimulatorSource;
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::train::config::{ModelKind, TowerKind, TrainConfig};
+use ultr::train::config::{ModelKind, PositionBiasSource, TowerKind, TrainConfig};
 use ultr::train::data::{Examples, Split};
 use ultr::train::fit::fit;
 
@@ -135,6 +135,8 @@ fn the_additive_model_converges_to_the_maximum_likelihood_fit() {
             max_epochs: 300,
             early_stopping: false,
             weight_decay: 0.0,
+            // The joint fit is the maximum-likelihood estimator this test checks.
+            position_bias: PositionBiasSource::Joint,
             seed: 5,
             validation_fraction: HOLDOUT.validation,
             evaluation_fraction: HOLDOUT.evaluation,

@@ -52,6 +52,16 @@ impl TrainingData {
         }
     }
 
+    /// `Examples::validate_on_queries` on every chunk (spilled chunks when each is loaded: a
+    /// training chunk's rows of validation queries are then left out of training, and a validation
+    /// chunk's rows of training queries out of both).
+    pub fn validate_on_queries(&mut self, holdout: ultr_core::window::Holdout) {
+        match self {
+            TrainingData::InMemory(ex) => ex.validate_on_queries(holdout),
+            TrainingData::Spilled(s) => s.validate_on_queries = Some(holdout),
+        }
+    }
+
     pub fn data_range_ms(&self) -> Option<(i64, i64)> {
         match self {
             TrainingData::InMemory(ex) => ex.data_range_ms,
@@ -69,6 +79,8 @@ pub struct SpilledExamples {
     pub data_range_ms: Option<(i64, i64)>,
     /// Examples-size estimate of each chunk when it was cut (training, validation, evaluation chunks).
     pub chunk_bytes: Vec<usize>,
+    /// `TrainingData::validate_on_queries`, applied to each chunk as it is loaded.
+    pub validate_on_queries: Option<ultr_core::window::Holdout>,
 }
 
 impl SpilledExamples {
@@ -85,6 +97,9 @@ impl SpilledExamples {
         }
         let mut ex = b.finish()?;
         ex.data_range_ms = self.data_range_ms;
+        if let Some(holdout) = self.validate_on_queries {
+            ex.validate_on_queries(holdout);
+        }
         Ok(ex)
     }
 }
@@ -238,7 +253,14 @@ impl Spiller {
                 chunk_bytes.push(bytes);
             }
         }
-        Ok(TrainingData::Spilled(SpilledExamples { dir: self.dir, files, max_positions: self.max_positions, data_range_ms: None, chunk_bytes }))
+        Ok(TrainingData::Spilled(SpilledExamples {
+            dir: self.dir,
+            files,
+            max_positions: self.max_positions,
+            data_range_ms: None,
+            chunk_bytes,
+            validate_on_queries: None,
+        }))
     }
 }
 

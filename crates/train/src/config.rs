@@ -35,6 +35,20 @@ pub enum PositionBiasSource {
     Joint,
 }
 
+/// `[train] validation`: what the early-stopping slice holds out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ValidationUnit {
+    /// A feature tower stops on queries it never trained on: the fit's sessions outside the
+    /// evaluation slice are split by their query's hash (`validation_fraction` of them, in
+    /// expectation). A tower that ranks new queries is selected on new queries; on a log where every
+    /// document has hundreds of impressions, sessions of the training queries reward memorising
+    /// them. The embedding tower, which cannot score a new query, keeps `sessions`.
+    Queries,
+    /// The sessions' own hash, as the windows split them.
+    Sessions,
+}
+
 /// What to do with a training row whose (q,d,k) has no cumulative propensity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -180,6 +194,9 @@ pub struct TrainConfig {
     pub logged_order_prior_lower_bound: f64,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
+    /// What early stopping holds out: `queries` (the default; a feature tower is selected on queries
+    /// it never trained on) or `sessions`. docs/models.md, "Early stopping on new queries".
+    pub validation: ValidationUnit,
     /// Share of sessions held out of training and of early stopping: the promotion gate, `ultr eval`
     /// and the monitor's residual tests score them (the same hash, next slice).
     pub evaluation_fraction: f64,
@@ -241,6 +258,7 @@ impl Default for TrainConfig {
             logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
             logged_order_prior_lower_bound: 1.0,
             validation_fraction: 0.1,
+            validation: ValidationUnit::Queries,
             evaluation_fraction: 0.1,
             seed: 1,
             backend: BackendKind::default(),
@@ -272,6 +290,12 @@ impl TrainConfig {
         (self.ips.enabled && !self.applied_ips().enabled).then_some(
             "IPS not applied with the embedding tower: its free γ per (query, document) conditions on what the logging policy placed, so 1/π weights add only variance (train.ips.enabled is ignored)",
         )
+    }
+
+    /// Whether the fit's validation slice is queries (`validation = "queries"` with a tower that reads
+    /// features) rather than the windows' sessions.
+    pub fn validates_on_queries(&self) -> bool {
+        self.validation == ValidationUnit::Queries && self.tower.reads_features()
     }
 
     /// The three-way session split the window rows are stored with.

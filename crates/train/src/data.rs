@@ -188,6 +188,27 @@ impl Examples {
     }
 }
 
+impl Examples {
+    /// Moves the fit's validation slice from sessions to queries (`[train] validation = "queries"`):
+    /// every span outside the evaluation slice becomes training or validation by its query's hash,
+    /// with the share of validation among them `holdout`'s validation over (1 − evaluation), so early
+    /// stopping scores queries the tower never trained on, as serving a new query does. The
+    /// evaluation slice (the gate, `ultr eval`, the monitor) is left as it was.
+    pub fn validate_on_queries(&mut self, holdout: Holdout) {
+        let by_query = Holdout { validation: holdout.validation / (1.0 - holdout.evaluation), evaluation: 0.0 };
+        let mut cache: HashMap<u32, Split> = HashMap::new();
+        for i in 0..self.sessions.len() {
+            let span = &self.sessions[i];
+            if span.len == 0 || split_of(span, holdout) == Split::Evaluation {
+                continue;
+            }
+            let qd = self.rows[span.start].qd;
+            let split = *cache.entry(qd).or_insert_with(|| by_query.split(ultr_core::window::session_key(&self.qd_keys[qd as usize].0)));
+            self.sessions[i].split = Some(split);
+        }
+    }
+}
+
 /// The slice a session belongs to: the split made before aggregation, or the session's hash
 /// (stable across runs and restarts; the same rule as the window rows').
 pub fn split_of(span: &SessionSpan, holdout: Holdout) -> Split {

@@ -80,9 +80,12 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let lookback = req.core.state.lookback_ms();
     let (horizon, parent, note) = training_horizon(req, &store, &manifest, current.as_ref())?;
     let budget = cfg.memory_budget_bytes().map_err(|e| anyhow::anyhow!(e))?;
-    let data = rt
+    let mut data = rt
         .block_on(load_training_data(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))
         .with_context(|| format!("loading training data from {}", req.state_dir.display()))?;
+    if cfg.validates_on_queries() {
+        data.validate_on_queries(cfg.holdout());
+    }
     let init = match (&current, &parent) {
         (Some((_, Ok(t))), Some(_)) => Some(t),
         _ => None,
@@ -100,7 +103,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     trained.meta.feature_schema = req.core.decode.feature_schema.clone();
     let (decision, candidate_loss) = gate(cfg, req.force, &trained, &report, current.as_ref(), &data)?;
     let cold_comparison = if req.compare_cold && parent.is_some() {
-        let full = rt.block_on(load_training_data(
+        let mut full = rt.block_on(load_training_data(
             req.state_dir,
             &manifest,
             lookback,
@@ -110,6 +113,9 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
             budget,
             &spill_dir(req.state_dir),
         ))?;
+        if cfg.validates_on_queries() {
+            full.validate_on_queries(cfg.holdout());
+        }
         Some(compare_cold(cfg, req.progress, req.cancel, full, &data, (&trained, &report, candidate_loss))?)
     } else {
         None

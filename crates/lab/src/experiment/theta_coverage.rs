@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::truth_theta;
 use crate::simulate::SimConfig;
-use ultr_train::config::{TowerKind, TrainConfig};
+use ultr_train::config::{PositionBiasSource, TowerKind, TrainConfig};
 use ultr_train::fit::fit;
 use ultr_train::refit::refit_position_bias;
 use ultr_train::uncertainty::{theta_intervals, ThetaIntervals, UncertaintyConfig};
@@ -84,7 +84,16 @@ fn one_seed(opts: &Options, seed: u64, scratch: &Path) -> anyhow::Result<SeedRes
     let mut sim = SimConfig { data: opts.data.clone(), relevance: opts.relevance, noise: opts.noise, seed, sessions: opts.sessions, ..SimConfig::default() };
     sim.policy.tau = opts.tau;
     let (ex, truth) = super::examples_through_pipeline(sim, &scratch.join(format!("seed-{seed}")), opts.positions.max(10), &Default::default())?;
-    let cfg = TrainConfig { tower: opts.tower, seed, max_epochs: opts.max_epochs, max_positions: opts.positions.max(10), ..TrainConfig::default() };
+    // The joint fit and its refit, whose intervals this experiment measures (`position_bias = "swap_pairs"`
+    // ships the embedding tower's estimator, measured with `--tower embedding`).
+    let cfg = TrainConfig {
+        tower: opts.tower,
+        seed,
+        max_epochs: opts.max_epochs,
+        max_positions: opts.positions.max(10),
+        position_bias: PositionBiasSource::Joint,
+        ..TrainConfig::default()
+    };
     let (early, _) = fit(&ex, &TrainConfig { refit_position_bias: false, ..cfg.clone() }, None, false)?;
     let mut shipped_model = early.clone();
     refit_position_bias(&mut shipped_model, &ex, &cfg)?;
