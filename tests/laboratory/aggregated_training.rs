@@ -16,7 +16,7 @@ use ultr::simulate::source::SimulatorSource;
 use ultr::simulate::{labels_from_truth, truth_theta};
 use ultr::simulate::{SimConfig, Simulator};
 use ultr::sinks::dead_letter::DeadLetterSink;
-use ultr::train::config::{AggregatedEpoch, PositionBiasSource, TowerKind, TrainConfig};
+use ultr::train::config::{AggregatedEpoch, IpsConfig, PositionBiasSource, TowerKind, TrainConfig};
 use ultr::train::data::Examples;
 use ultr::train::fit::{fit, make_batch};
 use ultr::train::models::AnyModel;
@@ -40,6 +40,8 @@ fn config(seed: u64) -> TrainConfig {
         patience: 3,
         // θ trained with the tower: these tests compare θ's gradients and estimates on both paths.
         position_bias: PositionBiasSource::Joint,
+        // IPS weights on: the raw and aggregated paths must weigh alike.
+        ips: IpsConfig { enabled: true, ..IpsConfig::default() },
         seed,
         validation_fraction: HOLDOUT.validation,
         evaluation_fraction: HOLDOUT.evaluation,

@@ -19,7 +19,7 @@ use ultr::train::refit::RefitMethod;
 /// in all of them), 10 results a page, the MLP logging policy fitted on the whole relevance, ε-greedy
 /// with `tau`; with the truth's θ_k − θ_1 for k = 1..10.
 fn examples(sessions: u64, seed: u64, tau: f64) -> (Examples, Vec<f64>) {
-    let mut c = SimConfig { sessions, seed, top_n: 10, ..SimConfig::default() };
+    let mut c = SimConfig { sessions, seed, top_n: 10, log_propensity: true, ..SimConfig::default() };
     c.policy.tau = tau;
     let sim = Arc::new(Simulator::new(c).unwrap());
     let mut ingest = Ingest::new(SimulatorSource::new(sim.clone(), 0), DecodeLimits::default(), 4096);
@@ -38,9 +38,10 @@ fn rmse(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Where the tower misses most of the relevance and the policy ranks by all of it, the default
-/// (`swap_pairs`) recovers θ within 0.10 RMSE of the truth (k = 1..10) on each of three logs, and the
-/// joint fit lies at least twice as far on each. Measured on seeds 1–3 (20,000 sessions, τ = 0.3):
-/// see the bounds' comment.
+/// (`swap_pairs`) recovers θ within 0.125 RMSE of the truth (k = 1..10) on each of three logs, and
+/// the joint fit lies at least 1.5 times as far on each. Measured on seeds 1–3 (20,000 sessions,
+/// τ = 0.3): swap pairs 0.089, 0.061, 0.083 (mean 0.078, sd 0.015; the bound is the mean plus three
+/// sd), joint 0.199, 0.242, 0.197 (2.2–4.0 times the swap pairs').
 #[test]
 fn swap_pair_theta_is_unbiased_where_omitted_features_bias_the_joint_fit() {
     for seed in [1, 2, 3] {
@@ -54,8 +55,8 @@ fn swap_pair_theta_is_unbiased_where_omitted_features_bias_the_joint_fit() {
             &swap.position_bias()[..10],
             &joint.position_bias()[..10]
         );
-        assert!(s <= 0.10, "seed {seed}: swap-pair θ RMSE {s}");
-        assert!(j >= 2.0 * s, "seed {seed}: joint θ RMSE {j} not twice the swap pairs' {s}");
+        assert!(s <= 0.125, "seed {seed}: swap-pair θ RMSE {s}");
+        assert!(j >= 1.5 * s, "seed {seed}: joint θ RMSE {j} not 1.5 times the swap pairs' {s}");
     }
 }
 

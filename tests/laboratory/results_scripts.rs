@@ -120,3 +120,48 @@ fn the_pbm_em_script_reports_a_hand_computed_ndcg_difference_and_drops_repeats()
     let positions: Vec<&String> = v["theta_over_theta_1"].as_object().unwrap().keys().collect();
     assert_eq!(positions, ["1", "2"], "{v}");
 }
+
+/// `scripts/bench-vs-gbdt.sh` at one small cell (α 0.5, 2,000 sessions, seed 1) with the real
+/// XGBoost and LightGBM from the tests' venv: the score covers every S5 query with a relevant
+/// document (counted here from the LETOR file), each ranker's nDCG@10 lies in (0, 1], the paired
+/// interval holds its estimate, and θ's bias RMSE is finite; the table has the cell's row.
+#[test]
+fn the_gbdt_bench_scores_every_held_out_query_at_one_small_cell() {
+    use std::io::BufRead;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let python = std::path::PathBuf::from(std::env::var("ULTR_PYTHON").expect("ULTR_PYTHON: the tests' venv (scripts/test.sh sets it)"));
+    let venv = python.parent().and_then(Path::parent).unwrap();
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/bench-vs-gbdt.sh"))
+        .args([dir.path().to_str().unwrap(), "0.5:2000:1"])
+        .env("ULTR", env!("CARGO_BIN_EXE_ultr"))
+        .env("GBDT_VENV", venv)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // S5's queries with a document labelled above 0, read independently of the script.
+    let file = std::fs::File::open(repo.join("data/mq2008/S5.txt.gz")).unwrap();
+    let mut relevant = std::collections::BTreeSet::new();
+    for line in std::io::BufReader::new(flate2::read::GzDecoder::new(file)).lines() {
+        let line = line.unwrap();
+        let mut parts = line.split_whitespace();
+        let label: f64 = parts.next().unwrap().parse().unwrap();
+        let qid = parts.next().unwrap().trim_start_matches("qid:").to_string();
+        if label > 0.0 {
+            relevant.insert(qid);
+        }
+    }
+    let score: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("a0.5-n2000-s1/score.json")).unwrap()).unwrap();
+    assert_eq!(score["queries"].as_u64().unwrap() as usize, relevant.len(), "{score}");
+    for ranker in ["ultr-default", "xgboost_unbiased", "lightgbm_position"] {
+        let v = score["ndcg10"][ranker].as_f64().unwrap_or(f64::NAN);
+        assert!(v > 0.0 && v <= 1.0, "{ranker}: nDCG@10 {v}");
+    }
+    let d = &score["minus_xgboost_unbiased"]["ultr-default"];
+    let (low, est, high) = (d["low"].as_f64().unwrap(), d["estimate"].as_f64().unwrap(), d["high"].as_f64().unwrap());
+    assert!(low <= est && est <= high, "{d}");
+    assert!(score["ultr"]["default"]["theta_bias_rmse"].as_f64().unwrap().is_finite(), "{score}");
+    let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
+    assert!(table.lines().any(|l| l.starts_with("| a0.5-n2000-s1 | default |")), "{table}");
+}

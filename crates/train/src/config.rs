@@ -85,7 +85,9 @@ impl PropensitySource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct IpsConfig {
-    /// Weight each impression by 1/π(d,k|q). Not applied with `tower = "embedding"`: a free γ per
+    /// Weight each impression by 1/π(d,k|q) (off by default since issue 87: with θ from the swap
+    /// pairs the weights added variance and no ranking, docs/benchmarks.md). Not applied with
+    /// `tower = "embedding"`: a free γ per
     /// (query, document) already conditions on the document the logging policy placed, so the
     /// weights add only variance, and on sparse pairs they steepen θ (the fit report says so).
     pub enabled: bool,
@@ -107,7 +109,7 @@ pub struct IpsConfig {
 impl Default for IpsConfig {
     fn default() -> Self {
         IpsConfig {
-            enabled: true,
+            enabled: false,
             max_weight: 100.0,
             self_normalize: false,
             on_missing: MissingPropensity::Error,
@@ -238,7 +240,9 @@ impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
             model: ModelKind::Additive,
-            tower: TowerKind::Mlp,
+            // The rule of docs/models.md ("θ from the swap pairs"), applied to the 24 cells of
+            // scripts/bench-vs-gbdt.sh (docs/benchmarks.md): a linear tower, no IPS weights.
+            tower: TowerKind::Linear,
             hidden_layers: 2,
             hidden_units: 32,
             feature_limit: None,

@@ -125,7 +125,8 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let theta: Vec<f64> = trained.position_bias().into_iter().take(seen).collect();
     let theta_intervals = if cfg.uncertainty.enabled {
         let ex = data.chunks().in_memory().context("θ intervals resample the training rows in memory: raise `train.memory_budget` above the horizon's")?;
-        let before_refit = report.position_refit.as_ref().map(|r| r.before.as_slice());
+        // θ from the swap pairs was fixed before training: no early-stopped θ differs from it.
+        let before_refit = report.position_refit.as_ref().filter(|r| r.method != crate::refit::RefitMethod::SwapPairs).map(|r| r.before.as_slice());
         Some(uncertainty::theta_intervals(ex, cfg, &cfg.uncertainty, &trained, before_refit, seen)?)
     } else {
         None
