@@ -19,7 +19,7 @@ use super::chunks::ExampleChunks;
 use super::config::{PositionBiasSource, TrainConfig};
 use super::data::{split_of, Examples, Split};
 use super::models::{AnyModel, BatchTensors, InputShape};
-use super::refit::RefitMethod;
+use super::refit::{PositionRefit, RefitMethod};
 use super::scoring::weighted_loss_sum;
 pub use super::scoring::LossSums;
 use super::weights::{weights_of, WeightReport, WeightTotals};
@@ -411,7 +411,7 @@ pub fn fit_chunks(
     let mut swap_refit = None;
     if swap_pairs && !warm {
         let mut estimated = trained.clone();
-        if let Some(r) = super::refit::refit_position_bias(&mut estimated, data, cfg)?.filter(|r| r.method == RefitMethod::SwapPairs) {
+        if let Some(r) = super::refit::refit_position_bias_around(&mut estimated, data, cfg, false)?.filter(|r| r.method == RefitMethod::SwapPairs) {
             trained = estimated;
             swap_refit = Some(r);
         }
@@ -444,7 +444,20 @@ pub fn fit_chunks(
     trained.model = best.2;
     // A warm start trains on the windows its parent has not seen only: refit there, θ would rest on
     // that slice alone. It starts from its parent's refit θ instead, which its epochs move little.
-    let position_refit = if theta_fixed {
+    // θ from the swap pairs once more, each pair's effect now centred on the trained r(x): the
+    // relevance the features explain is not shrunk toward the mean (the tower keeps its fit; θ moves
+    // by the shrinkage's bias only, docs/models.md).
+    let position_refit = if theta_fixed && !warm && stop != StopReason::Diverged {
+        let mut again = trained.clone();
+        match (swap_refit, super::refit::refit_position_bias(&mut again, data, cfg)?) {
+            (Some(first), Some(second)) if second.method == RefitMethod::SwapPairs => {
+                trained = again;
+                // `before`: θ as training held it.
+                Some(PositionRefit { before: first.after, ..second })
+            }
+            (first, _) => first,
+        }
+    } else if theta_fixed {
         swap_refit
     } else if cfg.refit_position_bias && stop != StopReason::Diverged && !warm {
         super::refit::refit_position_bias(&mut trained, data, cfg)?

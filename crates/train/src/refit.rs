@@ -83,6 +83,18 @@ pub(crate) struct RowTerms {
 /// whatever r(x) is: fit before the tower trains, θ is then held fixed (`fit.rs`). Where the swap
 /// pairs leave a position not estimable it falls back to the tower-offset refit.
 pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<Option<PositionRefit>> {
+    refit_position_bias_around(trained, data, cfg, true)
+}
+
+/// `refit_position_bias`; with `swap_pairs` and `tower_trained`, each pair's random effect is
+/// centred on the trained tower's r(x) (random effects beside the feature tower: the relevance the
+/// features explain is not shrunk toward the mean), else on a common mean (before the tower trains).
+pub fn refit_position_bias_around(
+    trained: &mut Trained,
+    data: &dyn ExampleChunks,
+    cfg: &TrainConfig,
+    tower_trained: bool,
+) -> anyhow::Result<Option<PositionRefit>> {
     let positions = trained.meta.architecture.max_positions;
     if !trained.model.has_position_logits() {
         return Ok(None);
@@ -105,7 +117,7 @@ pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg:
     }
     let before = trained.position_bias();
     let mut method = if embedding { RefitMethod::PairEffects } else { RefitMethod::TowerOffset };
-    let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before));
+    let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before, swap_pairs && tower_trained));
     let (delta, refit, iterations, not_estimable) = match profiled {
         // A position the swap pairs cannot estimate: a feature tower falls back to the joint refit.
         Some(p) if embedding || p.3.is_empty() => {
@@ -257,7 +269,7 @@ pub const RANDOM_WALK_PRECISION: f64 = 1.0;
 /// `relevance` is each row's shipped γ (its logit less it is θ_k + b(z)). Returns δ, the positions
 /// refit (every position with training rows), the rounds taken, and the positions (1-based) the
 /// data cannot estimate: with training rows, but no informative row with both a click and a skip.
-fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base: &[f64]) -> (Vec<f32>, usize, usize, Vec<usize>) {
+fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base: &[f64], centred: bool) -> (Vec<f32>, usize, usize, Vec<usize>) {
     use std::collections::HashMap;
     let mut pairs: HashMap<u32, (Vec<usize>, u64, f64, f64)> = HashMap::new();
     let mut seen = vec![false; positions];
@@ -286,8 +298,10 @@ fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base
             pair_of[i] = p;
         }
     }
-    // Each pair's relevance starts at its shipped γ.
+    // Each pair's relevance starts at its shipped γ (or r(x)). `centred`: its prior is centred on
+    // the trained tower's r(x) plus a common μ (random effects beside the feature tower), else on μ.
     let mut u: Vec<f64> = informative.iter().map(|rows| relevance[rows[0]]).collect();
+    let centre: Vec<f64> = informative.iter().map(|rows| if centred { relevance[rows[0]] } else { 0.0 }).collect();
     let mut mu = 0f64;
     let chain: Vec<usize> = (0..positions).filter(|&k| seen[k]).collect();
     let theta0 = |k: usize| base.get(k).copied().unwrap_or(0.0);
@@ -296,10 +310,10 @@ fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base
     while rounds < MAX_ROUNDS && !chain.is_empty() {
         rounds += 1;
         if !u.is_empty() {
-            mu = u.iter().sum::<f64>() / u.len() as f64;
+            mu = u.iter().zip(&centre).map(|(x, c)| x - c).sum::<f64>() / u.len() as f64;
         }
         for (p, rows) in informative.iter().enumerate() {
-            u[p] = newton_around(terms, rows, |i| delta[terms[i].position] - relevance[i], u[p], PAIR_PRECISION, mu).0;
+            u[p] = newton_around(terms, rows, |i| delta[terms[i].position] - relevance[i], u[p], PAIR_PRECISION, mu + centre[p]).0;
         }
         let mut moved = 0f64;
         for (c, &k) in chain.iter().enumerate() {
@@ -444,7 +458,7 @@ mod tests {
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
         let relative = |delta: &[f32]| -> Vec<f64> { (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect() };
-        let (delta, refit, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early);
+        let (delta, refit, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false);
         assert_eq!(refit, 5);
         assert!(not_estimable.is_empty(), "{not_estimable:?}");
         let profiled = relative(&delta);
@@ -472,7 +486,7 @@ mod tests {
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
         assert!(terms.iter().filter(|t| t.position == 4).all(|t| t.weighted_clicks == 0.0));
-        let (delta, refit, rounds, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early);
+        let (delta, refit, rounds, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false);
         assert!(delta.iter().all(|d| d.is_finite()), "{delta:?}");
         assert_eq!(refit, 5);
         assert!(rounds < MAX_ROUNDS, "the alternating iteration settled ({rounds} rounds)");
@@ -496,7 +510,7 @@ mod tests {
         for t in terms.iter_mut().filter(|t| t.position == 2) {
             t.pair += 10_000;
         }
-        let (delta, _, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early);
+        let (delta, _, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false);
         assert_eq!(not_estimable, vec![3]);
         let relative: Vec<f64> = (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect();
         let mean = (relative[1] + relative[3]) / 2.0;
