@@ -281,6 +281,19 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// The defaults before issue 87, with which the paper replications (`ultr experiment`) and their
+    /// recorded figures were measured: an MLP tower, IPS weights on, θ trained with the tower and
+    /// refit, early stopping on sessions. The papers' estimators are these, so the experiments keep them.
+    pub fn paper_replication() -> TrainConfig {
+        TrainConfig {
+            tower: TowerKind::Mlp,
+            ips: IpsConfig { enabled: true, ..IpsConfig::default() },
+            position_bias: PositionBiasSource::Joint,
+            validation: ValidationUnit::Sessions,
+            ..TrainConfig::default()
+        }
+    }
+
     /// The IPS weighting training applies: `[train.ips]` as configured, but off with the embedding
     /// tower. With a free γ per (query, document), the clicks' likelihood given where the logging
     /// policy put each pair is the model's own, so the weights correct nothing; they only add

@@ -117,7 +117,7 @@ pub fn refit_position_bias_around(
     }
     let before = trained.position_bias();
     let mut method = if embedding { RefitMethod::PairEffects } else { RefitMethod::TowerOffset };
-    let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before, swap_pairs && tower_trained));
+    let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before, swap_pairs, swap_pairs && tower_trained));
     let (delta, refit, iterations, not_estimable) = match profiled {
         // A position the swap pairs cannot estimate: a feature tower falls back to the joint refit.
         Some(p) if embedding || p.3.is_empty() => {
@@ -253,6 +253,13 @@ const ROUND_TOLERANCE: f64 = 1e-5;
 /// Unit scale on the logit, as the random walk on θ below: one rule for every parameter the data
 /// may not pin (docs/models.md). Where pairs carry hundreds of impressions the data outweigh it.
 const PAIR_PRECISION: f64 = 1.0;
+/// The same prior in a feature tower's swap-pair estimate (`position_bias = "swap_pairs"`): weak,
+/// sd √10 ≈ 3.2 on the logit. Its pairs carry both clicks and skips, so each has a finite maximum
+/// without it; the unit prior's shrinkage, which falls on pairs by where the policy shows them,
+/// handed θ up to 0.22 RMSE on a 50,000-session log of an adversarial policy where precision 0.1
+/// gave 0.03–0.05 (`scripts/swap_pair_prior.py`, docs/benchmarks.md). The embedding tower, whose
+/// sparse pairs the unit prior protects from the incidental-parameter bias, keeps `PAIR_PRECISION`.
+const SWAP_PAIR_PRECISION: f64 = 0.1;
 /// The prior on θ of the profiled refit, a Gaussian random walk over the positions seen in training:
 /// θ_k − θ_{k'} ~ N(0, 1) for adjacent seen positions k' < k (θ_1 pinned). Stated before it was
 /// tried on any log (issue 55): one unit of log-odds per position step is weak where a position's
@@ -263,13 +270,21 @@ const PAIR_PRECISION: f64 = 1.0;
 pub const RANDOM_WALK_PRECISION: f64 = 1.0;
 
 /// The embedding tower's refit (module doc): per position δ_k and per pair its relevance u_p
-/// (`PAIR_PRECISION`), over the pairs shown at two positions or more with clicked and unclicked
+/// (`PAIR_PRECISION`; `SWAP_PAIR_PRECISION` with `swap_pairs`, a feature tower's estimate; `centred`:
+/// each pair's prior centred on its row's `relevance`), over the pairs shown at two positions or more with clicked and unclicked
 /// weight, under the random-walk prior on θ_k = `base`_k + δ_k; then δ relative to position 1 plus
 /// the common shift that matches predicted to observed clicks over every row, γ as shipped.
 /// `relevance` is each row's shipped γ (its logit less it is θ_k + b(z)). Returns δ, the positions
 /// refit (every position with training rows), the rounds taken, and the positions (1-based) the
 /// data cannot estimate: with training rows, but no informative row with both a click and a skip.
-fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base: &[f64], centred: bool) -> (Vec<f32>, usize, usize, Vec<usize>) {
+fn profiled_shifts(
+    terms: &[RowTerms],
+    relevance: &[f64],
+    positions: usize,
+    base: &[f64],
+    swap_pairs: bool,
+    centred: bool,
+) -> (Vec<f32>, usize, usize, Vec<usize>) {
     use std::collections::HashMap;
     let mut pairs: HashMap<u32, (Vec<usize>, u64, f64, f64)> = HashMap::new();
     let mut seen = vec![false; positions];
@@ -302,6 +317,7 @@ fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base
     // the trained tower's r(x) plus a common μ (random effects beside the feature tower), else on μ.
     let mut u: Vec<f64> = informative.iter().map(|rows| relevance[rows[0]]).collect();
     let centre: Vec<f64> = informative.iter().map(|rows| if centred { relevance[rows[0]] } else { 0.0 }).collect();
+    let precision = if swap_pairs { SWAP_PAIR_PRECISION } else { PAIR_PRECISION };
     let mut mu = 0f64;
     let chain: Vec<usize> = (0..positions).filter(|&k| seen[k]).collect();
     let theta0 = |k: usize| base.get(k).copied().unwrap_or(0.0);
@@ -313,7 +329,7 @@ fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base
             mu = u.iter().zip(&centre).map(|(x, c)| x - c).sum::<f64>() / u.len() as f64;
         }
         for (p, rows) in informative.iter().enumerate() {
-            u[p] = newton_around(terms, rows, |i| delta[terms[i].position] - relevance[i], u[p], PAIR_PRECISION, mu + centre[p]).0;
+            u[p] = newton_around(terms, rows, |i| delta[terms[i].position] - relevance[i], u[p], precision, mu + centre[p]).0;
         }
         let mut moved = 0f64;
         for (c, &k) in chain.iter().enumerate() {
@@ -458,7 +474,7 @@ mod tests {
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
         let relative = |delta: &[f32]| -> Vec<f64> { (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect() };
-        let (delta, refit, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false);
+        let (delta, refit, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false, false);
         assert_eq!(refit, 5);
         assert!(not_estimable.is_empty(), "{not_estimable:?}");
         let profiled = relative(&delta);
@@ -486,7 +502,7 @@ mod tests {
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
         assert!(terms.iter().filter(|t| t.position == 4).all(|t| t.weighted_clicks == 0.0));
-        let (delta, refit, rounds, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false);
+        let (delta, refit, rounds, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false, false);
         assert!(delta.iter().all(|d| d.is_finite()), "{delta:?}");
         assert_eq!(refit, 5);
         assert!(rounds < MAX_ROUNDS, "the alternating iteration settled ({rounds} rounds)");
@@ -510,7 +526,7 @@ mod tests {
         for t in terms.iter_mut().filter(|t| t.position == 2) {
             t.pair += 10_000;
         }
-        let (delta, _, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false);
+        let (delta, _, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false, false);
         assert_eq!(not_estimable, vec![3]);
         let relative: Vec<f64> = (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect();
         let mean = (relative[1] + relative[3]) / 2.0;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::{labels_from_truth, truth_theta};
 use crate::simulate::{SimConfig, Simulator};
-use ultr_train::config::{PositionBiasSource, TowerKind, TrainConfig};
+use ultr_train::config::{TowerKind, TrainConfig};
 use ultr_train::data::{split_of, Examples, Split};
 use ultr_train::device::BackendKind;
 use ultr_train::eval::{bias_rmse, mean_ndcg, Labels};
@@ -142,15 +142,13 @@ fn stream(opts: &Options, sim: SimConfig, dir: &Path) -> anyhow::Result<(Example
 
 fn train_config(opts: &Options, s: &Setting, seed: u64) -> TrainConfig {
     let mut t =
-        // The paper's estimator: θ trained with the tower (its omitted-variable bias is what the grid shows).
         TrainConfig {
             tower: s.tower,
             feature_limit: s.feature_limit,
             seed,
             max_epochs: opts.max_epochs,
             backend: opts.backend,
-            position_bias: PositionBiasSource::Joint,
-            ..TrainConfig::default()
+            ..TrainConfig::paper_replication()
         };
     t.ips.enabled = s.ips;
     t

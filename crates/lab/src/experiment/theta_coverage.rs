@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::simulate::relevance::RelevanceKind;
 use crate::simulate::truth_theta;
 use crate::simulate::SimConfig;
-use ultr_train::config::{PositionBiasSource, TowerKind, TrainConfig};
+use ultr_train::config::{TowerKind, TrainConfig};
 use ultr_train::fit::fit;
 use ultr_train::refit::refit_position_bias;
 use ultr_train::uncertainty::{theta_intervals, ThetaIntervals, UncertaintyConfig};
@@ -91,8 +91,7 @@ fn one_seed(opts: &Options, seed: u64, scratch: &Path) -> anyhow::Result<SeedRes
         seed,
         max_epochs: opts.max_epochs,
         max_positions: opts.positions.max(10),
-        position_bias: PositionBiasSource::Joint,
-        ..TrainConfig::default()
+        ..TrainConfig::paper_replication()
     };
     let (early, _) = fit(&ex, &TrainConfig { refit_position_bias: false, ..cfg.clone() }, None, false)?;
     let mut shipped_model = early.clone();

@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::zhang2023::{beyond_noise, mean_sd, test_ndcg, DataSpec};
 use crate::simulate::click::{omega, ClickModel as ClickSimulator, ClickModelKind, DocTruth};
 use crate::simulate::dataset::Dataset;
-use ultr_train::config::{ModelKind, PositionBiasSource, TowerKind, TrainConfig};
+use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::{Examples, Row, SessionSpan, Split};
 use ultr_train::device::BackendKind;
 use ultr_train::fit::fit;
@@ -299,9 +299,7 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
         max_epochs: opts.max_epochs,
         seed,
         backend: opts.backend,
-        // The paper's estimators: θ trained with the tower.
-        position_bias: PositionBiasSource::Joint,
-        ..TrainConfig::default()
+        ..TrainConfig::paper_replication()
     };
     if method.dimension > 0 {
         cfg.sections.embedding_model.dimension = method.dimension;

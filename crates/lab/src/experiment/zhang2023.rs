@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::simulate::dataset::Dataset;
 use ultr_train::artefact::Trained;
-use ultr_train::config::{ModelKind, PositionBiasSource, TowerKind, TrainConfig};
+use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::{Examples, Row, SessionSpan, Split};
 use ultr_train::device::BackendKind;
 use ultr_train::eval::mean_ndcg;
@@ -227,9 +227,7 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
         max_epochs: opts.max_epochs,
         seed,
         backend: opts.backend,
-        // The paper's estimators: θ trained with the tower.
-        position_bias: PositionBiasSource::Joint,
-        ..TrainConfig::default()
+        ..TrainConfig::paper_replication()
     };
     // Each model reads only its own section, so the method's settings go to both.
     cfg.sections.gradient_reversal.eta = method.eta;

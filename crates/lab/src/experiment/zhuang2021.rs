@@ -25,7 +25,7 @@ use super::zhang2023::{beyond_noise, mean_sd, not_worse_by};
 const LL_MARGIN: f64 = 5e-4;
 use crate::simulate::click::{ClickModel as ClickSimulator, ClickModelKind};
 use ultr_train::artefact::Trained;
-use ultr_train::config::{ModelKind, PositionBiasSource, TowerKind, TrainConfig};
+use ultr_train::config::{ModelKind, TowerKind, TrainConfig};
 use ultr_train::data::Split;
 use ultr_train::device::BackendKind;
 use ultr_train::fit::fit;
@@ -158,9 +158,7 @@ pub fn run_one(
         max_epochs: opts.max_epochs,
         seed,
         backend: opts.backend,
-        // The paper's estimators: θ trained with the tower.
-        position_bias: PositionBiasSource::Joint,
-        ..TrainConfig::default()
+        ..TrainConfig::paper_replication()
     };
     cfg.sections.xpa.variant = method.variant;
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
