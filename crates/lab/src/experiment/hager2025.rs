@@ -141,15 +141,14 @@ fn stream(opts: &Options, sim: SimConfig, dir: &Path) -> anyhow::Result<(Example
 }
 
 fn train_config(opts: &Options, s: &Setting, seed: u64) -> TrainConfig {
-    let mut t =
-        TrainConfig {
-            tower: s.tower,
-            feature_limit: s.feature_limit,
-            seed,
-            max_epochs: opts.max_epochs,
-            backend: opts.backend,
-            ..TrainConfig::paper_replication()
-        };
+    let mut t = TrainConfig {
+        tower: s.tower,
+        feature_limit: s.feature_limit,
+        seed,
+        max_epochs: opts.max_epochs,
+        backend: opts.backend,
+        ..TrainConfig::paper_replication()
+    };
     t.ips.enabled = s.ips;
     t
 }

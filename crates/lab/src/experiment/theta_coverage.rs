@@ -86,13 +86,7 @@ fn one_seed(opts: &Options, seed: u64, scratch: &Path) -> anyhow::Result<SeedRes
     let (ex, truth) = super::examples_through_pipeline(sim, &scratch.join(format!("seed-{seed}")), opts.positions.max(10), &Default::default())?;
     // The joint fit and its refit, whose intervals this experiment measures (`position_bias = "swap_pairs"`
     // ships the embedding tower's estimator, measured with `--tower embedding`).
-    let cfg = TrainConfig {
-        tower: opts.tower,
-        seed,
-        max_epochs: opts.max_epochs,
-        max_positions: opts.positions.max(10),
-        ..TrainConfig::paper_replication()
-    };
+    let cfg = TrainConfig { tower: opts.tower, seed, max_epochs: opts.max_epochs, max_positions: opts.positions.max(10), ..TrainConfig::paper_replication() };
     let (early, _) = fit(&ex, &TrainConfig { refit_position_bias: false, ..cfg.clone() }, None, false)?;
     let mut shipped_model = early.clone();
     refit_position_bias(&mut shipped_model, &ex, &cfg)?;
