@@ -38,10 +38,10 @@ fn rmse(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Where the tower misses most of the relevance and the policy ranks by all of it, the default
-/// (`swap_pairs`) recovers θ within 0.125 RMSE of the truth (k = 1..10) on each of three logs, and
-/// the joint fit lies at least 1.5 times as far on each. Measured on seeds 1–3 (20,000 sessions,
-/// τ = 0.3): swap pairs 0.089, 0.061, 0.083 (mean 0.078, sd 0.015; the bound is the mean plus three
-/// sd), joint 0.199, 0.242, 0.197 (2.2–4.0 times the swap pairs').
+/// (`swap_pairs`) recovers θ within 0.06 RMSE of the truth (k = 1..10) on each of three logs, and the
+/// joint fit (every other key at its default) lies at least 1.5 times as far on each. Measured on
+/// seeds 1–3 (20,000 sessions, τ = 0.3): swap pairs 0.032, 0.022, 0.035 (mean 0.030, sd 0.007; the
+/// bound is the mean plus four sd), joint 0.722, 0.703, 0.699.
 #[test]
 fn swap_pair_theta_is_unbiased_where_omitted_features_bias_the_joint_fit() {
     for seed in [1, 2, 3] {
@@ -55,7 +55,7 @@ fn swap_pair_theta_is_unbiased_where_omitted_features_bias_the_joint_fit() {
             &swap.position_bias()[..10],
             &joint.position_bias()[..10]
         );
-        assert!(s <= 0.125, "seed {seed}: swap-pair θ RMSE {s}");
+        assert!(s <= 0.06, "seed {seed}: swap-pair θ RMSE {s}");
         assert!(j >= 1.5 * s, "seed {seed}: joint θ RMSE {j} not 1.5 times the swap pairs' {s}");
     }
 }

@@ -335,7 +335,9 @@ fn fits_side_by_side_on_threads_equal_the_same_fits_run_alone() {
 /// Data that cannot identify or fit a model is refused with the reason, never trained silently.
 #[test]
 fn untrainable_data_is_refused_with_a_reason() {
-    let cfg = TrainConfig { tower: TowerKind::Linear, max_epochs: 2, ..TrainConfig::default() };
+    // IPS weights on (off by default since issue 87): the missing-propensity refusal and the IPS note are theirs.
+    let ips = ultr::train::config::IpsConfig { enabled: true, ..Default::default() };
+    let cfg = TrainConfig { tower: TowerKind::Linear, max_epochs: 2, ips, ..TrainConfig::default() };
     let err = |ex: &Examples, cfg: &TrainConfig| format!("{:#}", fit(ex, cfg, None, false).unwrap_err());
     assert!(err(&tiny(&[1, 2, 3], |_| false, 1.0), &cfg).contains("no clicks"));
     assert!(err(&tiny(&[1, 2, 3], |_| true, 1.0), &cfg).contains("every one"));
