@@ -9,7 +9,7 @@
 # blended with per-pair noise by α, ε-greedy τ = 0.2), then
 #   ultr: `ultr ingest` and `ultr train` with every [train] key at its default, `ultr score` on S5;
 #   GBDT: scripts/gbdt_bench.py fit (each early-stopped on a tenth of the sessions' clicks), on S5;
-# and scripts/gbdt_bench.py score: nDCG@10 on S5's labels (156 queries, 122 with a relevant
+# and scripts/gbdt_bench.py score: nDCG@10 on S5's labels (156 queries, 105 with a relevant
 # document), paired bootstrap intervals against XGBoost unbiased, θ's bias RMSE (k = 1..10) against
 # the simulator's −ln k, and each learner's fit seconds. A benchmark, not a test: CI runs one small
 # cell (scripts/test.sh) to keep the script working.

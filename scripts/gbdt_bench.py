@@ -17,6 +17,11 @@
       resamples, percentile 95 % interval), and per ultr variant (CELL_DIR/train-<variant>.json and
       .time) θ's bias against the simulator's truth (θ_k − θ_1 = −ln k), its training time and the
       gate's held-out clicks. Prints one JSON object.
+
+  gbdt_bench.py compare TEST.letor RUN_A.tsv RUN_B.tsv
+      nDCG@10 of run B minus run A on TEST's labels, paired over queries (the same bootstrap as
+      `score`): e.g. one seed's model at 200,000 sessions against its model at 50,000. Prints
+      "estimate low high".
 """
 import gzip
 import hashlib
@@ -167,33 +172,51 @@ def ndcg_at(labels_in_order, ideal, k=10):
     return dcg / idcg
 
 
-def score(args):
-    test, cell = args[0], args[1]
+def judgements(test):
+    """TEST's labels per query, each document's file order, and the queries with a relevant document."""
     rows, _ = read_letor(test)
-    labels = {}
-    order = {}
+    labels, order = {}, {}
     for i, (qid, docid, label, _) in enumerate(rows):
         labels.setdefault(qid, {})[docid] = label
         order[(qid, docid)] = i
-    judged = sorted(q for q, d in labels.items() if max(d.values()) > 0)
+    return labels, order, sorted(q for q, d in labels.items() if max(d.values()) > 0)
+
+
+def per_query_ndcg(path, labels, order, judged):
+    """nDCG@10 per judged query of the run file `path` (query, doc, score; a header line skipped)."""
+    scores = {}
+    with open(path) as f:
+        for line in f:
+            q, d, s = line.rstrip("\n").split("\t")[:3]
+            if s == "score":  # `ultr score`'s header
+                continue
+            scores.setdefault(q, {})[d] = float(s)
+    per_query = []
+    for q in judged:
+        docs = sorted(labels[q], key=lambda d: (-scores.get(q, {}).get(d, -math.inf), order[(q, d)]))
+        per_query.append(ndcg_at([labels[q][d] for d in docs], list(labels[q].values())))
+    return np.asarray(per_query)
+
+
+def resamples_of(n):
+    return np.random.default_rng(7).integers(0, n, size=(2000, n))
+
+
+def compare(args):
+    labels, order, judged = judgements(args[0])
+    d = per_query_ndcg(args[2], labels, order, judged) - per_query_ndcg(args[1], labels, order, judged)
+    boot = d[resamples_of(len(judged))].mean(axis=1)
+    print(f"{d.mean():+.4f} {np.percentile(boot, 2.5):+.4f} {np.percentile(boot, 97.5):+.4f}")
+
+
+def score(args):
+    test, cell = args[0], args[1]
+    labels, order, judged = judgements(test)
     per_ranker = {}
     for name in sorted(os.listdir(cell)):
-        if not (name.startswith("run-") and name.endswith(".tsv")):
-            continue
-        scores = {}
-        with open(os.path.join(cell, name)) as f:
-            for line in f:
-                q, d, s = line.rstrip("\n").split("\t")[:3]
-                if s == "score":  # `ultr score`'s header
-                    continue
-                scores.setdefault(q, {})[d] = float(s)
-        per_query = []
-        for q in judged:
-            docs = sorted(labels[q], key=lambda d: (-scores.get(q, {}).get(d, -math.inf), order[(q, d)]))
-            per_query.append(ndcg_at([labels[q][d] for d in docs], list(labels[q].values())))
-        per_ranker[name[4:-4]] = np.asarray(per_query)
-    rng = np.random.default_rng(7)
-    resamples = rng.integers(0, len(judged), size=(2000, len(judged)))
+        if name.startswith("run-") and name.endswith(".tsv"):
+            per_ranker[name[4:-4]] = per_query_ndcg(os.path.join(cell, name), labels, order, judged)
+    resamples = resamples_of(len(judged))
     base = per_ranker.get("xgboost_unbiased")
     out = {"queries": len(judged), "ndcg10": {}, "minus_xgboost_unbiased": {}}
     for name, v in per_ranker.items():
@@ -235,4 +258,4 @@ def score(args):
 
 
 if __name__ == "__main__":
-    {"fit": fit, "score": score}[sys.argv[1]](sys.argv[2:])
+    {"fit": fit, "score": score, "compare": compare}[sys.argv[1]](sys.argv[2:])
