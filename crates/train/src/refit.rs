@@ -105,16 +105,22 @@ pub fn refit_position_bias_around(
     // embedding tower's (a free effect per pair conditions on where the policy placed it).
     let swap_pairs = !embedding && cfg.position_bias == PositionBiasSource::SwapPairs;
     let device = cfg.backend.device()?;
-    let (mut terms, mut relevance) = (Vec::new(), Vec::new());
-    let mut keys = swap_pairs.then(std::collections::HashMap::new);
-    match data.in_memory() {
-        Some(ex) => row_terms(trained, ex, cfg, &device, positions, keys.as_mut(), &mut terms, &mut relevance),
-        None => {
-            for i in 0..data.chunk_count(Split::Training) {
-                row_terms(trained, &data.load_chunk(Split::Training, i)?, cfg, &device, positions, keys.as_mut(), &mut terms, &mut relevance);
+    // The terms of every training row, in memory or chunk by chunk; `keyed`: pairs by (query,
+    // document), unweighted (see `row_terms`).
+    let training_terms = |keyed: bool| -> anyhow::Result<(Vec<RowTerms>, Vec<f64>)> {
+        let (mut terms, mut relevance) = (Vec::new(), Vec::new());
+        let mut keys = keyed.then(std::collections::HashMap::new);
+        match data.in_memory() {
+            Some(ex) => row_terms(trained, ex, cfg, &device, positions, keys.as_mut(), &mut terms, &mut relevance),
+            None => {
+                for i in 0..data.chunk_count(Split::Training) {
+                    row_terms(trained, &data.load_chunk(Split::Training, i)?, cfg, &device, positions, keys.as_mut(), &mut terms, &mut relevance);
+                }
             }
         }
-    }
+        Ok((terms, relevance))
+    };
+    let (terms, relevance) = training_terms(swap_pairs)?;
     let before = trained.position_bias();
     let mut method = if embedding { RefitMethod::PairEffects } else { RefitMethod::TowerOffset };
     let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before, swap_pairs, swap_pairs && tower_trained));
@@ -127,20 +133,8 @@ pub fn refit_position_bias_around(
             p
         }
         _ => {
-            let (mut weighted, mut relevance_unused) = (Vec::new(), Vec::new());
-            if swap_pairs {
-                // The tower-offset refit reads the IPS-weighted rows.
-                match data.in_memory() {
-                    Some(ex) => row_terms(trained, ex, cfg, &device, positions, None, &mut weighted, &mut relevance_unused),
-                    None => {
-                        for i in 0..data.chunk_count(Split::Training) {
-                            row_terms(trained, &data.load_chunk(Split::Training, i)?, cfg, &device, positions, None, &mut weighted, &mut relevance_unused);
-                        }
-                    }
-                }
-            } else {
-                weighted = terms;
-            }
+            // The tower-offset refit reads the IPS-weighted rows.
+            let weighted = if swap_pairs { training_terms(false)?.0 } else { terms };
             let (delta, refit, iterations) = newton_shifts(&weighted, positions);
             let not_estimable = not_estimable(&weighted, positions, &delta);
             (delta, refit, iterations, not_estimable)
