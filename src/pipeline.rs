@@ -16,7 +16,9 @@ pub use ultr_core::pipeline::*;
 /// The configured source, positioned at the state's resume offsets.
 pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
     Ok(match &config.source {
-        SourceConfig::File { paths } => Box::new(FileChain::new(paths.clone(), resume.clone())),
+        SourceConfig::File { paths } => {
+            Box::new(FileChain::new(paths.clone(), resume.clone()).framed(ultr_core::session::codec::open(&config.decode)?.file_framing()))
+        }
         SourceConfig::Kafka(k) => Box::new(KafkaSource::new(k, resume.clone())?),
         SourceConfig::Simulator => ultr_simulate::source::open(Arc::new(Simulator::new(config.simulator.clone())?), resume),
     })

@@ -133,6 +133,9 @@ struct RekeyArgs {
     /// librdkafka properties for both ends, `key=value`, repeatable.
     #[arg(long = "property", value_parser = parse_property)]
     properties: Vec<(String, String)>,
+    /// A pipeline config whose `[decode]` format the records are in (JSON without it).
+    #[arg(long = "format-of")]
+    format_of: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -336,11 +339,12 @@ fn import(args: &ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where `simulate` and `import` send sessions: a JSONL file (`-` for stdout) or a Kafka topic,
-/// created with `partitions` when missing.
+/// Where `simulate` and `import` send sessions: a file (`-` for stdout) or a Kafka topic,
+/// created with `partitions` when missing, in the format a pipeline config's `[decode]` names.
 #[derive(Args)]
 struct SessionSinkArgs {
-    /// JSONL output (`.gz` for gzip); `-` for stdout.
+    /// Output file (`.gz` for gzip; JSON one per line, a binary format each behind its varint
+    /// length); `-` for stdout.
     #[arg(long, conflicts_with = "topic")]
     out: Option<PathBuf>,
     /// Kafka topic to publish to (with --brokers), keyed by query id.
@@ -351,31 +355,42 @@ struct SessionSinkArgs {
     /// Partitions when the topic has to be created.
     #[arg(long, default_value_t = 4)]
     partitions: i32,
+    /// A pipeline config whose `[decode]` format the sessions are written in (with its schema
+    /// registry, where the shipped schema is registered); JSON without it.
+    #[arg(long = "format-of")]
+    format_of: Option<PathBuf>,
 }
 
 impl SessionSinkArgs {
     fn open(&self) -> anyhow::Result<Box<dyn SessionSink>> {
-        Ok(match (&self.out, &self.topic, &self.brokers) {
+        let decode = match &self.format_of {
+            Some(path) => PipelineConfig::load(path)?.decode,
+            None => Default::default(),
+        };
+        let codec = ultr_core::session::codec::open(&decode)?;
+        let framing = codec.file_framing();
+        let inner: Box<dyn SessionSink> = match (&self.out, &self.topic, &self.brokers) {
             (_, Some(topic), Some(brokers)) => {
                 ensure_topic(brokers, topic, self.partitions)?;
                 Box::new(KafkaSink::new(brokers, topic, &BTreeMap::new())?)
             }
-            (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout()))),
-            (Some(p), _, _) => Box::new(JsonlSink::create(p)?),
+            (Some(p), _, _) if p.as_os_str() == "-" => Box::new(JsonlSink::to_writer(Box::new(std::io::stdout())).framed(framing)),
+            (Some(p), _, _) => Box::new(JsonlSink::create(p)?.framed(framing)),
             _ => anyhow::bail!("say where sessions go: --out FILE or --topic T --brokers B"),
-        })
+        };
+        Ok(Box::new(ultr_core::sinks::encode::Encoding::new(codec, inner)))
     }
 }
 
 #[derive(Args)]
 struct DecodeArgs {
-    /// JSONL files, plain or gzip.
+    /// Session files, plain or gzip, in the format of `--config`'s `[decode]` (JSON without it).
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Dead-letter JSONL file.
     #[arg(long, default_value = "dead-letters.jsonl")]
     dead_letter: PathBuf,
-    /// Pipeline config whose `[decode]` limits apply.
+    /// Pipeline config whose `[decode]` format and limits apply.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Print the summary as JSON.
@@ -502,10 +517,11 @@ fn print_summary(summary: &IngestSummary, json: bool) -> anyhow::Result<()> {
 
 fn decode(args: &DecodeArgs) -> anyhow::Result<()> {
     let limits = limits_from(&args.config)?;
+    let codec = ultr_core::session::codec::open(&limits)?;
     let mut dead = DeadLetterSink::file(&args.dead_letter)?;
     let mut total = IngestSummary::default();
     for file in &args.files {
-        let mut ingest = Ingest::new(FileSource::open(file, 0)?, limits.clone(), 4096);
+        let mut ingest = Ingest::new(FileSource::open(file, 0)?.framed(codec.file_framing()), limits.clone(), 4096).codec(codec.clone());
         let s = ingest.drain(&mut dead, |_| {})?;
         total.records += s.records;
         total.sessions += s.sessions;
@@ -594,6 +610,7 @@ fn rekey(args: &RekeyArgs) -> anyhow::Result<()> {
         partitions: args.partitions,
         properties: &args.properties.iter().cloned().collect(),
         idle_exit: args.idle_exit_ms.map(std::time::Duration::from_millis),
+        codec: ultr_core::session::codec::open(&limits_from(&args.format_of)?)?,
     })?;
     println!("re-keyed {} records by query_id ({} without one kept their key)", report.records, report.without_query_id);
     Ok(())

@@ -3,6 +3,7 @@
 
 pub mod brokers;
 pub mod malformed;
+pub mod registry;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};

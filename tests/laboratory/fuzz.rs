@@ -1,7 +1,8 @@
-//! Fuzzing on stable Rust: a seeded mutation fuzzer over the session decoder (corpus: the
-//! malformed-record corpus plus valid simulated sessions) and over the pipeline-config parser
-//! (corpus: `pipelines/*.toml`). Every input must be decoded or refused with a reason and a detail
-//! (round-tripping through a dead-letter file), never panic. `ULTR_FUZZ_DECODER_EXECS` and
+//! Fuzzing on stable Rust: a seeded mutation fuzzer over the session decoder in each format (corpus:
+//! the malformed-record corpus plus valid simulated sessions; for Avro and Protobuf, those that
+//! encode) and over the pipeline-config parser (corpus: `pipelines/*.toml`). Every input must be
+//! decoded or refused with a reason and a detail (round-tripping through a dead-letter file), never
+//! panic. `ULTR_FUZZ_DECODER_EXECS`, `ULTR_FUZZ_BINARY_EXECS` (per binary format) and
 //! `ULTR_FUZZ_CONFIG_EXECS` set the budget (the test command's short run uses the defaults; the
 //! long run in the closing note used 1,000,000+), `ULTR_FUZZ_SEED` the seed.
 
@@ -64,7 +65,7 @@ const TOKENS: &[&str] = &[
     "\u{10ffff}",
 ];
 
-fn mutate(rng: &mut ChaCha8Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
+fn mutate(rng: &mut ChaCha8Rng, corpus: &[Vec<u8>], tokens: &[&[u8]]) -> Vec<u8> {
     let mut input = corpus[rng.random_range(0..corpus.len())].clone();
     for _ in 0..rng.random_range(1..=4) {
         let len = input.len();
@@ -79,7 +80,7 @@ fn mutate(rng: &mut ChaCha8Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
             }
             2 => {
                 let i = rng.random_range(0..=len);
-                let t = TOKENS[rng.random_range(0..TOKENS.len())].as_bytes();
+                let t = tokens[rng.random_range(0..tokens.len())];
                 input.splice(i..i, t.iter().copied());
             }
             3 if len > 0 => {
@@ -148,11 +149,62 @@ fn decoder_corpus() -> Vec<Vec<u8>> {
 
 #[test]
 fn decoder_survives_mutation_fuzzing_and_every_input_is_decoded_or_dead_lettered() {
-    let execs = budget("ULTR_FUZZ_DECODER_EXECS", 2_000_000);
+    let tokens: Vec<&[u8]> = TOKENS.iter().map(|t| t.as_bytes()).collect();
+    fuzz_decoder(Decoder::new, &decoder_corpus(), &tokens, budget("ULTR_FUZZ_DECODER_EXECS", 2_000_000), "JSON");
+}
+
+/// Bytes that steer mutations of binary records into varint, length and framing corners.
+const BINARY_TOKENS: &[&[u8]] = &[
+    &[0x00],
+    &[0x01],
+    &[0x02],
+    &[0x7f],
+    &[0x80],
+    &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+    &[0xff, 0xff, 0xff, 0xff, 0x0f],
+    &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80],
+    &[0x00, 0x00, 0x00, 0x00, 0x01],
+    &[0x00, 0x00, 0xc0, 0x7f],
+    &[0x00, 0x00, 0x80, 0x7f],
+    &[0x3a, 0x04, 0x0a, 0x02],
+    &[0x0b],
+    &[0x0c],
+    &[0x1d],
+];
+
+/// Valid simulated sessions (features and logged propensities) plus one with every optional
+/// field, each in `codec`'s encoding.
+fn binary_corpus(codec: &dyn ultr::session::Codec) -> Vec<Vec<u8>> {
+    decoder_corpus()
+        .iter()
+        .filter_map(|json| {
+            let mut out = Vec::new();
+            codec.transcode_json(json, &mut out).ok().map(|_| out)
+        })
+        .collect()
+}
+
+#[test]
+fn avro_and_protobuf_decoders_survive_mutation_fuzzing_and_every_input_is_decoded_or_dead_lettered() {
+    use ultr::session::codec::{avro::Avro, protobuf::Protobuf};
+    let execs = budget("ULTR_FUZZ_BINARY_EXECS", 1_000_000);
+    let codecs: [std::sync::Arc<dyn ultr::session::Codec>; 2] =
+        [std::sync::Arc::new(Avro::with_writer_schema(ultr::session::codec::avro::SESSION_AVSC).unwrap()), std::sync::Arc::new(Protobuf::shipped())];
+    for codec in codecs {
+        let corpus = binary_corpus(codec.as_ref());
+        assert!(corpus.len() > 10, "the corpus encodes");
+        let name = codec.name();
+        fuzz_decoder(|limits| Decoder::with_codec(limits, codec.clone()), &corpus, BINARY_TOKENS, execs, name);
+    }
+}
+
+/// Mutates `corpus` `execs` times (with `tokens` among the insertions) into a decoder from
+/// `decoder`: every input is decoded or refused with a reason and a detail, never a panic; refused
+/// inputs round-trip through a dead-letter file with their original bytes.
+fn fuzz_decoder(decoder: impl Fn(DecodeLimits) -> Decoder, corpus: &[Vec<u8>], tokens: &[&[u8]], execs: u64, label: &str) {
     let mut rng = ChaCha8Rng::seed_from_u64(budget("ULTR_FUZZ_SEED", 1));
-    let corpus = decoder_corpus();
     let limits = DecodeLimits { max_items: 50, max_features: 16, max_record_bytes: 1 << 16, ..DecodeLimits::default() };
-    let mut decoder = Decoder::new(limits.clone());
+    let mut decoder = decoder(limits);
     decoder.set_event_time_ceiling(Some(chrono::Utc::now().timestamp_millis() + 3_600_000));
     let dir = tempfile::tempdir().unwrap();
     let dead_path = dir.path().join("dead.jsonl");
@@ -162,7 +214,7 @@ fn decoder_survives_mutation_fuzzing_and_every_input_is_decoded_or_dead_lettered
     let mut sample_refused: Vec<Vec<u8>> = Vec::new();
     let started = std::time::Instant::now();
     for exec in 0..execs {
-        let input = mutate(&mut rng, &corpus);
+        let input = mutate(&mut rng, corpus, tokens);
         let before = decoder.rows();
         let outcome = catch_unwind(AssertUnwindSafe(|| decoder.decode(&input)));
         let Ok(outcome) = outcome else {
@@ -208,7 +260,7 @@ fn decoder_survives_mutation_fuzzing_and_every_input_is_decoded_or_dead_lettered
     }
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "decoder fuzz: {execs} execs in {secs:.1} s ({:.0}/s), 0 panics, {accepted} decoded, {refused} refused; by reason {reasons:?}",
+        "{label} decoder fuzz: {execs} execs in {secs:.1} s ({:.0}/s), 0 panics, {accepted} decoded, {refused} refused; by reason {reasons:?}",
         execs as f64 / secs
     );
     assert!(accepted > 0 && refused > 0, "the fuzzer reaches both outcomes");
@@ -227,8 +279,9 @@ fn config_parser_survives_mutation_fuzzing() {
         .collect();
     assert!(corpus.len() >= 3);
     let (mut ok, mut refused) = (0u64, 0u64);
+    let tokens: Vec<&[u8]> = TOKENS.iter().map(|t| t.as_bytes()).collect();
     for exec in 0..execs {
-        let input = mutate(&mut rng, &corpus);
+        let input = mutate(&mut rng, &corpus, &tokens);
         let text = String::from_utf8_lossy(&input).into_owned();
         match catch_unwind(|| PipelineConfig::parse(&text, "fuzz.toml")) {
             Err(_) => panic!("config parser panicked on input #{exec}: {text:?}"),
@@ -295,8 +348,9 @@ fn single_pass_reader_decodes_every_mutated_input_like_serde_json() {
     }
 
     let (mut accepted, mut refused) = (0u64, 0u64);
+    let tokens: Vec<&[u8]> = TOKENS.iter().map(|t| t.as_bytes()).collect();
     for exec in 0..execs {
-        let input = mutate(&mut rng, &corpus);
+        let input = mutate(&mut rng, &corpus, &tokens);
         let ours = single.decode(&input);
         let theirs = reference.decode(&input);
         assert_eq!(ours, theirs, "input #{exec}: {:?}", String::from_utf8_lossy(&input));

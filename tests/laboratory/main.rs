@@ -12,6 +12,7 @@ mod common;
 mod aggregated_training;
 mod chunked_training;
 mod click_log;
+mod codecs;
 mod config;
 mod cumulative;
 mod data;

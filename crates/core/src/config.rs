@@ -59,6 +59,7 @@ impl CoreConfig {
         self.window.validate()?;
         self.state.validate()?;
         self.identifiability.validate()?;
+        crate::session::codec::validate(&self.decode)?;
         if let Some(schema) = &self.decode.feature_schema {
             schema.validate(self.decode.feature_dim, self.decode.bias_feature_dim)?;
         }

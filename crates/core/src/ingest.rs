@@ -164,6 +164,16 @@ impl<S: RecordSource> Ingest<S> {
         }
     }
 
+    /// Reads records with `codec` (the configured format: `session::codec::open`) instead of JSON.
+    pub fn codec(mut self, codec: std::sync::Arc<dyn crate::session::Codec>) -> Self {
+        let (f, b) = (self.decoder.feature_dim(), self.decoder.bias_feature_dim());
+        self.decoder = Decoder::with_codec(self.decoder.limits().clone(), codec);
+        self.decoder.set_dims(f, b);
+        let n = self.siblings.len();
+        self.siblings = (0..n).map(|_| self.decoder.sibling()).collect();
+        self
+    }
+
     /// Decodes each poll in `n` stretches side by side (1: in order, on the caller's thread), each
     /// stretch handed out as a batch of its own. A poll still reads `batch_records` records: polling
     /// `n` times as many measured 50–80 MB more peak memory with 2 (docs/benchmarks.md).

@@ -1,4 +1,4 @@
-//! Decode and validate session JSON into rows of the impressions batch; a record is taken whole or
+//! Decode (through the configured codec) and validate sessions into rows of the impressions batch; a record is taken whole or
 //! refused whole, except a repeated `doc_id`, whose repeat alone is dropped (`[decode] duplicate_doc_id`).
 
 use std::borrow::Cow;
@@ -11,11 +11,12 @@ use datafusion::arrow::array::{
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::Deserialize;
 
-use super::reason::{classify, Reason, Rejected};
+use super::codec::Codec;
+use super::reason::{Reason, Rejected};
 use super::schema::{impressions_schema, SCHEMA_VERSION};
 
-mod raw;
-mod single_pass;
+pub mod raw;
+pub(crate) mod single_pass;
 
 use raw::{ContextValue, Features, RawSession};
 
@@ -24,6 +25,20 @@ use raw::{ContextValue, Features, RawSession};
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DecodeLimits {
+    /// The records' format: `"json"` (docs/session-contract.md), `"avro"` or `"protobuf"`
+    /// (`schemas/session.avsc`, `schemas/session.proto`). A binary format needs its writer schemas:
+    /// `[decode.schema_registry]` (Confluent-framed records), or a local schema file (bare records).
+    pub format: String,
+    /// A Confluent-compatible schema registry the binary formats' schema ids are fetched from.
+    pub schema_registry: Option<super::codec::SchemaRegistryConfig>,
+    /// `format = "avro"` without a registry: the writer schema (`.avsc`) every record was written with.
+    pub avro_schema: Option<std::path::PathBuf>,
+    /// `format = "protobuf"` without a registry: a descriptor set (`protoc --include_imports
+    /// --descriptor_set_out=…`) whose `protobuf_message` gives the field numbers by name. Without
+    /// it (and without a registry), bare records with `schemas/session.proto`'s numbers.
+    pub protobuf_descriptor_set: Option<std::path::PathBuf>,
+    /// The session message's full name in `protobuf_descriptor_set`, e.g. `"ultr.Session"`.
+    pub protobuf_message: Option<String>,
     /// Most items one session may carry.
     pub max_items: usize,
     /// Most dense features one item may carry.
@@ -138,6 +153,11 @@ impl FeatureSchema {
 impl Default for DecodeLimits {
     fn default() -> Self {
         DecodeLimits {
+            format: "json".into(),
+            schema_registry: None,
+            avro_schema: None,
+            protobuf_descriptor_set: None,
+            protobuf_message: None,
             max_items: 1_000,
             max_features: 10_000,
             max_record_bytes: 16 << 20,
@@ -196,12 +216,18 @@ pub struct Decoder {
     last_dims: (Option<usize>, Option<usize>),
     /// The event time of the last record that came as far as the future-time check, accepted or not.
     judged_event_ms: Option<i64>,
-    /// Read every record with serde_json, skipping the single-pass reader (the reference it is tested against).
-    serde_json_only: bool,
+    /// Bytes in, a `RawSession` or a refusal out.
+    codec: Arc<dyn Codec>,
 }
 
 impl Decoder {
+    /// A decoder of JSON records (`with_codec` for the others: `codec::open` builds the configured one).
     pub fn new(limits: DecodeLimits) -> Self {
+        Decoder::with_codec(limits, Arc::new(super::codec::json::Json::new()))
+    }
+
+    /// A decoder reading records with `codec`.
+    pub fn with_codec(limits: DecodeLimits, codec: Arc<dyn Codec>) -> Self {
         let item = || {
             ListBuilder::new(Float32Builder::new()).with_field(Arc::new(datafusion::arrow::datatypes::Field::new(
                 "item",
@@ -234,15 +260,20 @@ impl Decoder {
             last_event_ms: None,
             last_dims: (None, None),
             judged_event_ms: None,
-            serde_json_only: false,
+            codec,
         }
     }
 
     /// A decoder that reads every record with serde_json alone: the reference the single-pass
     /// reader must match (same rows, same refusals), used by the differential tests and benches.
     pub fn serde_json_only(mut self) -> Self {
-        self.serde_json_only = true;
+        self.codec = Arc::new(super::codec::json::Json::serde_only());
         self
+    }
+
+    /// The codec records are read with.
+    pub fn codec(&self) -> &Arc<dyn Codec> {
+        &self.codec
     }
 
     /// Refuse sessions whose event time exceeds `ceiling` (epoch ms); `None` accepts any time.
@@ -274,8 +305,7 @@ impl Decoder {
 
     /// A decoder with the same limits and reader and no rows, its dimensions locked as this one's.
     pub fn sibling(&self) -> Decoder {
-        let mut d = Decoder::new(self.limits.clone());
-        d.serde_json_only = self.serde_json_only;
+        let mut d = Decoder::with_codec(self.limits.clone(), self.codec.clone());
         d.set_dims(self.feature_dim, self.bias_feature_dim);
         d
     }
@@ -325,14 +355,7 @@ impl Decoder {
         if bytes.len() > self.limits.max_record_bytes {
             return Err(Rejected::new(Reason::RecordTooLarge, format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes)));
         }
-        let fast = if self.serde_json_only { None } else { single_pass::read(bytes, self.feature_dim.unwrap_or(64)) };
-        let raw: RawSession = match fast {
-            Some(raw) => raw,
-            None => {
-                let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
-                serde_json::from_str(text).map_err(classify)?
-            }
-        };
+        let raw: RawSession = self.codec.decode(bytes, self.feature_dim.unwrap_or(64))?;
         let checked = self.validate(&raw)?;
         Ok(self.append(&raw, checked))
     }

@@ -1,5 +1,6 @@
-//! The session-log contract: what one logged session is, its Arrow form, and why a record is refused.
+//! The session-log contract: what one logged session is, how its formats are read, its Arrow form, and why a record is refused.
 
+pub mod codec;
 pub mod decode;
 pub mod reason;
 pub mod schema;
@@ -7,3 +8,4 @@ pub mod schema;
 pub use decode::{DecodeLimits, Decoder, DuplicateDocId};
 pub use reason::{Reason, Rejected};
 pub use schema::{impressions_schema, SCHEMA_VERSION};
+pub use codec::Codec;

@@ -29,10 +29,20 @@ pub enum Reason {
     FutureEventTime,
     /// `event_time` older than the wall clock minus `decode.max_event_age` on a live stream.
     StaleEventTime,
+    /// A Confluent-framed record whose first byte is not the magic byte 0.
+    BadMagicByte,
+    /// A binary record that ends inside a field, a length or its framing header.
+    TruncatedPayload,
+    /// A binary record that ends inside a varint.
+    TruncatedVarint,
+    /// A binary record that breaks its format's encoding (a bad union index or wire type, a negative length).
+    MalformedPayload,
+    /// A schema id the schema registry does not know.
+    UnknownSchemaId,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 25] = [
         Reason::NotUtf8,
         Reason::RecordTooLarge,
         Reason::InvalidJson,
@@ -53,6 +63,11 @@ impl Reason {
         Reason::BadPropensity,
         Reason::FutureEventTime,
         Reason::StaleEventTime,
+        Reason::BadMagicByte,
+        Reason::TruncatedPayload,
+        Reason::TruncatedVarint,
+        Reason::MalformedPayload,
+        Reason::UnknownSchemaId,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +92,11 @@ impl Reason {
             Reason::BadPropensity => "bad_propensity",
             Reason::FutureEventTime => "future_event_time",
             Reason::StaleEventTime => "stale_event_time",
+            Reason::BadMagicByte => "bad_magic_byte",
+            Reason::TruncatedPayload => "truncated_payload",
+            Reason::TruncatedVarint => "truncated_varint",
+            Reason::MalformedPayload => "malformed_payload",
+            Reason::UnknownSchemaId => "unknown_schema_id",
         }
     }
 
@@ -99,7 +119,7 @@ pub struct Rejected {
 }
 
 impl Rejected {
-    pub(crate) fn new(reason: Reason, detail: impl Into<String>) -> Self {
+    pub fn new(reason: Reason, detail: impl Into<String>) -> Self {
         Rejected { reason, detail: detail.into() }
     }
 }

@@ -33,15 +33,8 @@ pub struct Rekey<'a> {
     pub properties: &'a BTreeMap<String, String>,
     /// Stop after this long without a record; None runs forever.
     pub idle_exit: Option<Duration>,
-}
-
-/// The `query_id` of a session record, if it has one.
-pub fn query_id_of(payload: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        query_id: String,
-    }
-    serde_json::from_slice::<Probe>(payload).ok().map(|p| p.query_id)
+    /// The records' format (`query_id` is read through it).
+    pub codec: std::sync::Arc<dyn crate::session::Codec>,
 }
 
 pub fn rekey(r: &Rekey) -> anyhow::Result<RekeyReport> {
@@ -61,7 +54,7 @@ pub fn rekey(r: &Rekey) -> anyhow::Result<RekeyReport> {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(msg)) => {
                 let payload = msg.payload().unwrap_or_default();
-                let key = match query_id_of(payload) {
+                let key = match r.codec.query_id(payload) {
                     Some(q) => q,
                     None => {
                         report.without_query_id += 1;

@@ -1,4 +1,4 @@
-//! The record as serde reads it: borrowed ids, the event-time forms, clicks, features and context
+//! The record as read, before validation (every codec builds one; serde reads JSON into it): borrowed ids, the event-time forms, clicks, features and context
 //! values, each with the checks its JSON type allows. `decode` turns a `RawSession` into rows;
 //! `single_pass` builds the same `RawSession` on its fast path.
 
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::session::reason::{tagged, Reason, Rejected};
 
 /// An identifier: a JSON string, or an integer taken as its decimal text.
-pub(super) struct Id<'a>(pub(super) Cow<'a, str>);
+pub struct Id<'a>(pub Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -43,7 +43,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
 }
 
 /// `event_time` as logged: RFC 3339 text or epoch milliseconds.
-pub(super) enum EventTime<'a> {
+pub enum EventTime<'a> {
     Text(Cow<'a, str>),
     Millis(i64),
 }
@@ -80,7 +80,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for EventTime<'a> {
 const MAX_EVENT_MILLIS: i64 = 253_402_300_799_999;
 
 impl EventTime<'_> {
-    pub(super) fn to_millis(&self) -> Result<i64, Rejected> {
+    pub fn to_millis(&self) -> Result<i64, Rejected> {
         let millis = match self {
             EventTime::Millis(m) => *m,
             EventTime::Text(t) => chrono::DateTime::parse_from_rfc3339(t)
@@ -95,7 +95,7 @@ impl EventTime<'_> {
 }
 
 /// `clicked`: a boolean, or 0/1.
-pub(super) struct Clicked(pub(super) bool);
+pub struct Clicked(pub bool);
 
 impl<'de> Deserialize<'de> for Clicked {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -121,7 +121,7 @@ impl<'de> Deserialize<'de> for Clicked {
 }
 
 /// A dense f32 vector; refuses non-finite values (spelled as strings, null, or overflowing f32).
-pub(super) struct Features(pub(super) Vec<f32>);
+pub struct Features(pub Vec<f32>);
 
 impl<'de> Deserialize<'de> for Features {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -145,7 +145,7 @@ impl<'de> Deserialize<'de> for Features {
     }
 }
 
-pub(super) struct FeatureValue(pub(super) usize);
+pub struct FeatureValue(pub usize);
 
 impl<'de> DeserializeSeed<'de> for FeatureValue {
     type Value = f32;
@@ -190,7 +190,7 @@ impl Visitor<'_> for FeatureValue {
 }
 
 /// A context value: text, number or boolean, kept as text.
-pub(super) struct ContextValue(pub(super) Option<String>);
+pub struct ContextValue(pub Option<String>);
 
 impl<'de> Deserialize<'de> for ContextValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -211,32 +211,32 @@ impl<'de> Deserialize<'de> for ContextValue {
 }
 
 #[derive(Deserialize)]
-pub(super) struct RawItem<'a> {
+pub struct RawItem<'a> {
     #[serde(borrow)]
-    pub(super) doc_id: Id<'a>,
-    pub(super) position: i64,
-    pub(super) clicked: Clicked,
+    pub doc_id: Id<'a>,
+    pub position: i64,
+    pub clicked: Clicked,
     #[serde(default)]
-    pub(super) features: Option<Features>,
+    pub features: Option<Features>,
     #[serde(default)]
-    pub(super) bias_features: Option<Features>,
+    pub bias_features: Option<Features>,
     #[serde(default)]
-    pub(super) propensity: Option<f64>,
+    pub propensity: Option<f64>,
 }
 
 #[derive(Deserialize)]
-pub(super) struct RawSession<'a> {
-    pub(super) schema_version: u64,
+pub struct RawSession<'a> {
+    pub schema_version: u64,
     #[serde(borrow)]
-    pub(super) session_id: Id<'a>,
+    pub session_id: Id<'a>,
     #[serde(borrow)]
-    pub(super) query_id: Id<'a>,
+    pub query_id: Id<'a>,
     #[serde(borrow)]
-    pub(super) event_time: EventTime<'a>,
+    pub event_time: EventTime<'a>,
     #[serde(borrow)]
-    pub(super) policy_id: Id<'a>,
+    pub policy_id: Id<'a>,
     #[serde(default, borrow)]
-    pub(super) context: Option<BTreeMap<Cow<'a, str>, ContextValue>>,
+    pub context: Option<BTreeMap<Cow<'a, str>, ContextValue>>,
     #[serde(borrow)]
-    pub(super) items: Vec<RawItem<'a>>,
+    pub items: Vec<RawItem<'a>>,
 }

@@ -16,7 +16,7 @@ use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSes
 /// Reads `bytes` whole, or `None` when serde_json should read it instead. Only the strings are
 /// checked for UTF-8: every byte outside them must be ASCII JSON syntax here, and any other record
 /// goes to the serde path, which checks the whole record first.
-pub(super) fn read(bytes: &[u8], feature_capacity: usize) -> Option<RawSession<'_>> {
+pub(crate) fn read(bytes: &[u8], feature_capacity: usize) -> Option<RawSession<'_>> {
     let mut reader = Reader { bytes, at: 0, feature_capacity };
     let session = reader.session()?;
     reader.skip_whitespace();

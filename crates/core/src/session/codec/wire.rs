@@ -1,0 +1,96 @@
+//! A bounds-checked cursor over a binary record: varints, lengths and little-endian floats, each
+//! failure named (`truncated_varint`, `truncated_payload`, `malformed_payload`).
+
+use crate::session::reason::{Reason, Rejected};
+
+pub(crate) struct Cursor<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, at: 0 }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.at >= self.buf.len()
+    }
+
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    /// An unsigned LEB128 varint of at most 10 bytes.
+    pub(crate) fn varint(&mut self, what: &str) -> Result<u64, Rejected> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let Some(&byte) = self.buf.get(self.at) else {
+                return Err(Rejected::new(Reason::TruncatedVarint, format!("the record ends inside the varint of {what} at byte {}", self.at)));
+            };
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(Rejected::new(Reason::MalformedPayload, format!("the varint of {what} runs past 10 bytes (byte {})", self.at)))
+    }
+
+    /// A zigzag-encoded signed varint (Avro's int and long, Confluent's message indexes).
+    pub(crate) fn zigzag(&mut self, what: &str) -> Result<i64, Rejected> {
+        let v = self.varint(what)?;
+        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Rejected> {
+        if n > self.remaining() {
+            return Err(Rejected::new(
+                Reason::TruncatedPayload,
+                format!("{what} needs {n} bytes at byte {} but {} remain", self.at, self.remaining()),
+            ));
+        }
+        let out = &self.buf[self.at..self.at + n];
+        self.at += n;
+        Ok(out)
+    }
+
+    pub(crate) fn f32_le(&mut self, what: &str) -> Result<f32, Rejected> {
+        let b = self.take(4, what)?;
+        Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub(crate) fn f64_le(&mut self, what: &str) -> Result<f64, Rejected> {
+        let b = self.take(8, what)?;
+        Ok(f64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+}
+
+/// Text that must be UTF-8 (`not_utf8` otherwise), borrowed from the record.
+pub(crate) fn utf8<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Rejected> {
+    std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, format!("{what}: {e}")))
+}
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub(crate) fn put_zigzag(out: &mut Vec<u8>, v: i64) {
+    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// A feature value as the JSON reader keeps it: −0 folded into 0, non-finite refused.
+pub(crate) fn feature_value(x: f32, index: usize, name: &str) -> Result<f32, Rejected> {
+    if x == 0.0 {
+        Ok(0.0)
+    } else if x.is_finite() {
+        Ok(x)
+    } else {
+        Err(Rejected::new(Reason::NonFiniteFeature, format!("{name} value {index} = {x} is not a finite f32")))
+    }
+}
