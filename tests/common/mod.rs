@@ -85,6 +85,19 @@ pub fn final_counts(state: &std::path::Path) -> (Vec<String>, String) {
     (rows, format!("{:?} {:?}", manifest.operator.counters, windows))
 }
 
+/// Every window's tables (sorted rows) and the counters of a state: the state as a user reads it,
+/// without the source's offsets (which differ between formats and transports).
+pub fn state_tables(state: &std::path::Path) -> (Vec<(i64, &'static str, Vec<String>)>, String) {
+    let m = ultr::state::read_manifest(state).unwrap();
+    let mut tables = Vec::new();
+    for w in &m.windows {
+        for table in ultr::window::WINDOW_TABLES {
+            tables.push((w.start_ms, table, sorted_rows(&ultr::state::read_window_table(state, w, table).unwrap())));
+        }
+    }
+    (tables, format!("{:?}", m.operator.counters))
+}
+
 /// Copies a state directory (or any folder) recursively, leaving out a running writer's `.lock`.
 pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();

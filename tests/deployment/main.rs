@@ -11,6 +11,7 @@
 mod common;
 
 mod alerting;
+mod confluent_producers;
 mod deploy;
 mod http_endpoint;
 mod kafka_resume;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, registry::Registry, sorted_rows};
+use crate::common::{self, registry::Registry, state_tables};
 use ultr::config::PipelineConfig;
 use ultr::pipeline::{run_to_state, NoObserver};
 use ultr::session::codec::{self, avro::Avro, avro::SESSION_AVSC, protobuf::Protobuf, Codec, SchemaRegistryConfig};
@@ -18,7 +18,6 @@ use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
 use ultr::sinks::dead_letter::read_dead_letters;
 use ultr::sinks::encode::Encoding;
 use ultr::sinks::jsonl::JsonlSink;
-use ultr::state::{read_manifest, read_window_table};
 
 fn simulator(sessions: u64, seed: u64) -> Simulator {
     Simulator::new(SimConfig {
@@ -75,18 +74,6 @@ fn avro_and_protobuf_records_decode_to_the_rows_of_the_same_json_sessions() {
         let json_bytes: usize = sessions.iter().map(Vec::len).sum();
         eprintln!("{}: {bytes} bytes for {json_bytes} bytes of JSON", codec.name());
     }
-}
-
-/// Every window's tables and the counters of a state: the state as a user reads it.
-fn state_tables(state: &Path) -> (Vec<(i64, &'static str, Vec<String>)>, String) {
-    let m = read_manifest(state).unwrap();
-    let mut tables = Vec::new();
-    for w in &m.windows {
-        for table in ultr::window::WINDOW_TABLES {
-            tables.push((w.start_ms, table, sorted_rows(&read_window_table(state, w, table).unwrap())));
-        }
-    }
-    (tables, format!("{:?}", m.operator.counters))
 }
 
 fn file_config(file: &Path, decode: &str) -> PipelineConfig {

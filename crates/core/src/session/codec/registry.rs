@@ -27,6 +27,7 @@ pub struct Registry {
     config: SchemaRegistryConfig,
     known: RwLock<HashMap<u32, Arc<Schema>>>,
     unknown: Mutex<HashMap<u32, Instant>>,
+    fetching: Mutex<()>,
     /// Requests sent (for the cache's test and the log).
     requests: std::sync::atomic::AtomicU64,
 }
@@ -37,7 +38,7 @@ struct Away(String);
 impl Registry {
     /// A client for `config.url`, after the registry answered once (`GET /subjects`).
     pub fn connect(config: &SchemaRegistryConfig) -> anyhow::Result<Arc<Registry>> {
-        let registry = Registry { config: config.clone(), known: RwLock::default(), unknown: Mutex::default(), requests: Default::default() };
+        let registry = Registry { config: config.clone(), known: RwLock::default(), unknown: Mutex::default(), fetching: Mutex::new(()), requests: Default::default() };
         match registry.request("GET", "/subjects", None) {
             Ok((status, _)) if status < 500 => Ok(Arc::new(registry)),
             Ok((status, body)) => anyhow::bail!("the schema registry at {} (key `decode.schema_registry.url`) answered {status}: {body}", config.url),
@@ -64,6 +65,11 @@ impl Registry {
         let denied = |id| Rejected::new(Reason::UnknownSchemaId, format!("schema id {id} is not in the registry at {}", self.config.url));
         if self.unknown.lock().get(&id).is_some_and(|t| t.elapsed() < UNKNOWN_TTL) {
             return Err(denied(id));
+        }
+        // One fetch at a time: decoders side by side that miss the same id ask once.
+        let _fetching = self.fetching.lock();
+        if let Some(s) = self.known.read().get(&id) {
+            return Ok(s.clone());
         }
         let mut backoff = Duration::from_millis(200);
         let max_backoff = Duration::from_millis(self.config.max_backoff.ms().max(1) as u64);
