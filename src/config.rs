@@ -7,22 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use ultr_core::config::CoreConfig;
 use ultr_core::session::DecodeLimits;
-use ultr_core::sources::file::stream_name;
-use ultr_core::sources::kafka::KafkaSourceConfig;
 use ultr_simulate::SimConfig;
 
-/// Where sessions come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub enum SourceConfig {
-    /// JSONL files (plain or gzip), read in order.
-    File {
-        paths: Vec<std::path::PathBuf>,
-    },
-    Kafka(KafkaSourceConfig),
-    /// The built-in simulator (the `[simulator]` table).
-    Simulator,
-}
+pub use crate::sources::SourceConfig;
 
 /// A whole pipeline config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -91,20 +78,15 @@ impl PipelineConfig {
     /// The Kafka source a scale-out instance (`[state.object_store]`) joins the group of; `parse`
     /// refuses an object store without one.
     pub fn scale_out_source(&self) -> anyhow::Result<&ultr_core::sources::kafka::KafkaSourceConfig> {
-        match &self.source {
-            SourceConfig::Kafka(kafka) if self.state.object_store.is_some() => Ok(kafka),
+        match self.source.kind().kafka() {
+            Some(kafka) if self.state.object_store.is_some() => Ok(kafka),
             _ => anyhow::bail!("scale-out needs `[state.object_store]` and `[source.kafka]`"),
         }
     }
 
     /// A stable name for the configured source, recorded in the manifest.
     pub fn source_identity(&self) -> String {
-        match &self.source {
-            SourceConfig::File { paths } => paths.iter().map(|p| stream_name(p)).collect::<Vec<_>>().join(","),
-            // The group is not part of the identity: the manifest, not the group, says where to resume.
-            SourceConfig::Kafka(k) => format!("kafka:topics={}", k.topics.join(",")),
-            SourceConfig::Simulator => ultr_simulate::source::source_identity(&self.simulator),
-        }
+        self.source.kind().identity(self)
     }
 
     /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
@@ -122,7 +104,7 @@ impl PipelineConfig {
         config.core().validate().map_err(&invalid)?;
         config.runtime.validate().map_err(&invalid)?;
         if let Some(store) = &config.state.object_store {
-            if !matches!(config.source, SourceConfig::Kafka(_)) {
+            if config.source.kind().kafka().is_none() {
                 return Err(invalid("key `state.object_store` needs `[source.kafka]`: instances share the work by Kafka partitions".into()));
             }
             if matches!(config.dead_letter, Some(DeadLetterConfig::File { .. })) {
@@ -144,9 +126,7 @@ impl PipelineConfig {
         }
         config.train.validate().map_err(&invalid)?;
         config.eval.validate().map_err(&invalid)?;
-        if matches!(config.source, SourceConfig::Simulator) {
-            config.simulator.validate().map_err(|e| invalid(format!("[simulator]: {e}")))?;
-        }
+        config.source.kind().validate(&config).map_err(&invalid)?;
         Ok(config)
     }
 }

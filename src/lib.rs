@@ -32,12 +32,13 @@ pub fn opt_out_of_transparent_huge_pages() {
     }
 }
 
-pub use ultr_core::{identify, ingest, progress, scale_out, session, sinks, sources, state, units, window};
+pub use ultr_core::{identify, ingest, progress, scale_out, session, sinks, state, units, window};
 pub use ultr_simulate as simulate;
 pub use ultr_train as train;
 pub use ultr_train::eval;
 
 pub mod config;
+pub mod sources;
 pub mod config_reference;
 pub mod demo;
 pub mod monitor;

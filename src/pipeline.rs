@@ -2,26 +2,16 @@
 //! and runs the streaming core's loop (`crate::pipeline`) on it.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use ultr_core::sources::file::FileChain;
-use ultr_core::sources::kafka::KafkaSource;
 use ultr_core::sources::{RecordSource, ResumeOffsets};
-use ultr_simulate::Simulator;
 
-use crate::config::{PipelineConfig, SourceConfig};
+use crate::config::PipelineConfig;
 
 pub use ultr_core::pipeline::*;
 
 /// The configured source, positioned at the state's resume offsets.
 pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
-    Ok(match &config.source {
-        SourceConfig::File { paths } => {
-            Box::new(FileChain::new(paths.clone(), resume.clone()).framed(ultr_core::session::codec::open(&config.decode)?.file_framing()))
-        }
-        SourceConfig::Kafka(k) => Box::new(KafkaSource::new(k, resume.clone())?),
-        SourceConfig::Simulator => ultr_simulate::source::open(Arc::new(Simulator::new(config.simulator.clone())?), resume),
-    })
+    config.source.kind().open(config, resume)
 }
 
 /// Runs until a bounded source ends (or the observer asks to stop), checkpointing into `state_dir`.

@@ -1,10 +1,15 @@
 //! Throughput benchmarks (run with `cargo bench --bench ultr -- throughput`): decode impressions/s on one core
-//! with and without 46-dim features, the single-pass reader beside serde_json alone, and simulator
-//! sessions/s. Figures go in the closing notes, not tests.
+//! with and without 46-dim features, in each format (JSON's single-pass reader beside serde_json
+//! alone, Avro, Protobuf), and simulator sessions/s. `ULTR_BENCH_DUMP=PREFIX` also writes the
+//! JSON records. Figures go in the closing notes, not tests.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use ultr::session::{DecodeLimits, Decoder};
+use ultr::session::codec::avro::{Avro, SESSION_AVSC};
+use ultr::session::codec::json::Json;
+use ultr::session::codec::protobuf::Protobuf;
+use ultr::session::{Codec, DecodeLimits, Decoder};
 use ultr::simulate::click::{ClickModel, ClickModelKind};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
@@ -19,37 +24,68 @@ fn records(sim: &Simulator, n: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn bench_decode(label: &str, records: &[Vec<u8>]) {
-    // Alternate the two readers run by run, so machine noise falls on both alike.
-    let mut best = [f64::MAX; 2];
-    let mut rows = [0usize; 2];
+/// The readers compared, run in turn: JSON's single-pass reader (the default), serde_json alone,
+/// and the binary formats' codecs on the same sessions (bare records, as from a local schema).
+fn readers() -> Vec<(&'static str, Arc<dyn Codec>)> {
+    vec![
+        ("JSON, single pass (default)", Arc::new(Json::new())),
+        ("JSON, serde_json only", Arc::new(Json::serde_only())),
+        ("Avro", Arc::new(Avro::with_writer_schema(SESSION_AVSC).expect("the shipped schema"))),
+        ("Protobuf", Arc::new(Protobuf::shipped())),
+    ]
+}
+
+fn bench_decode(label: &str, json: &[Vec<u8>]) {
+    if let Ok(path) = std::env::var("ULTR_BENCH_DUMP") {
+        // The records as JSONL, for parsers measured outside this build (docs/benchmarks.md).
+        let mut text = Vec::new();
+        for r in json {
+            text.extend_from_slice(r);
+            text.push(b'\n');
+        }
+        std::fs::write(format!("{path}.{}.jsonl", label.replace([' ', ','], "_")), text).expect("writing the dump");
+    }
+    let readers = readers();
+    let inputs: Vec<Vec<Vec<u8>>> = readers
+        .iter()
+        .map(|(_, codec)| {
+            json.iter()
+                .map(|r| {
+                    let mut out = Vec::new();
+                    codec.transcode_json(r, &mut out).expect("simulated sessions encode");
+                    out
+                })
+                .collect()
+        })
+        .collect();
+    // Alternate the readers run by run, so machine noise falls on all alike.
+    let mut best = vec![f64::MAX; readers.len()];
+    let mut rows = vec![0usize; readers.len()];
     for _ in 0..5 {
-        for (reader, serde_only) in [false, true].into_iter().enumerate() {
-            let mut decoder = Decoder::new(DecodeLimits::default());
-            if serde_only {
-                decoder = decoder.serde_json_only();
-            }
+        for (k, (_, codec)) in readers.iter().enumerate() {
+            let mut decoder = Decoder::with_codec(DecodeLimits::default(), codec.clone());
             let t = Instant::now();
-            rows[reader] = 0;
-            for (i, r) in records.iter().enumerate() {
-                rows[reader] += decoder.decode(r).expect("simulated sessions are valid");
+            rows[k] = 0;
+            for (i, r) in inputs[k].iter().enumerate() {
+                rows[k] += decoder.decode(r).expect("simulated sessions are valid");
                 if i % 4096 == 4095 {
                     std::hint::black_box(decoder.finish());
                 }
             }
             std::hint::black_box(decoder.finish());
-            best[reader] = best[reader].min(t.elapsed().as_secs_f64());
+            best[k] = best[k].min(t.elapsed().as_secs_f64());
         }
     }
-    let bytes: usize = records.iter().map(Vec::len).sum();
-    for (reader, name) in ["single pass (default)", "serde_json only"].into_iter().enumerate() {
+    for (k, (name, _)) in readers.iter().enumerate() {
+        let bytes: usize = inputs[k].iter().map(Vec::len).sum();
         println!(
-            "decode {label}, {name}: {} sessions, {} impressions, best of 5 {:.3}s → {:.0} impressions/s, {:.0} MB/s",
-            records.len(),
-            rows[reader],
-            best[reader],
-            rows[reader] as f64 / best[reader],
-            bytes as f64 / best[reader] / 1e6
+            "decode {label}, {name}: {} sessions, {} impressions, best of 5 {:.3}s → {:.0} impressions/s, {:.0} MB/s, {:.2}× JSON's single pass",
+            inputs[k].len(),
+            rows[k],
+            best[k],
+            rows[k] as f64 / best[k],
+            bytes as f64 / best[k] / 1e6,
+            best[0] / best[k]
         );
     }
 }

@@ -562,11 +562,7 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         eprintln!("merged view (as of this instance's last compaction or fetch): {}", ultr::scale_out::merged_dir(&state).display());
         report
     } else {
-        let total = match &config.source {
-            ultr::config::SourceConfig::File { paths } => ultr_core::progress::estimate_records(paths),
-            ultr::config::SourceConfig::Simulator => Some(config.simulator.sessions),
-            ultr::config::SourceConfig::Kafka(_) => None,
-        };
+        let total = config.source.kind().expected_records(&config);
         let mut progress = IngestProgress(ultr_core::progress::bar(total, "records"));
         let report = ultr::pipeline::run_to_state(&config, &state, &mut progress)?;
         progress.0.finish_and_clear();

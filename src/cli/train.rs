@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use ultr::config::{PipelineConfig, SourceConfig};
-use ultr_simulate::{dataset, GroundTruth, Simulator};
+use ultr::config::PipelineConfig;
+use ultr_simulate::{dataset, GroundTruth};
 use ultr_simulate::{labels_from_truth, truth_theta};
 use ultr_train::checkpoint::ModelStore;
 use ultr_train::data::{load_from_state, split_of, Examples, Horizon, Split};
@@ -463,10 +463,7 @@ fn ground_truth(config: &PipelineConfig, file: &Option<PathBuf>) -> anyhow::Resu
     if let Some(f) = file {
         return Ok(Some(GroundTruth::load(f)?));
     }
-    if matches!(config.source, SourceConfig::Simulator) {
-        return Ok(Some(Simulator::new(config.simulator.clone())?.truth().clone()));
-    }
-    Ok(None)
+    config.source.kind().ground_truth(config)
 }
 
 fn labels_from_svmlight(files: &[PathBuf]) -> anyhow::Result<Labels> {

@@ -187,12 +187,8 @@ impl Observer for ServiceObserver<'_> {
 
 /// Tells the status page's board where the stream comes from and where its dead letters go.
 fn describe_stream(metrics: &Metrics, config: &PipelineConfig, state_dir: &std::path::Path, scaled: bool) {
-    use crate::config::{DeadLetterConfig, SourceConfig};
-    let source = match &config.source {
-        SourceConfig::File { paths } => format!("file {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
-        SourceConfig::Kafka(k) => format!("Kafka topic(s) {}", k.topics.join(", ")),
-        SourceConfig::Simulator => format!("the built-in simulator (seed {})", config.simulator.seed),
-    };
+    use crate::config::DeadLetterConfig;
+    let source = config.source.kind().describe(config);
     let (file, target) = match &config.dead_letter {
         Some(DeadLetterConfig::File { path, .. }) => (Some(path.clone()), format!("file {}", path.display())),
         Some(DeadLetterConfig::Kafka { topic, .. }) => (None, format!("Kafka topic {topic}")),

@@ -362,6 +362,21 @@ fn bad_inputs(format: &str, registry: &Registry) -> Vec<(&'static str, &'static 
     // Ends inside a varint: the header and a lone continuation byte.
     let mut cut_varint = framed(id, protobuf, &[]);
     cut_varint.push(0x80 | 0x08);
+    // A union branch (Avro) or a wire type (Protobuf) that does not exist.
+    let broken = if protobuf {
+        let mut s = payload.clone();
+        s.extend_from_slice(&[(9 << 3) | 7, 0]);
+        framed(id, true, &s)
+    } else {
+        let mut r = Vec::new();
+        zz(&mut r, 1);
+        avro_str(&mut r, "s");
+        avro_str(&mut r, "q");
+        zz(&mut r, 1_767_225_600_000);
+        avro_str(&mut r, "p");
+        zz(&mut r, 5); // `context` is a union of two branches
+        framed(id, false, &r)
+    };
     let mut oversize = good.clone();
     oversize.resize(70_000, 0);
     vec![
@@ -370,6 +385,7 @@ fn bad_inputs(format: &str, registry: &Registry) -> Vec<(&'static str, &'static 
         ("a truncated varint", "truncated_varint", cut_varint),
         ("a type mismatch", "wrong_type", mismatch),
         ("an oversize record", "record_too_large", oversize),
+        ("a broken encoding", "malformed_payload", broken),
         ("a schema id the registry does not know", "unknown_schema_id", framed(9_999, protobuf, &payload)),
         ("a good record", "", good),
     ]

@@ -121,14 +121,14 @@ pub struct SchemaRegistryConfig {
     /// The registry's base URL, e.g. `http://schema-registry:8081`.
     pub url: String,
     /// The subject `ultr simulate` and `ultr import` register the shipped schema under when they
-    /// write this format (a topic's value subject is `<topic>-value`).
+    /// write this format (a topic's value subject is `<topic>-value`). Default `ultr-sessions-value`.
     #[serde(default = "default_subject")]
     pub subject: String,
     /// The longest wait between two tries while the registry does not answer mid-run (a record
-    /// whose schema id is not cached yet waits; cached ids keep flowing).
+    /// whose schema id is not cached yet waits; cached ids keep flowing). Default 30 s.
     #[serde(default = "default_max_backoff")]
     pub max_backoff: crate::units::ConfigDuration,
-    /// How long one request may take.
+    /// How long one request may take. Default 10 s.
     #[serde(default = "default_request_timeout")]
     pub request_timeout: crate::units::ConfigDuration,
 }

@@ -1,0 +1,25 @@
+//! The Kafka source kind: topics read by a consumer group, resuming at the state's offsets.
+
+pub use ultr_core::sources::kafka::*;
+
+use super::{RecordSource, ResumeOffsets, Source};
+use crate::config::PipelineConfig;
+
+impl Source for KafkaSourceConfig {
+    fn open(&self, _: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
+        Ok(Box::new(KafkaSource::new(self, resume.clone())?))
+    }
+
+    // The group is not part of the identity: the manifest, not the group, says where to resume.
+    fn identity(&self, _: &PipelineConfig) -> String {
+        format!("kafka:topics={}", self.topics.join(","))
+    }
+
+    fn describe(&self, _: &PipelineConfig) -> String {
+        format!("Kafka topic(s) {}", self.topics.join(", "))
+    }
+
+    fn kafka(&self) -> Option<&KafkaSourceConfig> {
+        Some(self)
+    }
+}
