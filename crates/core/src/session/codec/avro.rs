@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::wire::{feature_value, put_varint, put_zigzag, utf8, Cursor};
+use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
 use super::{confluent_header, put_confluent_header, Codec, SchemaSource};
 use crate::session::decode::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
 use crate::session::decode::DecodeLimits;
@@ -348,14 +348,19 @@ fn features(c: &mut Cursor, ty: &Ty, what: &str, capacity: usize) -> Result<Opti
     };
     let mut values = Vec::with_capacity(capacity.min(1024));
     match **elements {
-        // The usual case, read without a per-value dispatch.
-        Ty::Float => {
-            blocks(c, what, |c| {
-                let x = c.f32_le(what)?;
-                values.push(feature_value(x, values.len(), what)?);
-                Ok(())
-            })?;
-        }
+        // The usual case: each block's floats read in one run, without a per-value dispatch.
+        Ty::Float => loop {
+            let mut count = c.zigzag(what)?;
+            if count == 0 {
+                break;
+            }
+            if count < 0 {
+                count = count.checked_neg().ok_or_else(|| Rejected::new(Reason::MalformedPayload, format!("{what}: block count {count}")))?;
+                length(c, what)?;
+            }
+            let n = usize::try_from(count).ok().and_then(|n| n.checked_mul(4)).ok_or_else(|| Rejected::new(Reason::TruncatedPayload, format!("{what}: a block of {count} floats")))?;
+            extend_f32_le(&mut values, c.take(n, what)?, what)?;
+        },
         ref e @ (Ty::Double | Ty::Int | Ty::Long) => {
             blocks(c, what, |c| {
                 let x = float(c, e, what)?.expect("not a union") as f32;
@@ -543,7 +548,19 @@ pub struct Avro {
     subject: String,
 }
 
-pub(super) fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
+pub(super) const FORMAT: super::Format = super::Format { name: "avro", open, validate };
+
+fn validate(config: &DecodeLimits) -> Result<(), String> {
+    if config.protobuf_descriptor_set.is_some() || config.protobuf_message.is_some() {
+        return Err("keys `decode.protobuf_descriptor_set` and `decode.protobuf_message` are for `decode.format` = \"protobuf\"".into());
+    }
+    if config.schema_registry.is_some() == config.avro_schema.is_some() {
+        return Err("`decode.format` = \"avro\" needs exactly one of `decode.schema_registry.url` and `decode.avro_schema` (a writer schema, .avsc)".into());
+    }
+    Ok(())
+}
+
+fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
     let source = SchemaSource::of(config, config.avro_schema.as_ref())?;
     let mut plans = HashMap::new();
     if let SchemaSource::Local(path) = &source {

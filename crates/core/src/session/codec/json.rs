@@ -32,7 +32,9 @@ impl Default for Json {
     }
 }
 
-pub(super) fn open(_: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
+pub(super) const FORMAT: super::Format = super::Format { name: "json", open, validate: super::no_schema_keys };
+
+fn open(_: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
     Ok(Arc::new(Json::new()))
 }
 

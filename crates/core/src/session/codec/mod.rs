@@ -59,55 +59,40 @@ pub enum FileFraming {
     LengthDelimited,
 }
 
-/// How a format's codec is built from the `[decode]` config.
-pub type OpenCodec = fn(&DecodeLimits) -> anyhow::Result<Arc<dyn Codec>>;
+/// One entry of the catalog: a format's name, how its codec is built from the `[decode]` config,
+/// and the checks of the `[decode]` keys it reads (without I/O, when the config is parsed).
+pub struct Format {
+    pub name: &'static str,
+    pub open: fn(&DecodeLimits) -> anyhow::Result<Arc<dyn Codec>>,
+    pub validate: fn(&DecodeLimits) -> Result<(), String>,
+}
 
-/// The formats `[decode] format` can name: a name and how to open it from the `[decode]` config.
-/// A format is one file in this folder plus one line here.
-pub const CATALOG: &[(&str, OpenCodec)] =
-    &[("json", json::open), ("avro", avro::open), ("protobuf", protobuf::open)];
+/// The formats `[decode] format` can name. A format is one file in this folder plus its line here.
+pub const CATALOG: &[Format] = &[json::FORMAT, avro::FORMAT, protobuf::FORMAT];
+
+fn format_of(config: &DecodeLimits) -> Result<&'static Format, String> {
+    CATALOG.iter().find(|f| f.name == config.format).ok_or_else(|| {
+        format!("key `decode.format` = {:?}: the formats are {}", config.format, CATALOG.iter().map(|f| f.name).collect::<Vec<_>>().join(", "))
+    })
+}
 
 /// The codec `[decode]` configures (a registry it names is asked whether it answers: an error names its URL).
 pub fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
-    let (_, open) = CATALOG.iter().find(|(name, _)| *name == config.format).ok_or_else(|| {
-        anyhow::anyhow!("key `decode.format` = {:?}: the formats are {}", config.format, CATALOG.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))
-    })?;
-    open(config)
+    (format_of(config).map_err(|e| anyhow::anyhow!(e))?.open)(config)
 }
 
-/// The `[decode]` keys that say where a binary format's schema comes from, checked without I/O.
+/// The `[decode]` keys that say which format and where its schemas come from, checked without I/O.
 pub fn validate(config: &DecodeLimits) -> Result<(), String> {
-    if !CATALOG.iter().any(|(name, _)| *name == config.format) {
-        return Err(format!("key `decode.format` = {:?}: the formats are {}", config.format, CATALOG.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")));
-    }
-    let local: Vec<&str> = [("avro_schema", config.avro_schema.is_some()), ("protobuf_descriptor_set", config.protobuf_descriptor_set.is_some())]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect();
-    match config.format.as_str() {
-        "json" if config.schema_registry.is_some() || !local.is_empty() => {
-            return Err("keys `decode.schema_registry`, `decode.avro_schema` and `decode.protobuf_descriptor_set` need `decode.format` = \"avro\" or \"protobuf\"".into());
-        }
-        "avro" => {
-            if config.protobuf_descriptor_set.is_some() || config.protobuf_message.is_some() {
-                return Err("keys `decode.protobuf_descriptor_set` and `decode.protobuf_message` are for `decode.format` = \"protobuf\"".into());
-            }
-            if config.schema_registry.is_some() == config.avro_schema.is_some() {
-                return Err("`decode.format` = \"avro\" needs exactly one of `decode.schema_registry.url` and `decode.avro_schema` (a writer schema, .avsc)".into());
-            }
-        }
-        "protobuf" => {
-            if config.avro_schema.is_some() {
-                return Err("key `decode.avro_schema` is for `decode.format` = \"avro\"".into());
-            }
-            if config.schema_registry.is_some() && config.protobuf_descriptor_set.is_some() {
-                return Err("`decode.format` = \"protobuf\" takes one of `decode.schema_registry.url` and `decode.protobuf_descriptor_set`, not both".into());
-            }
-            if config.protobuf_descriptor_set.is_some() != config.protobuf_message.is_some() {
-                return Err("keys `decode.protobuf_descriptor_set` (from `protoc --descriptor_set_out`) and `decode.protobuf_message` (e.g. \"ultr.Session\") go together".into());
-            }
-        }
-        _ => {}
+    (format_of(config)?.validate)(config)
+}
+
+/// For formats without schemas: none of the schema keys may be set.
+pub(crate) fn no_schema_keys(config: &DecodeLimits) -> Result<(), String> {
+    if config.schema_registry.is_some() || config.avro_schema.is_some() || config.protobuf_descriptor_set.is_some() || config.protobuf_message.is_some() {
+        return Err(format!(
+            "keys `decode.schema_registry`, `decode.avro_schema`, `decode.protobuf_descriptor_set` and `decode.protobuf_message` are not read by `decode.format` = {:?}",
+            config.format
+        ));
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::wire::{feature_value, put_varint, put_zigzag, utf8, Cursor};
+use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
 use super::{confluent_header, put_confluent_header, Codec, SchemaSource};
 use crate::session::decode::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
 use crate::session::decode::DecodeLimits;
@@ -115,6 +115,9 @@ fn floats(c: &mut Cursor, wire: u8, double: bool, into: &mut Vec<f32>, what: &st
             let run = bytes(c, what)?;
             if run.len() % width != 0 {
                 return Err(Rejected::new(Reason::MalformedPayload, format!("{what}: a packed run of {} bytes is not a multiple of {width}", run.len())));
+            }
+            if !double {
+                return extend_f32_le(into, run, what);
             }
             let mut inner = Cursor::new(run);
             into.reserve(run.len() / width);
@@ -394,7 +397,22 @@ pub struct Protobuf {
     subject: String,
 }
 
-pub(super) fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
+pub(super) const FORMAT: super::Format = super::Format { name: "protobuf", open, validate };
+
+fn validate(config: &DecodeLimits) -> Result<(), String> {
+    if config.avro_schema.is_some() {
+        return Err("key `decode.avro_schema` is for `decode.format` = \"avro\"".into());
+    }
+    if config.schema_registry.is_some() && config.protobuf_descriptor_set.is_some() {
+        return Err("`decode.format` = \"protobuf\" takes one of `decode.schema_registry.url` and `decode.protobuf_descriptor_set`, not both".into());
+    }
+    if config.protobuf_descriptor_set.is_some() != config.protobuf_message.is_some() {
+        return Err("keys `decode.protobuf_descriptor_set` (from `protoc --include_imports --descriptor_set_out`) and `decode.protobuf_message` (e.g. \"ultr.Session\") go together".into());
+    }
+    Ok(())
+}
+
+fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
     let source = SchemaSource::of(config, config.protobuf_descriptor_set.as_ref())?;
     let numbers = match &source {
         SchemaSource::Local(path) if config.protobuf_descriptor_set.is_some() => {

@@ -84,6 +84,22 @@ pub(crate) fn put_zigzag(out: &mut Vec<u8>, v: i64) {
     put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
+/// Little-endian f32s (`bytes.len()` a multiple of 4) appended as the JSON reader keeps features:
+/// −0 folded into 0, non-finite refused (named by its index in the vector).
+pub(crate) fn extend_f32_le(into: &mut Vec<f32>, bytes: &[u8], name: &str) -> Result<(), Rejected> {
+    let start = into.len();
+    // `x + 0.0` is x for every x but −0, which it turns into +0: one branch-free pass the compiler
+    // vectorises, then one check of the whole run.
+    into.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) + 0.0));
+    if into[start..].iter().all(|x| x.is_finite()) {
+        return Ok(());
+    }
+    let bad = into[start..].iter().position(|x| !x.is_finite()).expect("one is not finite");
+    let (index, x) = (start + bad, into[start + bad]);
+    into.truncate(start);
+    Err(Rejected::new(Reason::NonFiniteFeature, format!("{name} value {index} = {x} is not a finite f32")))
+}
+
 /// A feature value as the JSON reader keeps it: −0 folded into 0, non-finite refused.
 pub(crate) fn feature_value(x: f32, index: usize, name: &str) -> Result<f32, Rejected> {
     if x == 0.0 {
