@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end `ultr ingest` with 1 and 2 workers (46 features, file source, 10-minute windows, every sql/
 # statistic, checkpoints, Parquet state) against DuckDB computing the per-window counts and training
-# rows as one batch query over the same JSONL (benches/duckdb/window_statistics.sql), 1 and 2 threads.
+# rows as one batch query over the same JSONL (benches/duckdb/window_statistics.sql), 1 and 2 threads;
+# and `ultr ingest` of the same sessions as Protobuf (bare, length-delimited: `ultr simulate --format-of`).
 # Needs a release `ultr` (cargo build --release) and DuckDB's Python package (pip install duckdb).
 #   scripts/bench-vs-duckdb.sh [SESSIONS]   (default 200000)
 set -euo pipefail
@@ -10,7 +11,10 @@ sessions="${1:-200000}"
 source scripts/bench-common.sh
 impressions=$(python3 -c "import json,sys; print(sum(len(json.loads(l)['items']) for l in open(sys.argv[1])))" "$work/sessions.jsonl")
 echo "JSONL: $sessions sessions, $impressions impressions, $(du -m "$work/sessions.jsonl" | cut -f1) MB"
-for workers in 1 2; do run_ingest "$workers"; done
+printf '[source.file]\npaths = []\n[decode]\nformat = "protobuf"\n' >"$work/protobuf.toml"
+"$ultr" simulate "${bench_args[@]}" --tau 0.3 --sessions "$sessions" --seed 3 --format-of "$work/protobuf.toml" --out "$work/sessions.protobuf" >/dev/null
+echo "Protobuf: $(du -m "$work/sessions.protobuf" | cut -f1) MB"
+for workers in 1 2; do run_ingest "$workers"; run_ingest "$workers" protobuf; done
 for threads in 1 2; do
   python3 - "$work/sessions.jsonl" "$threads" <<'PY'
 import sys, time, resource, duckdb
