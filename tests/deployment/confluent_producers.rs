@@ -2,7 +2,9 @@
 //! the test broker with its own `AvroSerializer` and `ProtobufSerializer`, which register their
 //! schemas with the registry (`common::registry`, a stand-in: see there why). `ultr` reads each
 //! topic through the registry, and its state equals, table for table, the state of the same
-//! sessions published as JSON.
+//! sessions published as JSON. So does its state from a file of the same sessions in a producer's
+//! own Protobuf message (other numbers, names and fields: tests/deployment/data/other_numbers.proto)
+//! read by name through protoc's descriptor set.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -32,7 +34,7 @@ fn unique(name: &str) -> String {
 
 /// `ULTR_CONFLUENT_SESSIONS` sets the count.
 #[test]
-fn sessions_from_confluent_kafkas_avro_and_protobuf_serializers_give_the_state_of_the_same_sessions_as_json() {
+fn sessions_from_confluent_kafka_serializers_and_by_a_descriptor_set_give_the_state_of_the_same_sessions_as_json() {
     let n: u64 = std::env::var("ULTR_CONFLUENT_SESSIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000);
     let sim = Simulator::new(SimConfig {
         synthetic: SyntheticData { queries: 200, docs_per_query: 10, features: 4 },
@@ -57,6 +59,7 @@ fn sessions_from_confluent_kafkas_avro_and_protobuf_serializers_give_the_state_o
     sim.run(&mut KafkaSink::new(&brokers, &topics[0].0, &Default::default()).unwrap()).unwrap();
 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let (other, descriptor) = (dir.path().join("sessions.acme"), dir.path().join("acme.desc"));
     let out = Command::new(python())
         .arg(root.join("tests/deployment/confluent_produce.py"))
         .args(["--brokers", &brokers, "--registry", &registry.url()])
@@ -67,6 +70,12 @@ fn sessions_from_confluent_kafkas_avro_and_protobuf_serializers_give_the_state_o
         .arg("--proto")
         .arg(root.join("schemas/session.proto"))
         .args(["--avro-topic", &topics[1].0, "--protobuf-topic", &topics[2].0])
+        .arg("--other-proto")
+        .arg(root.join("tests/deployment/data/other_numbers.proto"))
+        .arg("--other-out")
+        .arg(&other)
+        .arg("--other-descriptor-out")
+        .arg(&descriptor)
         .output_within(Duration::from_secs(300))
         .unwrap_or_else(|e| panic!("{} (set ULTR_PYTHON to a python with confluent-kafka; scripts/test.sh installs one): {e}", python()));
     assert!(out.status.success(), "confluent-kafka producer: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -92,6 +101,16 @@ fn sessions_from_confluent_kafkas_avro_and_protobuf_serializers_give_the_state_o
     }
     // Each format's schema was fetched once (one id each), however many records carried it.
     assert_eq!(registry.id_lookups.load(std::sync::atomic::Ordering::SeqCst), 2, "one lookup per schema id");
+    let text = format!(
+        "[source.file]\npaths = [{:?}]\n[decode]\nformat = \"protobuf\"\nprotobuf_descriptor_set = {:?}\nprotobuf_message = \"acme.logs.Impressions\"\n[window]\nsize = \"10m\"\nallowed_lateness = \"1m\"\n[state]\nretention = \"3650d\"\nlookback = \"3650d\"\n",
+        other.display().to_string(),
+        descriptor.display().to_string()
+    );
+    let state = dir.path().join("state-descriptor");
+    let report = run_to_state(&PipelineConfig::parse(&text, "descriptor.toml").unwrap(), &state, &mut NoObserver).unwrap();
+    assert_eq!(report.records, n, "descriptor set: every record read");
+    assert_eq!(report.dead_letters.values().sum::<u64>(), 0, "descriptor set: {:?}", report.dead_letters);
+    states.push(("protobuf by descriptor set", state_tables(&state)));
     let (_, (want_tables, want_counters)) = &states[0];
     assert!(want_tables.len() >= 3, "{} window tables", want_tables.len());
     for (format, (tables, counters)) in &states[1..] {
