@@ -86,7 +86,12 @@ impl PipelineConfig {
 
     /// A stable name for the configured source, recorded in the manifest.
     pub fn source_identity(&self) -> String {
-        self.source.kind().identity(self)
+        self.source.kind().identity(&self.source_context())
+    }
+
+    /// What a source kind may read of this config beyond `[source]`.
+    pub fn source_context(&self) -> crate::sources::SourceContext<'_> {
+        crate::sources::SourceContext { decode: &self.decode, simulator: &self.simulator }
     }
 
     /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
@@ -126,7 +131,7 @@ impl PipelineConfig {
         }
         config.train.validate().map_err(&invalid)?;
         config.eval.validate().map_err(&invalid)?;
-        config.source.kind().validate(&config).map_err(&invalid)?;
+        config.source.kind().validate(&config.source_context()).map_err(&invalid)?;
         Ok(config)
     }
 }

@@ -11,7 +11,7 @@ pub use ultr_core::pipeline::*;
 
 /// The configured source, positioned at the state's resume offsets.
 pub fn open_source(config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
-    config.source.kind().open(config, resume)
+    config.source.kind().open(&config.source_context(), resume)
 }
 
 /// Runs until a bounded source ends (or the observer asks to stop), checkpointing into `state_dir`.

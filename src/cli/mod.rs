@@ -367,7 +367,7 @@ impl SessionSinkArgs {
             Some(path) => PipelineConfig::load(path)?.decode,
             None => Default::default(),
         };
-        let codec = ultr_core::session::codec::open(&decode)?;
+        let codec = ultr_core::session::codec::open(&decode.codec())?;
         let framing = codec.file_framing();
         let inner: Box<dyn SessionSink> = match (&self.out, &self.topic, &self.brokers) {
             (_, Some(topic), Some(brokers)) => {
@@ -517,7 +517,7 @@ fn print_summary(summary: &IngestSummary, json: bool) -> anyhow::Result<()> {
 
 fn decode(args: &DecodeArgs) -> anyhow::Result<()> {
     let limits = limits_from(&args.config)?;
-    let codec = ultr_core::session::codec::open(&limits)?;
+    let codec = ultr_core::session::codec::open(&limits.codec())?;
     let mut dead = DeadLetterSink::file(&args.dead_letter)?;
     let mut total = IngestSummary::default();
     for file in &args.files {
@@ -562,7 +562,7 @@ fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
         eprintln!("merged view (as of this instance's last compaction or fetch): {}", ultr::scale_out::merged_dir(&state).display());
         report
     } else {
-        let total = config.source.kind().expected_records(&config);
+        let total = config.source.kind().expected_records(&config.source_context());
         let mut progress = IngestProgress(ultr_core::progress::bar(total, "records"));
         let report = ultr::pipeline::run_to_state(&config, &state, &mut progress)?;
         progress.0.finish_and_clear();
@@ -606,7 +606,7 @@ fn rekey(args: &RekeyArgs) -> anyhow::Result<()> {
         partitions: args.partitions,
         properties: &args.properties.iter().cloned().collect(),
         idle_exit: args.idle_exit_ms.map(std::time::Duration::from_millis),
-        codec: ultr_core::session::codec::open(&limits_from(&args.format_of)?)?,
+        codec: ultr_core::session::codec::open(&limits_from(&args.format_of)?.codec())?,
     })?;
     println!("re-keyed {} records by query_id ({} without one kept their key)", report.records, report.without_query_id);
     Ok(())

@@ -463,7 +463,7 @@ fn ground_truth(config: &PipelineConfig, file: &Option<PathBuf>) -> anyhow::Resu
     if let Some(f) = file {
         return Ok(Some(GroundTruth::load(f)?));
     }
-    config.source.kind().ground_truth(config)
+    config.source.kind().ground_truth(&config.source_context())
 }
 
 fn labels_from_svmlight(files: &[PathBuf]) -> anyhow::Result<Labels> {

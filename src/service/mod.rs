@@ -188,7 +188,7 @@ impl Observer for ServiceObserver<'_> {
 /// Tells the status page's board where the stream comes from and where its dead letters go.
 fn describe_stream(metrics: &Metrics, config: &PipelineConfig, state_dir: &std::path::Path, scaled: bool) {
     use crate::config::DeadLetterConfig;
-    let source = config.source.kind().describe(config);
+    let source = config.source.kind().describe(&config.source_context());
     let (file, target) = match &config.dead_letter {
         Some(DeadLetterConfig::File { path, .. }) => (Some(path.clone()), format!("file {}", path.display())),
         Some(DeadLetterConfig::Kafka { topic, .. }) => (None, format!("Kafka topic {topic}")),

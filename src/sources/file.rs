@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 pub use ultr_core::sources::file::*;
 
-use super::{RecordSource, ResumeOffsets, Source};
-use crate::config::PipelineConfig;
+use super::interface::{Source, SourceContext};
+use ultr_core::sources::{RecordSource, ResumeOffsets};
 
 /// `[source.file]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -17,20 +17,20 @@ pub struct FileSourceConfig {
 }
 
 impl Source for FileSourceConfig {
-    fn open(&self, config: &PipelineConfig, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
-        let framing = ultr_core::session::codec::open(&config.decode)?.file_framing();
+    fn open(&self, context: &SourceContext<'_>, resume: &ResumeOffsets) -> anyhow::Result<Box<dyn RecordSource + Send>> {
+        let framing = ultr_core::session::codec::open(&context.decode.codec())?.file_framing();
         Ok(Box::new(FileChain::new(self.paths.clone(), resume.clone()).framed(framing)))
     }
 
-    fn identity(&self, _: &PipelineConfig) -> String {
+    fn identity(&self, _: &SourceContext<'_>) -> String {
         self.paths.iter().map(|p| stream_name(p)).collect::<Vec<_>>().join(",")
     }
 
-    fn describe(&self, _: &PipelineConfig) -> String {
+    fn describe(&self, _: &SourceContext<'_>) -> String {
         format!("file {}", self.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
     }
 
-    fn expected_records(&self, _: &PipelineConfig) -> Option<u64> {
+    fn expected_records(&self, _: &SourceContext<'_>) -> Option<u64> {
         ultr_core::progress::estimate_records(&self.paths)
     }
 }

@@ -106,7 +106,7 @@ fn the_same_sessions_as_json_avro_and_protobuf_files_give_equal_state_tables() {
     for (name, decode) in &formats {
         let file = dir.path().join(format!("sessions.{name}"));
         let config = file_config(&file, decode);
-        write_file(&file, &sim, codec::open(&config.decode).unwrap());
+        write_file(&file, &sim, codec::open(&config.decode.codec()).unwrap());
         let state = dir.path().join(format!("state-{name}"));
         let report = run_to_state(&config, &state, &mut NoObserver).unwrap();
         assert_eq!(report.records, n, "{name}: every record read");
@@ -215,7 +215,7 @@ fn an_avro_record_written_with_a_newer_schema_is_read_through_schema_resolution(
     let older = registry.add("sessions-value", SESSION_AVSC, None);
     let id = registry.add("sessions-value", NEWER_AVSC, None);
     assert_ne!(older, id);
-    let codec = codec::open(&registry_limits(&registry, "avro")).unwrap();
+    let codec = codec::open(&registry_limits(&registry, "avro").codec()).unwrap();
     let mut framed = vec![0];
     framed.extend_from_slice(&id.to_be_bytes());
     framed.extend_from_slice(&newer_record(true));
@@ -424,7 +424,7 @@ fn each_bad_binary_input_is_dead_lettered_with_its_named_reason_its_original_byt
 #[test]
 fn a_schema_id_is_fetched_once_and_a_registry_gone_mid_run_holds_a_new_id_until_it_returns() {
     let registry = Registry::start();
-    let codec = codec::open(&registry_limits(&registry, "avro")).unwrap();
+    let codec = codec::open(&registry_limits(&registry, "avro").codec()).unwrap();
     let json = json_sessions(200);
     let id = registry.add("sessions-value", SESSION_AVSC, None);
     let records: Vec<Vec<u8>> = json

@@ -59,7 +59,7 @@ impl CoreConfig {
         self.window.validate()?;
         self.state.validate()?;
         self.identifiability.validate()?;
-        crate::session::codec::validate(&self.decode)?;
+        crate::session::codec::validate(&self.decode.codec())?;
         if let Some(schema) = &self.decode.feature_schema {
             schema.validate(self.decode.feature_dim, self.decode.bias_feature_dim)?;
         }

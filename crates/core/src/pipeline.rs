@@ -176,7 +176,7 @@ impl Coordinator {
         // One decoder per worker: with one, decoding already overlaps the worker (`ReadAhead`), and a
         // second decoder measured slower (docs/benchmarks.md, issue 58 step 5).
         // The codec first: a schema registry that does not answer stops the run before any record is read.
-        let codec = crate::session::codec::open(&config.decode)?;
+        let codec = crate::session::codec::open(&config.decode.codec())?;
         let mut ingest = Ingest::new(open_reader(&resume)?, config.decode.clone(), config.batch_records).decoders(workers.len()).codec(codec);
         ingest.restore(&decoder);
         let shard_dirs = (0..workers.len()).map(|i| shards::dir(state_dir, i)).collect();

@@ -11,14 +11,13 @@ use datafusion::arrow::array::{
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::Deserialize;
 
-use super::codec::Codec;
+use super::codec::interface::{Codec, CodecConfig, SchemaRegistryConfig};
+use super::codec::json::Json;
 use super::reason::{Reason, Rejected};
 use super::schema::{impressions_schema, SCHEMA_VERSION};
 
-pub mod raw;
-pub(crate) mod single_pass;
 
-use raw::{ContextValue, Features, RawSession};
+use super::codec::raw::{ContextValue, Features, RawSession};
 
 /// Limits that keep one absurd record from costing the pipeline memory or time.
 /// Lives under `[decode]` in a pipeline config.
@@ -30,7 +29,7 @@ pub struct DecodeLimits {
     /// `[decode.schema_registry]` (Confluent-framed records), or a local schema file (bare records).
     pub format: String,
     /// A Confluent-compatible schema registry the binary formats' schema ids are fetched from.
-    pub schema_registry: Option<super::codec::SchemaRegistryConfig>,
+    pub schema_registry: Option<SchemaRegistryConfig>,
     /// `format = "avro"` without a registry: the writer schema (`.avsc`) every record was written with.
     pub avro_schema: Option<std::path::PathBuf>,
     /// `format = "protobuf"` without a registry: a descriptor set (`protoc --include_imports
@@ -173,6 +172,17 @@ impl Default for DecodeLimits {
 }
 
 impl DecodeLimits {
+    /// The keys the codec is opened with (`session::codec::open`).
+    pub fn codec(&self) -> CodecConfig {
+        CodecConfig {
+            format: self.format.clone(),
+            schema_registry: self.schema_registry.clone(),
+            avro_schema: self.avro_schema.clone(),
+            protobuf_descriptor_set: self.protobuf_descriptor_set.clone(),
+            protobuf_message: self.protobuf_message.clone(),
+        }
+    }
+
     /// `max_event_age` in milliseconds (always set: the live-stream floor is always on).
     pub fn max_event_age_ms(&self) -> Option<i64> {
         Some(self.max_event_age.ms())
@@ -223,7 +233,7 @@ pub struct Decoder {
 impl Decoder {
     /// A decoder of JSON records (`with_codec` for the others: `codec::open` builds the configured one).
     pub fn new(limits: DecodeLimits) -> Self {
-        Decoder::with_codec(limits, Arc::new(super::codec::json::Json::new()))
+        Decoder::with_codec(limits, Arc::new(Json::new()))
     }
 
     /// A decoder reading records with `codec`.
@@ -267,7 +277,7 @@ impl Decoder {
     /// A decoder that reads every record with serde_json alone: the reference the single-pass
     /// reader must match (same rows, same refusals), used by the differential tests and benches.
     pub fn serde_json_only(mut self) -> Self {
-        self.codec = Arc::new(super::codec::json::Json::serde_only());
+        self.codec = Arc::new(Json::serde_only());
         self
     }
 

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
-use super::{confluent_header, put_confluent_header, Codec, SchemaSource};
-use crate::session::decode::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
-use crate::session::decode::DecodeLimits;
+use super::interface::{Codec, CodecConfig, Format};
+use super::registry::SchemaSource;
+use super::wire::{confluent_header, put_confluent_header};
+use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
 use crate::session::reason::{Reason, Rejected};
 
 /// The reader schema, shipped as `schemas/session.avsc`; also the schema `encode` writes with.
@@ -548,9 +549,9 @@ pub struct Avro {
     subject: String,
 }
 
-pub(super) const FORMAT: super::Format = super::Format { name: "avro", open, validate };
+pub(super) const FORMAT: Format = Format { name: "avro", open, validate };
 
-fn validate(config: &DecodeLimits) -> Result<(), String> {
+fn validate(config: &CodecConfig) -> Result<(), String> {
     if config.protobuf_descriptor_set.is_some() || config.protobuf_message.is_some() {
         return Err("keys `decode.protobuf_descriptor_set` and `decode.protobuf_message` are for `decode.format` = \"protobuf\"".into());
     }
@@ -560,7 +561,7 @@ fn validate(config: &DecodeLimits) -> Result<(), String> {
     Ok(())
 }
 
-fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
+fn open(config: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
     let source = SchemaSource::of(config, config.avro_schema.as_ref())?;
     let mut plans = HashMap::new();
     if let SchemaSource::Local(path) = &source {

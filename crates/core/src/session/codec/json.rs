@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use serde::ser::{SerializeMap, Serializer};
 
-use super::{Codec, FileFraming};
-use crate::session::decode::raw::{EventTime, RawSession};
-use crate::session::decode::{single_pass, DecodeLimits};
+use super::interface::{no_schema_keys, Codec, CodecConfig, FileFraming, Format};
+use super::raw::{EventTime, RawSession};
+use super::single_pass;
 use crate::session::reason::{classify, Reason, Rejected};
 
 pub struct Json {
@@ -32,9 +32,9 @@ impl Default for Json {
     }
 }
 
-pub(super) const FORMAT: super::Format = super::Format { name: "json", open, validate: super::no_schema_keys };
+pub(super) const FORMAT: Format = Format { name: "json", open, validate: no_schema_keys };
 
-fn open(_: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
+fn open(_: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
     Ok(Arc::new(Json::new()))
 }
 

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
-use super::{confluent_header, put_confluent_header, Codec, SchemaSource};
-use crate::session::decode::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
-use crate::session::decode::DecodeLimits;
+use super::interface::{Codec, CodecConfig, Format};
+use super::registry::SchemaSource;
+use super::wire::{confluent_header, put_confluent_header};
+use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
 use crate::session::reason::{Reason, Rejected};
 
 /// The shipped schema; also what `encode` registers.
@@ -397,9 +398,9 @@ pub struct Protobuf {
     subject: String,
 }
 
-pub(super) const FORMAT: super::Format = super::Format { name: "protobuf", open, validate };
+pub(super) const FORMAT: Format = Format { name: "protobuf", open, validate };
 
-fn validate(config: &DecodeLimits) -> Result<(), String> {
+fn validate(config: &CodecConfig) -> Result<(), String> {
     if config.avro_schema.is_some() {
         return Err("key `decode.avro_schema` is for `decode.format` = \"avro\"".into());
     }
@@ -412,7 +413,7 @@ fn validate(config: &DecodeLimits) -> Result<(), String> {
     Ok(())
 }
 
-fn open(config: &DecodeLimits) -> anyhow::Result<Arc<dyn Codec>> {
+fn open(config: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
     let source = SchemaSource::of(config, config.protobuf_descriptor_set.as_ref())?;
     let numbers = match &source {
         SchemaSource::Local(path) if config.protobuf_descriptor_set.is_some() => {

@@ -3,12 +3,13 @@
 //! away, and registration for the writers (`ultr simulate`, `ultr import`).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::SchemaRegistryConfig;
+use super::interface::{CodecConfig, SchemaRegistryConfig};
 use crate::session::reason::{Reason, Rejected};
 
 /// A schema as the registry serves it.
@@ -145,3 +146,22 @@ fn parse_schema(body: &str) -> Result<Schema, String> {
     let schema_type = v.get("schemaType").and_then(|s| s.as_str()).unwrap_or("AVRO").to_string();
     Ok(Schema { text, schema_type })
 }
+
+/// Where a binary format's writer schemas come from.
+pub(crate) enum SchemaSource {
+    /// Confluent-framed records; schemas by id from the registry.
+    Registry(Arc<Registry>),
+    /// Bare records, all written with the one local schema (Protobuf: none, the shipped field numbers).
+    Local(PathBuf),
+}
+
+impl SchemaSource {
+    pub(crate) fn of(config: &CodecConfig, local: Option<&PathBuf>) -> anyhow::Result<SchemaSource> {
+        match (&config.schema_registry, local) {
+            (Some(r), _) => Ok(SchemaSource::Registry(Registry::connect(r)?)),
+            (None, Some(path)) => Ok(SchemaSource::Local(path.clone())),
+            (None, None) => Ok(SchemaSource::Local(PathBuf::new())),
+        }
+    }
+}
+

@@ -1,5 +1,5 @@
 //! A bounds-checked cursor over a binary record: varints, lengths and little-endian floats, each
-//! failure named (`truncated_varint`, `truncated_payload`, `malformed_payload`).
+//! failure named (`truncated_varint`, `truncated_payload`, `malformed_payload`); the Confluent header.
 
 use crate::session::reason::{Reason, Rejected};
 
@@ -109,4 +109,23 @@ pub(crate) fn feature_value(x: f32, index: usize, name: &str) -> Result<f32, Rej
     } else {
         Err(Rejected::new(Reason::NonFiniteFeature, format!("{name} value {index} = {x} is not a finite f32")))
     }
+}
+
+/// Confluent framing: the schema id and what follows the 5-byte header.
+pub(crate) fn confluent_header(bytes: &[u8]) -> Result<(u32, &[u8]), Rejected> {
+    match bytes.first() {
+        None => return Err(Rejected::new(Reason::TruncatedPayload, "an empty record has no Confluent header")),
+        Some(0) => {}
+        Some(b) => return Err(Rejected::new(Reason::BadMagicByte, format!("byte 0 is {b:#04x}; Confluent-framed records start with the magic byte 0x00"))),
+    }
+    if bytes.len() < 5 {
+        return Err(Rejected::new(Reason::TruncatedPayload, format!("{} bytes: the Confluent header is 5 (magic byte, 4-byte schema id)", bytes.len())));
+    }
+    Ok((u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]), &bytes[5..]))
+}
+
+/// Appends the Confluent header for `schema_id`.
+pub(crate) fn put_confluent_header(out: &mut Vec<u8>, schema_id: u32) {
+    out.push(0);
+    out.extend_from_slice(&schema_id.to_be_bytes());
 }
