@@ -38,10 +38,10 @@ pub use ultr_train as train;
 pub use ultr_train::eval;
 
 pub mod config;
-pub mod sources;
 pub mod config_reference;
 pub mod demo;
 pub mod monitor;
 pub mod pipeline;
 pub mod score;
 pub mod service;
+pub mod sources;

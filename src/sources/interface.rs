@@ -45,4 +45,3 @@ pub trait Source {
         Ok(None)
     }
 }
-

@@ -8,8 +8,8 @@ pub mod simulator;
 
 pub mod interface;
 
-use serde::{Deserialize, Serialize};
 pub use interface::{Source, SourceContext};
+use serde::{Deserialize, Serialize};
 pub use ultr_core::sources::{click_log, secrets, Poll, RawRecord, RecordSource, ResumeOffsets, SourceHealth, SourcePosition};
 
 /// `[source]`: where sessions come from.

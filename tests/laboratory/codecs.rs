@@ -305,6 +305,17 @@ fn a_protobuf_record_with_fields_the_reader_does_not_know_reads_as_the_record_wi
 
 // --- bad inputs ------------------------------------------------------------------------------------
 
+/// The shipped schema's fields up to `context`, by hand: version 1, ids "s", "q", "p", a time.
+fn avro_head() -> Vec<u8> {
+    let mut r = Vec::new();
+    zz(&mut r, 1);
+    avro_str(&mut r, "s");
+    avro_str(&mut r, "q");
+    zz(&mut r, 1_767_225_600_000);
+    avro_str(&mut r, "p");
+    r
+}
+
 fn framed(id: u32, indexes: bool, payload: &[u8]) -> Vec<u8> {
     let mut out = vec![0];
     out.extend_from_slice(&id.to_be_bytes());
@@ -324,7 +335,8 @@ fn bad_inputs(format: &str, registry: &Registry) -> Vec<(&'static str, &'static 
     };
     let mut payload = Vec::new();
     codec.transcode_json(&good_json, &mut payload).unwrap();
-    let id = registry.add("sessions-value", if protobuf { ultr::session::codec::protobuf::SESSION_PROTO } else { SESSION_AVSC }, protobuf.then_some("PROTOBUF"));
+    let id =
+        registry.add("sessions-value", if protobuf { ultr::session::codec::protobuf::SESSION_PROTO } else { SESSION_AVSC }, protobuf.then_some("PROTOBUF"));
     let good = framed(id, protobuf, &payload);
     let mut wrong_magic = good.clone();
     wrong_magic[0] = 1;
@@ -344,12 +356,7 @@ fn bad_inputs(format: &str, registry: &Registry) -> Vec<(&'static str, &'static 
         let text = SESSION_AVSC.replace(r#"{"name": "position", "type": "int", "doc": "1-based"}"#, r#"{"name": "position", "type": "string"}"#);
         assert_ne!(text, SESSION_AVSC);
         let mismatch_id = registry.add("sessions-value", &text, None);
-        let mut r = Vec::new();
-        zz(&mut r, 1);
-        avro_str(&mut r, "s");
-        avro_str(&mut r, "q");
-        zz(&mut r, 1_767_225_600_000);
-        avro_str(&mut r, "p");
+        let mut r = avro_head();
         zz(&mut r, 0);
         zz(&mut r, 1);
         avro_str(&mut r, "d");
@@ -368,12 +375,7 @@ fn bad_inputs(format: &str, registry: &Registry) -> Vec<(&'static str, &'static 
         s.extend_from_slice(&[(9 << 3) | 7, 0]);
         framed(id, true, &s)
     } else {
-        let mut r = Vec::new();
-        zz(&mut r, 1);
-        avro_str(&mut r, "s");
-        avro_str(&mut r, "q");
-        zz(&mut r, 1_767_225_600_000);
-        avro_str(&mut r, "p");
+        let mut r = avro_head();
         zz(&mut r, 5); // `context` is a union of two branches
         framed(id, false, &r)
     };

@@ -16,7 +16,6 @@ use super::codec::json::Json;
 use super::reason::{Reason, Rejected};
 use super::schema::{impressions_schema, SCHEMA_VERSION};
 
-
 use super::codec::raw::{ContextValue, Features, RawSession};
 
 /// Limits that keep one absurd record from costing the pipeline memory or time.

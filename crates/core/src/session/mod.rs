@@ -5,7 +5,7 @@ pub mod decode;
 pub mod reason;
 pub mod schema;
 
+pub use codec::Codec;
 pub use decode::{DecodeLimits, Decoder, DuplicateDocId};
 pub use reason::{Reason, Rejected};
 pub use schema::{impressions_schema, SCHEMA_VERSION};
-pub use codec::Codec;

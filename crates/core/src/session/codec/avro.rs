@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
 use super::interface::{Codec, CodecConfig, Format};
+use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
 use super::registry::SchemaSource;
 use super::wire::{confluent_header, put_confluent_header};
-use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
+use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
 use crate::session::reason::{Reason, Rejected};
 
 /// The reader schema, shipped as `schemas/session.avsc`; also the schema `encode` writes with.
@@ -184,7 +184,8 @@ fn record_in(ty: &Ty) -> Option<usize> {
 }
 
 fn resolve(schema: Schema) -> Result<Plan, Rejected> {
-    let missing = |what: &str| Rejected::new(Reason::MissingField, format!("the writer schema has no field `{what}`, which the reader schema needs (it has no default)"));
+    let missing =
+        |what: &str| Rejected::new(Reason::MissingField, format!("the writer schema has no field `{what}`, which the reader schema needs (it has no default)"));
     let Ty::Record(root) = schema.root else {
         return Err(Rejected::new(Reason::WrongType, "the writer schema's top level is not a record"));
     };
@@ -271,9 +272,9 @@ fn branch<'t>(c: &mut Cursor, ty: &'t Ty, what: &str) -> Result<&'t Ty, Rejected
     match ty {
         Ty::Union(branches) => {
             let i = c.zigzag(what)?;
-            branches.get(usize::try_from(i).unwrap_or(usize::MAX)).ok_or_else(|| {
-                Rejected::new(Reason::MalformedPayload, format!("{what}: union branch {i} of {} branches", branches.len()))
-            })
+            branches
+                .get(usize::try_from(i).unwrap_or(usize::MAX))
+                .ok_or_else(|| Rejected::new(Reason::MalformedPayload, format!("{what}: union branch {i} of {} branches", branches.len())))
         }
         other => Ok(other),
     }
@@ -359,7 +360,10 @@ fn features(c: &mut Cursor, ty: &Ty, what: &str, capacity: usize) -> Result<Opti
                 count = count.checked_neg().ok_or_else(|| Rejected::new(Reason::MalformedPayload, format!("{what}: block count {count}")))?;
                 length(c, what)?;
             }
-            let n = usize::try_from(count).ok().and_then(|n| n.checked_mul(4)).ok_or_else(|| Rejected::new(Reason::TruncatedPayload, format!("{what}: a block of {count} floats")))?;
+            let n = usize::try_from(count)
+                .ok()
+                .and_then(|n| n.checked_mul(4))
+                .ok_or_else(|| Rejected::new(Reason::TruncatedPayload, format!("{what}: a block of {count} floats")))?;
             extend_f32_le(&mut values, c.take(n, what)?, what)?;
         },
         ref e @ (Ty::Double | Ty::Int | Ty::Long) => {
@@ -426,7 +430,9 @@ fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize) -> Result<Raw
     for (role, ty) in &plan.item {
         match role {
             ItemField::DocId => doc_id = Some(id(c, ty, "items[].doc_id")?),
-            ItemField::Position => position = Some(int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?),
+            ItemField::Position => {
+                position = Some(int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?)
+            }
             ItemField::Clicked => {
                 clicked = Some(match branch(c, ty, "items[].clicked")? {
                     Ty::Boolean => match c.take(1, "items[].clicked")?[0] {
@@ -509,18 +515,16 @@ fn read_session<'a>(bytes: &'a [u8], plan: &Plan, capacity: usize) -> Result<Raw
                     other => return Err(wrong("context", other)),
                 }
             }
-            SessionField::Items => {
-                match branch(&mut c, ty, "items")? {
-                    Ty::Array(e) if record_in(e) == Some(plan.item_record) => {
-                        blocks(&mut c, "items", |c| {
-                            items.push(read_item(c, plan, capacity)?);
-                            Ok(())
-                        })?;
-                    }
-                    Ty::Null => return Err(Rejected::new(Reason::WrongType, "items is null")),
-                    other => return Err(wrong("items", other)),
+            SessionField::Items => match branch(&mut c, ty, "items")? {
+                Ty::Array(e) if record_in(e) == Some(plan.item_record) => {
+                    blocks(&mut c, "items", |c| {
+                        items.push(read_item(c, plan, capacity)?);
+                        Ok(())
+                    })?;
                 }
-            }
+                Ty::Null => return Err(Rejected::new(Reason::WrongType, "items is null")),
+                other => return Err(wrong("items", other)),
+            },
             SessionField::Skip => skip(&mut c, plan, ty, 1)?,
         }
     }
@@ -544,9 +548,6 @@ pub struct Avro {
     /// Plans by schema id (registry), or the one local plan under id 0; a writer schema that
     /// cannot be resolved is kept as its refusal.
     plans: RwLock<HashMap<u32, Result<Arc<Plan>, Rejected>>>,
-    /// The id `encode` frames records with (registered on first use).
-    own_id: parking_lot::Mutex<Option<u32>>,
-    subject: String,
 }
 
 pub(super) const FORMAT: Format = Format { name: "avro", open, validate };
@@ -570,8 +571,7 @@ fn open(config: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
         let plan = resolve(schema).map_err(|e| anyhow::anyhow!("key `decode.avro_schema`: {} cannot be read as a session: {e}", path.display()))?;
         plans.insert(0, Ok(Arc::new(plan)));
     }
-    let subject = config.schema_registry.as_ref().map(|r| r.subject.clone()).unwrap_or_default();
-    Ok(Arc::new(Avro { source, plans: RwLock::new(plans), own_id: Default::default(), subject }))
+    Ok(Arc::new(Avro { source, plans: RwLock::new(plans) }))
 }
 
 impl Avro {
@@ -579,12 +579,7 @@ impl Avro {
     pub fn with_writer_schema(writer_schema: &str) -> Result<Avro, Rejected> {
         let schema = parse_schema(writer_schema).map_err(|e| Rejected::new(Reason::MalformedPayload, e))?;
         let plan = resolve(schema)?;
-        Ok(Avro {
-            source: SchemaSource::Local(Default::default()),
-            plans: RwLock::new(HashMap::from([(0, Ok(Arc::new(plan)))])),
-            own_id: Default::default(),
-            subject: String::new(),
-        })
+        Ok(Avro { source: SchemaSource::Local(Default::default()), plans: RwLock::new(HashMap::from([(0, Ok(Arc::new(plan)))])) })
     }
 
     fn plan(&self, id: u32) -> Result<Arc<Plan>, Rejected> {
@@ -623,12 +618,7 @@ impl Codec for Avro {
 
     fn encode(&self, s: &RawSession<'_>, out: &mut Vec<u8>) -> anyhow::Result<()> {
         if let SchemaSource::Registry(registry) = &self.source {
-            let mut own = self.own_id.lock();
-            let id = match *own {
-                Some(id) => id,
-                None => *own.insert(registry.register(&self.subject, "AVRO", SESSION_AVSC)?),
-            };
-            put_confluent_header(out, id);
+            put_confluent_header(out, registry.writer_id("AVRO", SESSION_AVSC)?);
         }
         let put_str = |out: &mut Vec<u8>, s: &str| {
             put_zigzag(out, s.len() as i64);

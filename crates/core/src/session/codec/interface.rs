@@ -77,7 +77,6 @@ pub(crate) fn no_schema_keys(config: &CodecConfig) -> Result<(), String> {
     Ok(())
 }
 
-
 /// `[decode.schema_registry]`: a Confluent-compatible schema registry. Records are then framed
 /// the Confluent way (magic byte 0, a 4-byte big-endian schema id, for Protobuf the message
 /// indexes, then the payload); each schema id is fetched once and kept.
@@ -110,4 +109,3 @@ fn default_max_backoff() -> crate::units::ConfigDuration {
 fn default_request_timeout() -> crate::units::ConfigDuration {
     crate::units::duration("10s")
 }
-

@@ -24,9 +24,10 @@ pub use interface::{Codec, CodecConfig, FileFraming, Format, SchemaRegistryConfi
 pub const CATALOG: &[Format] = &[json::FORMAT, avro::FORMAT, protobuf::FORMAT];
 
 fn format_of(config: &CodecConfig) -> Result<&'static Format, String> {
-    CATALOG.iter().find(|f| f.name == config.format).ok_or_else(|| {
-        format!("key `decode.format` = {:?}: the formats are {}", config.format, CATALOG.iter().map(|f| f.name).collect::<Vec<_>>().join(", "))
-    })
+    CATALOG
+        .iter()
+        .find(|f| f.name == config.format)
+        .ok_or_else(|| format!("key `decode.format` = {:?}: the formats are {}", config.format, CATALOG.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")))
 }
 
 /// The codec `[decode]` configures (a registry it names is asked whether it answers: an error names its URL).
@@ -38,4 +39,3 @@ pub fn open(config: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
 pub fn validate(config: &CodecConfig) -> Result<(), String> {
     (format_of(config)?.validate)(config)
 }
-

@@ -7,11 +7,11 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
 use super::interface::{Codec, CodecConfig, Format};
+use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
 use super::registry::SchemaSource;
 use super::wire::{confluent_header, put_confluent_header};
-use super::raw::{Clicked, ContextValue, EventTime, Features, Id, RawItem, RawSession};
+use super::wire::{extend_f32_le, feature_value, put_varint, put_zigzag, utf8, Cursor};
 use crate::session::reason::{Reason, Rejected};
 
 /// The shipped schema; also what `encode` registers.
@@ -198,7 +198,15 @@ fn read_timestamp(bytes: &[u8]) -> Result<i64, Rejected> {
 fn read_session<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize) -> Result<RawSession<'a>, Rejected> {
     let mut c = Cursor::new(bytes);
     let empty = || Id(Cow::Borrowed(""));
-    let mut s = RawSession { schema_version: 0, session_id: empty(), query_id: empty(), event_time: EventTime::Millis(0), policy_id: empty(), context: None, items: Vec::new() };
+    let mut s = RawSession {
+        schema_version: 0,
+        session_id: empty(),
+        query_id: empty(),
+        event_time: EventTime::Millis(0),
+        policy_id: empty(),
+        context: None,
+        items: Vec::new(),
+    };
     let mut has_time = false;
     while !c.is_empty() {
         let (number, wire) = tag(&mut c)?;
@@ -394,8 +402,6 @@ fn numbers_from(set: &[u8], message: &str) -> Result<Numbers, String> {
 pub struct Protobuf {
     source: SchemaSource,
     numbers: Numbers,
-    own_id: parking_lot::Mutex<Option<u32>>,
-    subject: String,
 }
 
 pub(super) const FORMAT: Format = Format { name: "protobuf", open, validate };
@@ -423,14 +429,13 @@ fn open(config: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
         }
         SchemaSource::Local(_) | SchemaSource::Registry(_) => SHIPPED,
     };
-    let subject = config.schema_registry.as_ref().map(|r| r.subject.clone()).unwrap_or_default();
-    Ok(Arc::new(Protobuf { source, numbers, own_id: Default::default(), subject }))
+    Ok(Arc::new(Protobuf { source, numbers }))
 }
 
 impl Protobuf {
     /// Bare records with the shipped field numbers.
     pub fn shipped() -> Protobuf {
-        Protobuf { source: SchemaSource::Local(Default::default()), numbers: SHIPPED, own_id: Default::default(), subject: String::new() }
+        Protobuf { source: SchemaSource::Local(Default::default()), numbers: SHIPPED }
     }
 }
 
@@ -469,12 +474,7 @@ impl Codec for Protobuf {
 
     fn encode(&self, s: &RawSession<'_>, out: &mut Vec<u8>) -> anyhow::Result<()> {
         if let SchemaSource::Registry(registry) = &self.source {
-            let mut own = self.own_id.lock();
-            let id = match *own {
-                Some(id) => id,
-                None => *own.insert(registry.register(&self.subject, "PROTOBUF", SESSION_PROTO)?),
-            };
-            put_confluent_header(out, id);
+            put_confluent_header(out, registry.writer_id("PROTOBUF", SESSION_PROTO)?);
             put_zigzag(out, 0); // message indexes [0]: the first message, Session
         }
         let n = &self.numbers;

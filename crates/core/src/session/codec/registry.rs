@@ -29,6 +29,8 @@ pub struct Registry {
     known: RwLock<HashMap<u32, Arc<Schema>>>,
     unknown: Mutex<HashMap<u32, Instant>>,
     fetching: Mutex<()>,
+    /// Ids the writers' schemas were registered under, by schema text.
+    registered: Mutex<HashMap<String, u32>>,
     /// Requests sent (for the cache's test and the log).
     requests: std::sync::atomic::AtomicU64,
 }
@@ -39,7 +41,14 @@ struct Away(String);
 impl Registry {
     /// A client for `config.url`, after the registry answered once (`GET /subjects`).
     pub fn connect(config: &SchemaRegistryConfig) -> anyhow::Result<Arc<Registry>> {
-        let registry = Registry { config: config.clone(), known: RwLock::default(), unknown: Mutex::default(), fetching: Mutex::new(()), requests: Default::default() };
+        let registry = Registry {
+            config: config.clone(),
+            known: RwLock::default(),
+            unknown: Mutex::default(),
+            fetching: Mutex::new(()),
+            registered: Mutex::default(),
+            requests: Default::default(),
+        };
         match registry.request("GET", "/subjects", None) {
             Ok((status, _)) if status < 500 => Ok(Arc::new(registry)),
             Ok((status, body)) => anyhow::bail!("the schema registry at {} (key `decode.schema_registry.url`) answered {status}: {body}", config.url),
@@ -77,7 +86,8 @@ impl Registry {
         loop {
             match self.request("GET", &format!("/schemas/ids/{id}"), None) {
                 Ok((200, body)) => {
-                    let schema = parse_schema(&body).map_err(|e| Rejected::new(Reason::UnknownSchemaId, format!("schema id {id}: the registry's answer is unreadable: {e}")))?;
+                    let schema = parse_schema(&body)
+                        .map_err(|e| Rejected::new(Reason::UnknownSchemaId, format!("schema id {id}: the registry's answer is unreadable: {e}")))?;
                     let schema = Arc::new(schema);
                     self.known.write().insert(id, schema.clone());
                     return Ok(schema);
@@ -88,14 +98,32 @@ impl Registry {
                 }
                 Ok((status, body)) if status < 500 => {
                     // A 4xx other than "not found" (auth, a bad request) will not heal by waiting.
-                    return Err(Rejected::new(Reason::UnknownSchemaId, format!("schema id {id}: the registry at {} answered {status}: {body}", self.config.url)));
+                    return Err(Rejected::new(
+                        Reason::UnknownSchemaId,
+                        format!("schema id {id}: the registry at {} answered {status}: {body}", self.config.url),
+                    ));
                 }
-                Ok((status, body)) => tracing::warn!("schema registry {} answered {status} for schema id {id} ({body}); retrying in {backoff:?}", self.config.url),
-                Err(Away(e)) => tracing::warn!("schema registry {} is unreachable ({e}); a record with schema id {id} waits, retrying in {backoff:?}", self.config.url),
+                Ok((status, body)) => {
+                    tracing::warn!("schema registry {} answered {status} for schema id {id} ({body}); retrying in {backoff:?}", self.config.url)
+                }
+                Err(Away(e)) => {
+                    tracing::warn!("schema registry {} is unreachable ({e}); a record with schema id {id} waits, retrying in {backoff:?}", self.config.url)
+                }
             }
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(max_backoff);
         }
+    }
+
+    /// The id a writer frames its records with: `text` registered under the configured subject once.
+    pub fn writer_id(&self, schema_type: &str, text: &str) -> anyhow::Result<u32> {
+        let mut registered = self.registered.lock();
+        if let Some(&id) = registered.get(text) {
+            return Ok(id);
+        }
+        let id = self.register(&self.config.subject, schema_type, text)?;
+        registered.insert(text.to_string(), id);
+        Ok(id)
     }
 
     /// Registers `text` under `subject` (or finds it there); returns its id.
@@ -164,4 +192,3 @@ impl SchemaSource {
         }
     }
 }
-

@@ -46,10 +46,7 @@ impl<'a> Cursor<'a> {
     /// The next `n` bytes.
     pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Rejected> {
         if n > self.remaining() {
-            return Err(Rejected::new(
-                Reason::TruncatedPayload,
-                format!("{what} needs {n} bytes at byte {} but {} remain", self.at, self.remaining()),
-            ));
+            return Err(Rejected::new(Reason::TruncatedPayload, format!("{what} needs {n} bytes at byte {} but {} remain", self.at, self.remaining())));
         }
         let out = &self.buf[self.at..self.at + n];
         self.at += n;
