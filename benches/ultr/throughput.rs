@@ -30,7 +30,6 @@ fn readers() -> Vec<(&'static str, Arc<dyn Codec>)> {
     vec![
         ("JSON, single pass (default)", Arc::new(Json::new())),
         ("JSON, serde_json only", Arc::new(Json::serde_only())),
-        ("JSON, simd-json", Arc::new(Json::simd())),
         ("Avro", Arc::new(Avro::with_writer_schema(SESSION_AVSC).expect("the shipped schema"))),
         ("Protobuf", Arc::new(Protobuf::shipped())),
     ]

@@ -11,32 +11,18 @@ use super::single_pass;
 use crate::session::reason::{classify, Reason, Rejected};
 
 pub struct Json {
-    reader: Reader,
-}
-
-/// Which parser reads a record first (serde_json reads what it gives up on, and words refusals).
-#[derive(Clone, Copy, PartialEq)]
-enum Reader {
-    SinglePass,
-    /// serde_json alone (the reference the fast paths are tested against).
-    Serde,
-    /// simd-json on a copy of the record, its strings then copied out (it parses in place).
-    Simd,
+    /// Read every record with serde_json alone (the reference the single-pass reader is tested against).
+    serde_only: bool,
 }
 
 impl Json {
     pub fn new() -> Self {
-        Json { reader: Reader::SinglePass }
+        Json { serde_only: false }
     }
 
     /// serde_json alone, skipping the single-pass reader.
     pub fn serde_only() -> Self {
-        Json { reader: Reader::Serde }
-    }
-
-    /// simd-json first (measured against the single-pass reader in the throughput bench).
-    pub fn simd() -> Self {
-        Json { reader: Reader::Simd }
+        Json { serde_only: true }
     }
 }
 
@@ -58,19 +44,10 @@ impl Codec for Json {
     }
 
     fn decode<'a>(&self, bytes: &'a [u8], feature_capacity: usize) -> Result<RawSession<'a>, Rejected> {
-        match self.reader {
-            Reader::SinglePass => {
-                if let Some(raw) = single_pass::read(bytes, feature_capacity) {
-                    return Ok(raw);
-                }
+        if !self.serde_only {
+            if let Some(raw) = single_pass::read(bytes, feature_capacity) {
+                return Ok(raw);
             }
-            Reader::Simd => {
-                let mut copy = bytes.to_vec();
-                if let Ok(raw) = simd_json::serde::from_slice::<RawSession>(&mut copy) {
-                    return Ok(raw.into_owned());
-                }
-            }
-            Reader::Serde => {}
         }
         let text = std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, e.to_string()))?;
         serde_json::from_str(text).map_err(classify)

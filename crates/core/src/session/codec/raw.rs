@@ -224,36 +224,6 @@ pub struct RawItem<'a> {
     pub propensity: Option<f64>,
 }
 
-impl RawSession<'_> {
-    /// The record with every borrowed string copied out.
-    pub fn into_owned(self) -> RawSession<'static> {
-        let id = |id: Id<'_>| Id(Cow::Owned(id.0.into_owned()));
-        RawSession {
-            schema_version: self.schema_version,
-            session_id: id(self.session_id),
-            query_id: id(self.query_id),
-            event_time: match self.event_time {
-                EventTime::Text(t) => EventTime::Text(Cow::Owned(t.into_owned())),
-                EventTime::Millis(m) => EventTime::Millis(m),
-            },
-            policy_id: id(self.policy_id),
-            context: self.context.map(|c| c.into_iter().map(|(k, v)| (Cow::Owned(k.into_owned()), v)).collect()),
-            items: self
-                .items
-                .into_iter()
-                .map(|i| RawItem {
-                    doc_id: id(i.doc_id),
-                    position: i.position,
-                    clicked: i.clicked,
-                    features: i.features,
-                    bias_features: i.bias_features,
-                    propensity: i.propensity,
-                })
-                .collect(),
-        }
-    }
-}
-
 #[derive(Deserialize)]
 pub struct RawSession<'a> {
     pub schema_version: u64,
