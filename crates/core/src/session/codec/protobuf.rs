@@ -195,8 +195,8 @@ fn read_timestamp(bytes: &[u8]) -> Result<i64, Rejected> {
         .ok_or_else(|| Rejected::new(Reason::BadEventTime, format!("event_time {seconds} s {nanos} ns is out of range")))
 }
 
-fn read_session<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize) -> Result<RawSession<'a>, Rejected> {
-    let mut c = Cursor::new(bytes);
+fn read_session<'a>(record: &'a [u8], n: &Numbers, capacity: usize) -> Result<RawSession<'a>, Rejected> {
+    let mut c = Cursor::new(record);
     let empty = || Id(Cow::Borrowed(""));
     let mut s = RawSession {
         schema_version: 0,
@@ -221,7 +221,7 @@ fn read_session<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize) -> Result<Raw
                 has_time = true;
                 s.event_time = EventTime::Millis(if n.timestamp_message {
                     expect("event_time", wire, LEN)?;
-                    read_timestamp(bytes_of(&mut c, "event_time")?)?
+                    read_timestamp(bytes(&mut c, "event_time")?)?
                 } else {
                     expect("event_time", wire, VARINT)?;
                     c.varint("event_time")? as i64
@@ -230,7 +230,7 @@ fn read_session<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize) -> Result<Raw
             Some(4) => s.policy_id = Id(text(&mut c, wire, "policy_id")?),
             Some(5) => {
                 expect("context", wire, LEN)?;
-                let mut entry = Cursor::new(bytes_of(&mut c, "context")?);
+                let mut entry = Cursor::new(bytes(&mut c, "context")?);
                 let (mut key, mut value) = (Cow::Borrowed(""), None);
                 while !entry.is_empty() {
                     let (number, wire) = tag(&mut entry)?;
@@ -244,7 +244,7 @@ fn read_session<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize) -> Result<Raw
             }
             Some(6) => {
                 expect("items", wire, LEN)?;
-                s.items.push(read_item(bytes_of(&mut c, "items")?, n, capacity)?);
+                s.items.push(read_item(bytes(&mut c, "items")?, n, capacity)?);
             }
             _ => skip(&mut c, wire)?,
         }
@@ -253,10 +253,6 @@ fn read_session<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize) -> Result<Raw
         return Err(Rejected::new(Reason::MissingField, "event_time is absent"));
     }
     Ok(s)
-}
-
-fn bytes_of<'a>(c: &mut Cursor<'a>, what: &str) -> Result<&'a [u8], Rejected> {
-    bytes(c, what)
 }
 
 // --- descriptor sets (`protoc --descriptor_set_out`), read with the same cursor -----------------
