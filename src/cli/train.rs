@@ -419,6 +419,10 @@ fn render_outcome(outcome: &TrainOutcome) -> String {
         ));
         s.push_str(&format!("    ρ by mean logged position: {prior}\n"));
     }
+    if let Some(c) = &f.logged_order_combination {
+        s.push_str("  ");
+        s.push_str(ultr_train::logged_order_combination::describe(c).replace('\n', "\n  ").trim_end_matches(' '));
+    }
     s.push_str("  θ_k − θ_1: ");
     s.push_str(&outcome.theta.iter().take(10).map(|t| format!("{t:+.3}")).collect::<Vec<_>>().join(" "));
     s.push('\n');

@@ -194,6 +194,11 @@ pub struct TrainConfig {
     /// centre and ranked above the one clicked document of its query. The strength λ is chosen on the
     /// validation clicks of γ as shipped. `0` ships the posterior mean.
     pub logged_order_prior_lower_bound: f64,
+    /// Every model: rank by the logged order (prior) combined with the clicks (evidence), c = (κ·μ +
+    /// I·s + g)/(κ + I) per (query, document) (docs/models.md, "The logged order as prior, the clicks
+    /// as evidence"). The prior precisions κ tried besides the model alone and the logged order
+    /// alone; the validation sessions' clicks choose one. `[]`: no combination.
+    pub logged_order_combination: Vec<f64>,
     /// Share of sessions held out for early stopping, chosen by session-id hash (stable across runs).
     pub validation_fraction: f64,
     /// What early stopping holds out: `queries` (the default; a feature tower is selected on queries
@@ -261,6 +266,7 @@ impl Default for TrainConfig {
             position_bias: PositionBiasSource::SwapPairs,
             logged_order_prior: vec![0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
             logged_order_prior_lower_bound: 1.0,
+            logged_order_combination: vec![0.1, 1.0, 10.0, 100.0, 1000.0],
             validation_fraction: 0.1,
             validation: ValidationUnit::Queries,
             evaluation_fraction: 0.1,
@@ -352,6 +358,9 @@ impl TrainConfig {
         }
         if let Some(bad) = self.logged_order_prior.iter().find(|l| !(**l > 0.0 && l.is_finite())) {
             return Err(format!("key `train.logged_order_prior` holds {bad}: every strength must be > 0 (or [] for no prior)"));
+        }
+        if let Some(bad) = self.logged_order_combination.iter().find(|l| !(**l > 0.0 && l.is_finite())) {
+            return Err(format!("key `train.logged_order_combination` holds {bad}: every κ must be a finite number > 0 (or [] for no combination)"));
         }
         if !(0.0 < self.validation_fraction && self.validation_fraction < 1.0) {
             return Err(format!("key `train.validation_fraction` = {} must lie in (0, 1)", self.validation_fraction));

@@ -74,6 +74,9 @@ pub struct FitReport {
     /// γ re-estimated around the logged-order prior (`[train] logged_order_prior`), when it ran.
     #[serde(default)]
     pub logged_order_prior: Option<super::logged_order_prior::LoggedOrderPrior>,
+    /// The logged order (prior) combined with the clicks (evidence): the weight chosen and where
+    /// the clicks move the ranking (`logged_order_combination.rs`), when it ran.
+    pub logged_order_combination: Option<super::logged_order_combination::Combination>,
 }
 
 /// Whether a fit that stopped for `stop` after `epochs` had converged (see `FitReport::converged`).
@@ -466,6 +469,8 @@ pub fn fit_chunks(
     };
     let logged_order_prior =
         if stop != StopReason::Diverged && !warm { super::logged_order_prior::fit_logged_order_prior(&mut trained, data, cfg)? } else { None };
+    let logged_order_combination =
+        if stop != StopReason::Diverged { super::logged_order_combination::fit_combination(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);
     // Without early stopping the epochs are the caller's (the converged fit's blocks, bootstrap
     // replicates): no warning for running them all.
@@ -495,6 +500,7 @@ pub fn fit_chunks(
         converged,
         position_refit,
         logged_order_prior,
+        logged_order_combination,
     };
     Ok((trained, report))
 }
@@ -549,7 +555,7 @@ fn initial_model(init: Option<&Trained>, cfg: &TrainConfig, survey: &Survey, inf
         .reads_features()
         .then(|| Normalizer::from_sums(&survey.feature_sum[..n_features], &survey.feature_sq[..n_features], survey.train_impressions as u64));
     // The caller knows the stream's feature schema (train_from_state sets it).
-    let meta = ModelMeta { architecture: arch.clone(), n_features, n_bias_features, normalizer, feature_schema: None };
+    let meta = ModelMeta { architecture: arch.clone(), n_features, n_bias_features, normalizer, feature_schema: None, logged_order_combination: None };
     let vocabulary = vec![(String::new(), String::new())]; // index 0: unseen pair
     Ok((Trained { model: AnyModel::new(&arch, n_features, n_bias_features, 1, infer_device), meta, vocabulary }, false))
 }

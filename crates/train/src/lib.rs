@@ -16,6 +16,7 @@ pub mod fit;
 pub mod gate;
 pub mod ips_propensity;
 pub mod letor;
+pub mod logged_order_combination;
 pub mod logged_order_prior;
 pub mod misspecification;
 pub mod models;

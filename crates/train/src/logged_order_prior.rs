@@ -134,7 +134,7 @@ pub fn fit_logged_order_prior(trained: &mut Trained, data: &dyn ExampleChunks, c
 /// a weak prior that lets one click at a deep position (θ ≈ −5) lift a rare pair above every pair
 /// shown on top; strengths it cannot tell apart from the best rank rare pairs by the logging
 /// policy's order instead.
-fn one_standard_error(strengths: &[f64], per_row: &[Vec<f64>]) -> (usize, f64) {
+pub(crate) fn one_standard_error(strengths: &[f64], per_row: &[Vec<f64>]) -> (usize, f64) {
     let total = |r: &[f64]| r.iter().sum::<f64>();
     let best = (0..per_row.len()).max_by(|&a, &b| total(&per_row[a]).total_cmp(&total(&per_row[b]))).expect("at least one strength");
     let within = |j: usize| {

@@ -68,6 +68,7 @@ pub fn converged_config(cfg: &TrainConfig) -> TrainConfig {
         early_stopping: false,
         refit_position_bias: false,
         logged_order_prior: Vec::new(),
+        logged_order_combination: Vec::new(),
         weight_decay: 0.0,
         max_epochs: BLOCK_EPOCHS,
         batch_impressions: usize::MAX / 4,

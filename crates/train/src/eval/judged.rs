@@ -186,20 +186,24 @@ impl Ranking {
     }
 }
 
-/// The four rankings `ultr eval --qrels` compares, of every (query, document) in `all`: the logged
+/// The rankings `ultr eval --qrels` compares, of every (query, document) in `all`: the logged
 /// order, naive click-through, `model`, and the biased model a team would train first (the same
 /// tower and settings as `train`, no position term, no inverse-propensity weights), trained here on
-/// the same rows. Labels are the editors', not the clicks', so nothing is held out.
-pub fn standard_rankings(all: &Examples, model: &Trained, train: &TrainConfig) -> anyhow::Result<Vec<Ranking>> {
+/// the same rows; and, when training chose a weight for it, the logged order combined with the clicks
+/// (`combined`). Labels are the editors', not the clicks', so nothing is held out.
+pub fn standard_rankings(all: &Examples, trained: &Trained, train: &TrainConfig) -> anyhow::Result<Vec<Ranking>> {
     let device = train.backend.device()?;
     let seen = seen_by_query(all);
-    let model = Ranking::from_rows("model", all, &model.relevance_of_rows(all, &device));
+    let model = Ranking::from_rows("model", all, &trained.relevance_of_rows(all, &device));
     let mut biased_cfg = train.clone();
     biased_cfg.model = crate::models::ModelKind::Biased;
     biased_cfg.ips.enabled = false;
     let (biased, _) = crate::fit::fit(all, &biased_cfg, None, false).context("training the biased model for the comparison")?;
     let biased = Ranking::from_rows("biased", all, &biased.relevance_of_rows(all, &device));
-    Ok(vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), model, biased])
+    let mut out = vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), model, biased];
+    // The logged order combined with the clicks, at the weight training chose (when it ran).
+    out.extend(crate::logged_order_combination::combined_ranking(trained, all, train)?);
+    Ok(out)
 }
 
 /// An estimate with its 95% bootstrap interval (percentiles over resampled query sets).
