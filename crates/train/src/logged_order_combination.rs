@@ -62,7 +62,8 @@ pub struct VolumeBucket {
     pub moved_share: f64,
     /// Mean share of the queries' document pairs the two orders put in opposite order.
     pub discordant_share: f64,
-    /// Validation sessions' rows scored (cross-fitted) in the bucket.
+    /// Validation sessions' rows scored (cross-fitted) in the bucket, bucketed by the clicks their
+    /// combination saw (their query's clicks less the row's own half).
     pub heldout_impressions: f64,
     /// Held-out click log-likelihood per impression, combination − logged order alone.
     pub heldout_gain: f64,
@@ -300,17 +301,33 @@ pub fn fit_combination(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &Tr
     let (info, score) = pool.evidence(|_| true);
     let combined: Vec<f64> = (0..pool.pairs.len()).map(|p| combine(chosen, mu[p], pool.pairs[p].s, info[p], score[p])).collect();
     let logged_index = tried.len() - 1;
-    let gains: Vec<(u32, f64, f64)> = checked
+    // A held-out row is bucketed by the clicks its combination saw (its query's evidence rows), not
+    // by its own clicks: bucketing on the outcome would credit a query's silence to the bucket.
+    let mut evidence_clicks = vec![[0f64; 2]; pool.queries.len()];
+    for r in &pool.rows {
+        let q = pool.pairs[r.pair as usize].query as usize;
+        for f in [false, true] {
+            if !r.validation || r.fold != f {
+                evidence_clicks[q][f as usize] += r.wc;
+            }
+        }
+    }
+    let gains: Vec<(f64, f64, f64)> = checked
         .iter()
         .enumerate()
-        .map(|(i, r)| (pool.pairs[r.pair as usize].query, r.wn, per_row[chosen_index][i] - per_row[logged_index][i]))
+        .map(|(i, r)| {
+            let q = pool.pairs[r.pair as usize].query as usize;
+            (evidence_clicks[q][r.fold as usize], r.wn, per_row[chosen_index][i] - per_row[logged_index][i])
+        })
         .collect();
     let by_click_volume = volume_report(&pool, &orders, &combined, &gains);
     trained.meta.logged_order_combination = Some(chosen);
     Ok(Some(Combination { chosen, most_likely, candidates, prior_by_rank: curve, pairs: pool.pairs.len(), by_click_volume }))
 }
 
-fn volume_report(pool: &Pool, orders: &[Vec<u32>], combined: &[f64], gains: &[(u32, f64, f64)]) -> Vec<VolumeBucket> {
+/// `gains`: per held-out row, the clicks its combination saw for its query, its weighted
+/// impressions and its log-likelihood gain over the logged order alone.
+fn volume_report(pool: &Pool, orders: &[Vec<u32>], combined: &[f64], gains: &[(f64, f64, f64)]) -> Vec<VolumeBucket> {
     let bucket_of = |clicks: f64| VOLUME_EDGES.iter().rposition(|&e| clicks >= e as f64).unwrap_or(0);
     let clicks_of: Vec<f64> = orders.iter().map(|o| o.iter().map(|&p| pool.pairs[p as usize].clicks).sum()).collect();
     let mut out: Vec<VolumeBucket> = VOLUME_EDGES
@@ -348,8 +365,8 @@ fn volume_report(pool: &Pool, orders: &[Vec<u32>], combined: &[f64], gains: &[(u
         }
     }
     let mut per_bucket: Vec<Vec<(f64, f64)>> = vec![Vec::new(); out.len()];
-    for &(q, wn, gain) in gains {
-        per_bucket[bucket_of(clicks_of[q as usize])].push((wn, gain));
+    for &(clicks, wn, gain) in gains {
+        per_bucket[bucket_of(clicks)].push((wn, gain));
     }
     for (b, rows) in out.iter_mut().zip(per_bucket) {
         if b.queries > 0 {
