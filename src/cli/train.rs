@@ -339,6 +339,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
         config.train.uncertainty.enabled = true;
         config.train.uncertainty.validate().map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     }
+    let qrels = config.eval.qrels.as_deref().map(|p| ultr_train::eval::judged::Qrels::read(p).context("key `eval.qrels`")).transpose()?;
     let outcome = train_from_state(&TrainRequest {
         state_dir: &args.state,
         core: &config.core(),
@@ -348,6 +349,7 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
         force: args.force,
         progress: !args.json,
         cancel: None,
+        judged: qrels.as_ref().map(|qrels| ultr_train::gate::TeamRanking { qrels, eval: &config.eval }),
     })?;
     if let Some(t) = &outcome.theta_intervals {
         let truth = ground_truth(&config, &None).ok().flatten().map(|g| truth_theta(&g));

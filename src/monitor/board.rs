@@ -38,6 +38,9 @@ pub struct TrainingCard {
     pub theta: Vec<f64>,
     pub seconds: f64,
     pub warm_start: bool,
+    /// The logged order combined with the clicks: the weight chosen and where the clicks move the
+    /// ranking, per bucket of click volume (`logged_order_combination.rs`), when it ran.
+    pub combination: Option<ultr_train::logged_order_combination::Combination>,
 }
 
 /// The identifiability verdict's structure: which graph the model needs and how it falls apart.
@@ -152,6 +155,7 @@ mod tests {
                 theta: vec![],
                 seconds: 1.0,
                 warm_start: false,
+                combination: None,
             });
         }
         let s = board.snapshot();

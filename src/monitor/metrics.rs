@@ -94,6 +94,10 @@ pub struct Metrics {
     pub current_model_created: OptionalGauge,
     pub last_promotion: Gauge,
     pub trainings: IntCounterVec,
+    /// With `[eval] qrels`: the last candidate's shipped nDCG@10 less the logged order's.
+    pub judged_minus_logged: OptionalGauge,
+    /// Candidates the gate refused for ranking below the team's own order, by how it was seen.
+    pub refused_below_logged_order: IntCounterVec,
     // residuals
     pub residual_mean: GaugeVec,
     pub residual_propensity_correlation: Gauge,
@@ -229,6 +233,18 @@ impl Metrics {
                 "When the current (promoted) model was trained, from the models directory: right after restarts and whoever trains (absent while there is no current model).",
             ),
             last_promotion: gauge("last_promotion_timestamp_seconds", "When a checkpoint was last promoted."),
+            judged_minus_logged: optional(
+                "gate_judged_minus_logged_ndcg10",
+                "With [eval] qrels: nDCG@10 on the editors' labels of the ranking the last candidate would ship, less the logged order's (paired over queries; the gate refuses a candidate whose 95% interval lies below 0).",
+            ),
+            refused_below_logged_order: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("gate_refused_below_logged_order_total", "Candidates the gate refused for ranking below the logged (production) order: evidence=\"judged\" (editors' labels, [eval] qrels) or \"clicks\" (held-out clicks, the combination below the logged order alone)."),
+                    &["evidence"],
+                )
+                .expect("valid"),
+            ),
             trainings: reg(&r, IntCounterVec::new(Opts::new("trainings_total", "Scheduled or triggered trainings by result: promoted, rejected, failed, skipped (nothing new to learn from), cancelled (by shutdown)."), &["result"]).expect("valid")),
             residual_mean: gauge_vec("residual_mean", "Policy-weighted mean residual c − σ(θ_k + r(x)) of the last window, per position.", &["position"]),
             residual_propensity_correlation: gauge(
@@ -338,6 +354,8 @@ impl Metrics {
             &self.current_model_created.0,
             &self.last_promotion,
             &self.trainings,
+            &self.judged_minus_logged.0,
+            &self.refused_below_logged_order,
             &self.residual_mean,
             &self.residual_propensity_correlation,
             &self.residual_psi,

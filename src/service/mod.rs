@@ -222,6 +222,7 @@ fn list_earlier_trainings(metrics: &Metrics, models_dir: &std::path::Path) {
             theta: info.theta.clone(),
             seconds: info.fit.get("seconds").and_then(|s| s.as_f64()).unwrap_or(0.0),
             warm_start: info.parent.is_some(),
+            combination: info.fit.get("logged_order_combination").and_then(|c| serde_json::from_value(c.clone()).ok()),
         });
     }
 }

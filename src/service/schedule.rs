@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::Utc;
 
 use crate::config::PipelineConfig;
@@ -86,6 +87,14 @@ pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>)
             if o.decision.promoted {
                 metrics.last_promotion.set(now);
             }
+            metrics.judged_minus_logged.set_known(o.decision.judged.as_ref().map(|j| j.minus_logged));
+            if !o.decision.promoted {
+                if o.decision.judged.as_ref().is_some_and(|j| j.refused) {
+                    metrics.refused_below_logged_order.with_label_values(&["judged"]).inc();
+                } else if o.decision.logged_order_clicks.is_some_and(|(combined, logged)| combined < logged) {
+                    metrics.refused_below_logged_order.with_label_values(&["clicks"]).inc();
+                }
+            }
         }
         Err(_) => metrics.trainings.with_label_values(&["failed"]).inc(),
     }
@@ -100,6 +109,8 @@ impl Scheduler {
         let stop = Arc::new(AtomicBool::new(false));
         let runs = Arc::new(Mutex::new(Vec::new()));
         let (stop_flag, runs_log, config) = (stop.clone(), runs.clone(), config.clone());
+        // Read (and checked) once: the service stopped at start on an unreadable file.
+        let qrels = config.eval.qrels.as_deref().map(ultr_train::eval::judged::Qrels::read).transpose().context("key `eval.qrels`")?;
         let handle = std::thread::Builder::new().name("ultr-schedule".into()).spawn(move || {
             let mut next = schedule.upcoming(Utc).next();
             while !stop_flag.load(Ordering::Relaxed) {
@@ -139,6 +150,7 @@ impl Scheduler {
                     force: false,
                     progress: false,
                     cancel: Some(&*stop_flag),
+                    judged: qrels.as_ref().map(|qrels| ultr_train::gate::TeamRanking { qrels, eval: &config.eval }),
                 });
                 metrics.training_in_progress.set(0);
                 let finished_unix_s = Utc::now().timestamp_millis() as f64 / 1000.0;
@@ -165,6 +177,7 @@ impl Scheduler {
                             theta: o.theta.clone(),
                             seconds: o.fit.seconds,
                             warm_start: warm,
+                            combination: o.fit.logged_order_combination.clone(),
                         });
                     }
                     Err(e) if e.is::<Cancelled>() => {
@@ -182,6 +195,7 @@ impl Scheduler {
                             theta: Vec::new(),
                             seconds: 0.0,
                             warm_start: warm,
+                            combination: None,
                         });
                     }
                 }
@@ -290,7 +304,7 @@ mod tests {
     /// promoted outcome (6,000 simulated sessions ingested, a linear tower trained) is recorded over θ the
     /// "monitor" set for 50 positions: the promotion is counted and every θ is left as it was.
     #[test]
-    fn recording_a_promotion_counts_it_and_leaves_theta_to_the_monitor() {
+    fn recording_a_promotion_counts_it_leaves_theta_to_the_monitor_and_a_judged_refusal_counts_below_logged_order() {
         use ultr_simulate::relevance::RelevanceKind;
         use ultr_simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
         let dir = tempfile::tempdir().unwrap();
@@ -322,15 +336,36 @@ mod tests {
             force: true,
             progress: false,
             cancel: None,
+            judged: None,
         })
         .unwrap();
         assert!(outcome.decision.promoted && !outcome.theta.is_empty(), "{:?}", outcome.decision);
         let metrics = Metrics::new();
         let monitors: Vec<f64> = (0..50).map(|k| -0.01 * k as f64).collect();
         metrics.set_theta(&monitors);
+        let mut refused = outcome.clone();
         record_outcome(&metrics, &Ok(outcome));
         assert_eq!(metrics.trainings.with_label_values(&["promoted"]).get(), 1);
         let theta: Vec<f64> = (1..=50).map(|k| metrics.theta.with_label_values(&[&k.to_string()]).get()).collect();
         assert_eq!(theta, monitors, "θ is the monitor's, not the new model's seen positions");
+        // The same candidate as the judged gate would record a refusal (`gate::team_ranking_checks`).
+        assert_eq!(metrics.refused_below_logged_order.with_label_values(&["judged"]).get(), 0);
+        refused.decision.promoted = false;
+        refused.decision.judged = Some(ultr_train::checkpoint::JudgedGate {
+            ranker: "combined".into(),
+            queries: 10,
+            ndcg10: 0.7,
+            logged_ndcg10: 0.8,
+            minus_logged: -0.1,
+            minus_logged_low: -0.15,
+            minus_logged_high: -0.05,
+            refused: true,
+        });
+        record_outcome(&metrics, &Ok(refused));
+        assert_eq!(metrics.refused_below_logged_order.with_label_values(&["judged"]).get(), 1);
+        assert_eq!(metrics.refused_below_logged_order.with_label_values(&["clicks"]).get(), 0);
+        assert_eq!(metrics.trainings.with_label_values(&["rejected"]).get(), 1);
+        let text = metrics.render();
+        assert!(text.contains("ultr_gate_judged_minus_logged_ndcg10 -0.1"), "{text}");
     }
 }

@@ -626,7 +626,43 @@ fn trainings(h: &mut String, board: &BoardState) {
             t.seconds
         );
     }
-    h.push_str("</table></section>");
+    h.push_str("</table>");
+    if let Some(c) = board.trainings.iter().rev().find_map(|t| t.combination.as_ref()) {
+        combination(h, c);
+    }
+    h.push_str("</section>");
+}
+
+/// Where the last training's clicks move the ranking away from the logged order, by click volume.
+fn combination(h: &mut String, c: &ultr_train::logged_order_combination::Combination) {
+    let _ = write!(
+        h,
+        "<h3 id=\"combination\">Logged order × clicks</h3><p>Ranking by the logged order (prior) and the clicks (evidence): {} chosen by held-out clicks (most likely: {}), {} pairs.</p>",
+        escape(&c.chosen.label()),
+        escape(&c.most_likely.label()),
+        c.pairs
+    );
+    h.push_str("<table><tr><th>clicks per query</th><th>queries</th><th>order moved</th><th>pairs reordered</th><th>held-out Δ log-likelihood / impression vs the logged order</th></tr>");
+    for b in c.by_click_volume.iter().filter(|b| b.queries > 0 || b.heldout_impressions > 0.0) {
+        let range = match b.clicks_high {
+            Some(hi) => format!("{}–{}", b.clicks_low, hi - 1),
+            None => format!("≥ {}", b.clicks_low),
+        };
+        let (class, gain) = if b.heldout_impressions > 0.0 {
+            let class = if b.heldout_gain + 2.0 * b.heldout_gain_se < 0.0 { "warn" } else { "ok" };
+            (class, format!("{:+.5} ± {:.5}", b.heldout_gain, b.heldout_gain_se))
+        } else {
+            ("", "no held-out rows".to_string())
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{range}</td><td>{}</td><td>{:.1}%</td><td>{:.1}%</td><td class=\"{class}\">{gain}</td></tr>",
+            b.queries,
+            100.0 * b.moved_share,
+            100.0 * b.discordant_share
+        );
+    }
+    h.push_str("</table>");
 }
 
 fn stream(h: &mut String, series: &Series, board: &BoardState) {

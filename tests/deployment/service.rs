@@ -469,6 +469,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
                     force: false,
                     progress: false,
                     cancel: None,
+                    judged: None,
                 };
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;

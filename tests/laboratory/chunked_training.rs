@@ -152,6 +152,7 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
         force: false,
         progress: false,
         cancel: None,
+        judged: None,
     })
     .unwrap();
     assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);

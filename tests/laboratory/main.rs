@@ -29,6 +29,7 @@ mod position_bias;
 mod production_ingest;
 mod results_scripts;
 mod simulator;
+mod team_ranking;
 mod theta_intervals;
 mod training;
 mod windows;

@@ -38,6 +38,29 @@ pub struct Decision {
     /// Held-out click log-likelihoods of the candidate and the trivial baselines (`baselines`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_out_clicks: Option<super::baselines::HeldOutClicks>,
+    /// With `[eval] qrels`: the shipped ranking against the logged order on the editors' labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged: Option<JudgedGate>,
+    /// The combination's cross-fitted held-out click log-likelihood per impression beside the
+    /// logged order alone's (`logged_order_combination.rs`), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logged_order_clicks: Option<(f64, f64)>,
+}
+
+/// The gate's judged check (`[eval] qrels`): nDCG@10 of the ranking that ships (the combination
+/// when training chose one, else the model) less the logged order's, paired over queries.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JudgedGate {
+    pub ranker: String,
+    pub queries: usize,
+    pub ndcg10: f64,
+    pub logged_ndcg10: f64,
+    /// The paired difference and its 95% bootstrap interval over queries.
+    pub minus_logged: f64,
+    pub minus_logged_low: f64,
+    pub minus_logged_high: f64,
+    /// Not promoted: the interval lies below 0.
+    pub refused: bool,
 }
 
 /// What a checkpoint records besides its parameters.
@@ -77,6 +100,8 @@ pub fn decide(
         current_evaluation_loss: None,
         current: current.as_ref().map(|(id, _)| id.to_string()),
         held_out_clicks: held_out.cloned(),
+        judged: None,
+        logged_order_clicks: None,
     };
     if stop == StopReason::Diverged || !candidate_loss.is_finite() || held_out.is_some_and(|h| !h.candidate.is_finite()) {
         d.reason = "training diverged (a loss or parameter became NaN/inf)".into();
@@ -354,6 +379,8 @@ mod tests {
                 current_evaluation_loss: None,
                 current: None,
                 held_out_clicks: None,
+                judged: None,
+                logged_order_clicks: None,
             },
             theta_intervals: None,
         };

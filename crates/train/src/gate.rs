@@ -121,3 +121,77 @@ pub(crate) fn compare_cold(
         cold_train_impressions: cold_report.train_impressions,
     })
 }
+
+/// What the gate knows of the team's ranking (`[eval] qrels` and the evaluation settings).
+pub struct TeamRanking<'a> {
+    pub qrels: &'a crate::eval::judged::Qrels,
+    pub eval: &'a crate::eval::config::EvalConfig,
+}
+
+/// The gate's checks against the team's own ranking, after `gate` (issue 89): the combination's
+/// held-out clicks beside the logged order alone's (recorded; a combination below it is refused),
+/// and with `judged` (editors' labels) the shipped ranking's nDCG@10 less the logged order's,
+/// paired over queries: refused when its 95% interval lies below 0. `force` promotes regardless.
+pub(crate) fn team_ranking_checks(
+    decision: &mut Decision,
+    trained: &Trained,
+    report: &FitReport,
+    data: &TrainingData,
+    config: &TrainConfig,
+    judged: Option<&TeamRanking>,
+    force: bool,
+) -> anyhow::Result<()> {
+    use crate::logged_order_combination::Weight;
+    if let Some(c) = &report.logged_order_combination {
+        let ll = |w: Weight| c.candidates.iter().find(|(x, _)| *x == w).map(|(_, l)| *l);
+        if let (Some(combined), Some(logged)) = (ll(c.chosen), ll(Weight::LoggedOrderAlone)) {
+            decision.logged_order_clicks = Some((combined, logged));
+            if decision.promoted && !force && combined < logged {
+                decision.promoted = false;
+                decision.reason = format!(
+                    "the combination ({}) predicts held-out clicks worse than the logged order alone: {combined:.5} < {logged:.5} per impression",
+                    c.chosen.label()
+                );
+            }
+        }
+    }
+    let Some(team) = judged else { return Ok(()) };
+    let Some(ex) = data.chunks().in_memory() else {
+        tracing::warn!("the judged gate ([eval] qrels) needs the training rows in memory: raise `train.memory_budget`; not applied");
+        return Ok(());
+    };
+    use crate::eval::judged::{evaluate, seen_by_query, Ranking};
+    let seen = seen_by_query(ex);
+    let shipped = match crate::logged_order_combination::combined_ranking(trained, ex, config)? {
+        Some(r) => r,
+        None => Ranking::from_rows("model", ex, &trained.relevance_of_rows(ex, &config.backend.device()?)),
+    };
+    let name = shipped.ranker.clone();
+    let figures = evaluate(team.qrels, &[Ranking::logged(&seen), Ranking::naive_ctr(&seen), shipped], team.eval.unjudged, team.eval.bootstrap, team.eval.seed)?;
+    let i = figures.metrics.iter().position(|m| *m == "nDCG@10").expect("nDCG@10 is a judged metric");
+    let (Some(r), Some(logged)) = (figures.rankers.iter().find(|r| r.ranker == name), figures.rankers.iter().find(|r| r.ranker == "logged")) else {
+        return Ok(());
+    };
+    let d = r.minus_logged[i];
+    let refused = d.high < 0.0;
+    decision.judged = Some(crate::checkpoint::JudgedGate {
+        ranker: name.clone(),
+        queries: figures.queries,
+        ndcg10: r.mean[i].estimate,
+        logged_ndcg10: logged.mean[i].estimate,
+        minus_logged: d.estimate,
+        minus_logged_low: d.low,
+        minus_logged_high: d.high,
+        refused,
+    });
+    if refused && !force {
+        let why = format!(
+            "on the editors' labels ([eval] qrels, {} queries) the shipped ranking ({name}) is below the logged order: nDCG@10 {:.4} − {:.4} = {:+.4} [{:+.4}, {:+.4}]",
+            figures.queries, r.mean[i].estimate, logged.mean[i].estimate, d.estimate, d.low, d.high
+        );
+        // Refused already for another reason: both reasons stand.
+        decision.reason = if decision.promoted { why } else { format!("{}; and {why}", decision.reason) };
+        decision.promoted = false;
+    }
+    Ok(())
+}

@@ -32,6 +32,8 @@ pub struct TrainRequest<'a> {
     pub progress: bool,
     /// Set by a shutting-down service: training stops before its next batch with `fit::Cancelled`.
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// `[eval] qrels`: the gate also refuses a ranking below the logged order on editors' labels.
+    pub judged: Option<crate::gate::TeamRanking<'a>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,7 +103,8 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         fit_chunks(data.chunks(), cfg, init, req.progress, req.cancel)?
     };
     trained.meta.feature_schema = req.core.decode.feature_schema.clone();
-    let (decision, candidate_loss) = gate(cfg, req.force, &trained, &report, current.as_ref(), &data)?;
+    let (mut decision, candidate_loss) = gate(cfg, req.force, &trained, &report, current.as_ref(), &data)?;
+    crate::gate::team_ranking_checks(&mut decision, &trained, &report, &data, cfg, req.judged.as_ref(), req.force)?;
     let cold_comparison = if req.compare_cold && parent.is_some() {
         let mut full = rt.block_on(load_training_data(
             req.state_dir,

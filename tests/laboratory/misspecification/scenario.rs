@@ -119,6 +119,7 @@ pub fn run(s: &Scenario, dir: &Path) -> Outcome {
                     force: false,
                     progress: false,
                     cancel: None,
+                    judged: None,
                 };
                 let outcome = ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;
