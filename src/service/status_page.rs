@@ -886,6 +886,48 @@ mod tests {
         assert!(page.contains("id=\"verdict-identified\" data-value=\"1\""));
     }
 
+    /// The last training's combination of the logged order with the clicks shows as a table: the
+    /// weight chosen, one row per non-empty click-volume bucket with its queries and shares, and a
+    /// held-out gain whose interval lies below 0 marked as a warning.
+    #[test]
+    fn the_page_shows_where_the_clicks_move_the_logged_order() {
+        use ultr_train::logged_order_combination::{Combination, VolumeBucket, Weight};
+        let bucket = |low: u64, high: Option<u64>, queries: usize, gain: f64| VolumeBucket {
+            clicks_low: low,
+            clicks_high: high,
+            queries,
+            moved_share: 0.5,
+            discordant_share: 0.125,
+            heldout_impressions: if queries > 0 { 100.0 } else { 0.0 },
+            heldout_gain: gain,
+            heldout_gain_se: 0.001,
+        };
+        let combination = Combination {
+            chosen: Weight::Kappa(10.0),
+            most_likely: Weight::Kappa(1.0),
+            candidates: Vec::new(),
+            prior_by_rank: Vec::new(),
+            pairs: 42,
+            by_click_volume: vec![bucket(0, Some(1), 0, 0.0), bucket(1, Some(10), 7, 0.004), bucket(10, Some(100), 3, -0.01)],
+        };
+        let board = crate::monitor::board::Board::default();
+        board.push_training(crate::monitor::board::TrainingCard {
+            finished_unix_s: 2.0e9,
+            id: Some("m1".into()),
+            result: "promoted".into(),
+            reason: "first model".into(),
+            theta: vec![0.0, -0.5],
+            seconds: 1.0,
+            warm_start: false,
+            combination: Some(combination),
+        });
+        let page = render(&Metrics::new().render(), &board.snapshot(), 2.0e9);
+        assert!(page.contains("id=\"combination\"") && page.contains("κ = 10 chosen by held-out clicks (most likely: κ = 1), 42 pairs"), "{page}");
+        assert!(page.contains("<tr><td>1–9</td><td>7</td><td>50.0%</td><td>12.5%</td><td class=\"ok\">+0.00400 ± 0.00100</td></tr>"), "{page}");
+        assert!(page.contains("<td class=\"warn\">-0.01000 ± 0.00100</td>"), "{page}");
+        assert!(!page.contains("<tr><td>0–0</td>"), "an empty bucket has no row");
+    }
+
     /// At 20 positions the heat map draws one cell per position pair (400), a pair's swap count in
     /// its cell's title, the pair never swapped at the palest shade, and one interval-width bar per
     /// position with a width.
