@@ -80,8 +80,8 @@ python3 - "$work" "$OUT" "$SEEDS" "$REGIMES" <<'PY'
 import json, math, sys
 work, out, seeds, regimes = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
 lines = [
-    "| regime | seed | repeated items dropped | max abs(θ_k − θ_1) | not estimable | shipped θ inside the interval (widest) | held-out click LL: model / position-only / per-pair CTR | gate | λ (most likely) | epochs (stop) | nDCG@10 logged / naive CTR / model | model − naive CTR [95%] | textbook PBM-EM − naive CTR [95%] |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| regime | seed | repeated items dropped | max abs(θ_k − θ_1) | not estimable | shipped θ inside the interval (widest) | held-out click LL: model / position-only / per-pair CTR | gate | λ (most likely) | epochs (stop) | nDCG@10 logged / naive CTR / model | model − naive CTR [95%] | textbook PBM-EM − naive CTR [95%] | combined (logged order × clicks) − max(logged, naive CTR) [95%] |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 for regime in regimes:
     for seed in seeds:
@@ -111,6 +111,12 @@ for regime in regimes:
             p = json.load(open(f"{work}/pbm-{regime}-s{seed}.json"))
             ranking += f" {p['minus_naive_ctr']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] |"
         except FileNotFoundError:
+            ranking += " — |"
+        comb = r.get("combined") if j else None
+        if comb:
+            better = comb["minus_logged"][i] if r["logged"]["mean"][i]["estimate"] >= r["naive_ctr"]["mean"][i]["estimate"] else comb["minus_naive_ctr"][i]
+            ranking += f" {better['estimate']:+.3f} [{better['low']:+.3f}, {better['high']:+.3f}] |"
+        else:
             ranking += " — |"
         lines.append(
             f"| {regime} | {seed} | {repeats} | {max(abs(x) for x in theta):.2f}{'' if finite else ' (NOT FINITE)'} | {refit.get('not_estimable') or '—'} | {interval} "

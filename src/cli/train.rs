@@ -542,7 +542,7 @@ fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
         let ranking = rankings
             .iter()
             .find(|r| r.ranker == args.run_ranker)
-            .with_context(|| format!("--run-ranker {}: one of model, logged, naive_ctr, biased", args.run_ranker))?;
+            .with_context(|| format!("--run-ranker {}: one of model, logged, naive_ctr, biased, combined", args.run_ranker))?;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?);
         let tag = if ranking.ranker == "model" { format!("ultr-{id}") } else { format!("ultr-{}", ranking.ranker) };
         ranking.write_run(&mut out, &tag)?;

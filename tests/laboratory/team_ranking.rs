@@ -100,6 +100,55 @@ fn the_combination_ranks_at_least_as_well_as_the_better_baseline(seed: u64) {
     );
 }
 
+/// Regression (the first CLARA 2 run): the combined ranking held only the pairs of training and
+/// validation sessions, leaving out pairs shown only in the gate's evaluation sessions. On the good
+/// regime's log with every tenth session's last document renamed to an id of its own (pairs shown
+/// once, a tenth of them in evaluation sessions) it ranks exactly the pairs the logged order ranks.
+#[test]
+fn the_combined_ranking_ranks_every_pair_the_log_showed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = simulate(dir.path(), 0.5, 2_000, 1, "");
+    let log = dir.path().join("sessions.jsonl");
+    let mut text = String::new();
+    for (n, line) in std::fs::read_to_string(&log).unwrap().lines().enumerate() {
+        let mut s: serde_json::Value = serde_json::from_str(line).unwrap();
+        if n % 10 == 0 {
+            let items = s["items"].as_array_mut().unwrap();
+            let last = items.iter_mut().max_by_key(|i| i["position"].as_u64().unwrap()).unwrap();
+            last["doc_id"] = serde_json::Value::String(format!("once-{n}"));
+        }
+        text.push_str(&s.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&log, text).unwrap();
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(dir.path().join("state")).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, outcome) = train(dir.path(), &config);
+    assert_eq!(code, Some(0), "{}", outcome["decision"]);
+    let docs = |ranker: &str| -> std::collections::BTreeSet<(String, String)> {
+        let run = dir.path().join(format!("{ranker}.run"));
+        let out = ultr()
+            .args(["eval", "--config"])
+            .arg(&config)
+            .arg("--state")
+            .arg(dir.path().join("state"))
+            .arg("--qrels")
+            .arg(dir.path().join("truth.qrels"))
+            .arg("--run-out")
+            .arg(&run)
+            .args(["--run-ranker", ranker])
+            .output_within(crate::common::CHILD_DEADLINE)
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(&run).unwrap().lines().map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[2].to_string())
+        }).collect()
+    };
+    assert_eq!(docs("combined"), docs("logged"), "the combined ranking ranks every pair the logged order ranks");
+}
+
 crate::seeded_tests!(the_combination_ranks_at_least_as_well_as_the_better_baseline => the_combination_ranks_at_least_as_well_as_the_better_baseline; seed_1 = 1, seed_2 = 2, seed_3 = 3);
 
 /// The judged gate (`[eval] qrels`): on an adversarial policy's log (α −0.5), labels that follow the

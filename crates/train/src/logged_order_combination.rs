@@ -116,13 +116,15 @@ struct Pool {
 }
 
 impl Pool {
-    fn add(&mut self, trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn::tensor::Device) {
+    /// `every_split`: also the gate's evaluation sessions (as rows neither training nor validation);
+    /// a ranking must hold every pair the log showed, the choice of κ must not read the gate's rows.
+    fn add(&mut self, trained: &Trained, ex: &Examples, cfg: &TrainConfig, device: &burn::tensor::Device, every_split: bool) {
         let logits = trained.logits(ex, device);
         let relevance = trained.relevance_of_rows(ex, device);
         let (weights, _) = weights_of(&ex.rows, &cfg.applied_ips());
         for span in &ex.sessions {
             let split = split_of(span, cfg.holdout());
-            if !matches!(split, Split::Training | Split::Validation) {
+            if !every_split && !matches!(split, Split::Training | Split::Validation) {
                 continue;
             }
             // A second, independent hash bit of the session: the cross-fitting fold.
@@ -260,11 +262,11 @@ pub fn fit_combination(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &Tr
     let device = cfg.backend.device()?;
     let mut pool = Pool::default();
     match data.in_memory() {
-        Some(ex) => pool.add(trained, ex, cfg, &device),
+        Some(ex) => pool.add(trained, ex, cfg, &device, false),
         None => {
             for split in [Split::Training, Split::Validation] {
                 for i in 0..data.chunk_count(split) {
-                    pool.add(trained, &data.load_chunk(split, i)?, cfg, &device);
+                    pool.add(trained, &data.load_chunk(split, i)?, cfg, &device, false);
                 }
             }
         }
@@ -392,7 +394,7 @@ pub fn combined_ranking(trained: &Trained, ex: &Examples, cfg: &TrainConfig) -> 
     let Some(weight) = trained.meta.logged_order_combination else { return Ok(None) };
     let device = cfg.backend.device()?;
     let mut pool = Pool::default();
-    pool.add(trained, ex, cfg, &device);
+    pool.add(trained, ex, cfg, &device, true);
     let orders = pool.logged_orders();
     let (mu, _) = pool.prior_means(&orders);
     let (info, score) = pool.evidence(|_| true);
