@@ -46,13 +46,22 @@ EOF
 "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" > "$OUT/eval.txt"
 cat "$OUT/eval.txt"
 # Where the model loses to naive click-through: pairwise order of judged documents by their clicks.
-for ranker in model naive_ctr logged; do
+for ranker in model naive_ctr logged combined; do
   "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" \
     --run-out "$work/$ranker.run" --run-ranker "$ranker" > /dev/null
 done
 python3 scripts/clara2_pairs.py "$work/sessions.jsonl" "$work/judged.qrels" \
   model="$work/model.run" naive_ctr="$work/naive_ctr.run" logged="$work/logged.run" > "$OUT/pairs.md"
 cat "$OUT/pairs.md"
+# Where the clicks gain or lose against the logged order, per bucket of clicks per query (issue 89).
+{
+  echo "## The combination (logged order × clicks) against the logged order"
+  python3 scripts/clara2_buckets.py "$work/sessions.jsonl" "$work/judged.qrels" "$work/combined.run" "$work/logged.run"
+  echo
+  echo "## The model alone against the logged order"
+  python3 scripts/clara2_buckets.py "$work/sessions.jsonl" "$work/judged.qrels" "$work/model.run" "$work/logged.run"
+} > "$OUT/buckets.md"
+cat "$OUT/buckets.md"
 
 # The zoo's models that train on ids alone (the embedding tower), each in a models folder of its own,
 # scored on the same state and judgments: REM (pointwise) and the session models DLA and MixEM (from

@@ -1,4 +1,4 @@
-//! The scripts behind `results/regimes` and `results/logged_order_prior` run end to end on a small
+//! The scripts behind `results/regimes` (its room regimes too) and `results/logged_order_prior` run end to end on a small
 //! scale (one seed; the prior's at 1,000 sessions) against the `ultr` built with the tests, and the
 //! per-query comparison behind a table of `results/regimes/summary.md` on runs scored by hand, so the
 //! code that makes a committed figure cannot rot. `scripts/clara2.sh` reads a log outside the
@@ -52,6 +52,50 @@ fn the_regimes_script_writes_a_row_per_regime_with_finite_theta() {
         assert!(row.contains("PROMOTED") || row.contains("REJECTED"), "{row}");
         assert!(!row.contains("nan"), "{row}");
     }
+}
+
+/// `scripts/regimes-room.sh` on one seed: a row per regime (3 policies × 2 densities), each with the
+/// four rankers' nDCG@10, the combination's weight and its verdict against the better baseline.
+#[test]
+fn the_room_regimes_script_writes_a_row_per_regime() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    run_script("regimes-room.sh", &[out, "1"]);
+    let table = std::fs::read_to_string(dir.path().join("room.md")).unwrap();
+    for policy in ["good", "weak", "adversarial"] {
+        for density in ["dense", "sparse"] {
+            let name = format!("| {policy}-{density}-s1 |");
+            let row = table.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("no row {name}:\n{table}"));
+            assert!(row.contains("κ") && (row.contains("| yes (") || row.contains("| NO (")), "{row}");
+            assert!(!row.contains("nan") && !row.contains("no model promoted"), "{row}");
+        }
+    }
+    assert!(table.contains("of 6 runs."), "{table}");
+}
+
+/// `scripts/clara2_buckets.py` on two queries worked out by hand: query 1 (no click) has one grade-1
+/// document, which run A ranks second (nDCG@10 1/log2(3) = 0.6309) and run B first (1.0); query 2
+/// (two clicks) has one grade-2 document, which A ranks first and B second. So the 0–0 bucket holds
+/// query 1 at −0.3691 and the 1–9 bucket query 2 at +0.3691, each interval its one value.
+#[test]
+fn the_click_volume_script_reports_hand_computed_ndcg_differences_per_bucket() {
+    let out = python_script_on(
+        "clara2_buckets.py",
+        &[
+            (
+                "sessions.jsonl",
+                "{\"query_id\":\"1\",\"items\":[{\"doc_id\":\"d1\",\"position\":1,\"clicked\":false}]}\n\
+                 {\"query_id\":\"2\",\"items\":[{\"doc_id\":\"d3\",\"position\":1,\"clicked\":true},{\"doc_id\":\"d4\",\"position\":2,\"clicked\":true}]}\n",
+            ),
+            ("labels.qrels", "1 0 d1 1\n1 0 d2 0\n2 0 d3 2\n2 0 d4 0\n"),
+            ("a.txt", "1 Q0 d2 1 0.9 a\n1 Q0 d1 2 0.8 a\n2 Q0 d3 1 0.9 a\n2 Q0 d4 2 0.8 a\n"),
+            ("b.txt", "1 Q0 d1 1 0.9 b\n1 Q0 d2 2 0.8 b\n2 Q0 d4 1 0.9 b\n2 Q0 d3 2 0.8 b\n"),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("| 0–0 | 1 | 0.6309 | 1.0000 | -0.3691 [-0.3691, -0.3691] |"), "{text}");
+    assert!(text.contains("| 1–9 | 1 | 1.0000 | 0.6309 | +0.3691 [+0.3691, +0.3691] |"), "{text}");
 }
 
 /// The prior's table: a row per policy with the model's nDCG@10 with and without the prior.
