@@ -178,7 +178,7 @@ pub struct ThetaCoverageArgs {
     /// Bootstrap replicates per seed.
     #[arg(long, default_value_t = 50)]
     replicates: usize,
-    /// What a replicate resamples: query, impression or query-jackknife (`[train.uncertainty] unit`).
+    /// What a replicate resamples: query or impression.
     #[arg(long, default_value = "query")]
     unit: String,
     /// Epochs (optimizer steps) per replicate, warm-started from the converged model.
@@ -662,8 +662,7 @@ fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
         unit: match a.unit.as_str() {
             "query" => ultr_train::uncertainty::ResampleUnit::Query,
             "impression" => ultr_train::uncertainty::ResampleUnit::Impression,
-            "query-jackknife" => ultr_train::uncertainty::ResampleUnit::QueryJackknife,
-            other => anyhow::bail!("--unit {other:?}: query, impression or query-jackknife"),
+            other => anyhow::bail!("--unit {other:?}: query or impression"),
         },
         level: a.level,
         epochs: a.replicate_epochs,

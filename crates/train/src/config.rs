@@ -426,7 +426,7 @@ pub struct UncertaintyConfig {
     pub enabled: bool,
     /// Bootstrap replicates (refits).
     pub replicates: usize,
-    /// What a replicate resamples: `query` (the default), `impression` or `query_jackknife`.
+    /// What a replicate resamples: `query` (the default) or `impression`.
     pub unit: ResampleUnit,
     /// Two-sided coverage of the intervals.
     pub level: f64,
@@ -481,8 +481,4 @@ pub enum ResampleUnit {
     Query,
     /// Every impression on its own, multiplicity Poisson(1): only the click noise given the queries.
     Impression,
-    /// The delete-a-group jackknife of the queries: the queries (sorted) dealt into `replicates`
-    /// groups, each replicate the log less one group, se² = (G − 1)/G · Σ (θ_g − θ̄)². Its variance
-    /// estimate errs large in expectation (Efron and Stein, 1981); on the simulator it covered as the bootstrap did (docs/models.md).
-    QueryJackknife,
 }

@@ -188,16 +188,6 @@ fn resample(ex: &Examples, mut draw: impl FnMut(&super::data::Row, &str) -> (u32
     out
 }
 
-/// Each query's jackknife group: the distinct queries sorted and dealt round-robin into at most
-/// `groups` groups; also the number of groups (fewer when there are fewer queries).
-fn query_groups(ex: &Examples, groups: usize) -> (std::collections::HashMap<String, usize>, usize) {
-    let mut queries: Vec<&str> = ex.qd_keys.iter().map(|(q, _)| q.as_str()).collect();
-    queries.sort_unstable();
-    queries.dedup();
-    let g = groups.min(queries.len()).max(1);
-    (queries.iter().enumerate().map(|(i, q)| (q.to_string(), i % g)).collect(), g)
-}
-
 /// `ex` with every query's rows scaled by one Poisson(1) multiplicity.
 pub fn query_resample(ex: &Examples, rng: &mut ChaCha8Rng) -> Examples {
     let poisson = Poisson::new(1.0).expect("λ = 1");
@@ -261,13 +251,10 @@ pub fn theta_intervals(
     let replicate_cfg = TrainConfig { max_epochs: u.epochs, ..converged_config(cfg) };
     let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
     let mut draws: Vec<Vec<f64>> = Vec::with_capacity(u.replicates);
-    let groups = query_groups(ex, u.replicates);
-    let replicates = if u.unit == ResampleUnit::QueryJackknife { groups.1 } else { u.replicates };
-    for b in 0..replicates {
+    for b in 0..u.replicates {
         let resampled = match u.unit {
             ResampleUnit::Query => query_resample(ex, &mut rng),
             ResampleUnit::Impression => poisson_resample(ex, &mut rng),
-            ResampleUnit::QueryJackknife => resample(ex, |r, query| if groups.0[query] == b { (0, 0) } else { (r.impressions, r.clicks) }),
         };
         let resampled = full_batch(&resampled);
         let cfg_b = TrainConfig { seed: cfg.seed.wrapping_add(1 + b as u64), ..replicate_cfg.clone() };
@@ -284,9 +271,7 @@ pub fn theta_intervals(
     let k = positions.min(converged.position_bias().len());
     let centre: Vec<f64> = converged.position_bias().into_iter().take(k).collect();
     let alpha = (1.0 - u.level) / 2.0;
-    let t = student_t_quantile(1.0 - alpha, (replicates.max(2) - 1) as f64);
-    // The jackknife's se is (G − 1)/√G times its replicates' standard deviation: √((G − 1)/G · Σ (θ_g − θ̄)²).
-    let inflation = if u.unit == ResampleUnit::QueryJackknife { (replicates.max(2) - 1) as f64 / (replicates as f64).sqrt() } else { 1.0 };
+    let t = student_t_quantile(1.0 - alpha, (u.replicates - 1) as f64);
     let (mut percentile_lower, mut percentile_upper, mut standard_error) = (Vec::with_capacity(k), Vec::with_capacity(k), Vec::with_capacity(k));
     for j in 0..k {
         let mut v: Vec<f64> = draws.iter().map(|d| d[j]).collect();
@@ -294,7 +279,7 @@ pub fn theta_intervals(
         percentile_lower.push(quantile(&v, alpha));
         percentile_upper.push(quantile(&v, 1.0 - alpha));
         let mean = v.iter().sum::<f64>() / v.len() as f64;
-        standard_error.push(inflation * (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1).max(1) as f64).sqrt());
+        standard_error.push((v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1).max(1) as f64).sqrt());
     }
     Ok(ThetaIntervals {
         early_stopped: before_refit.map_or_else(|| early.position_bias(), <[f64]>::to_vec).into_iter().take(k).collect(),
@@ -308,9 +293,9 @@ pub fn theta_intervals(
         percentile_upper,
         standard_error,
         level: u.level,
-        replicates,
+        replicates: u.replicates,
         method: format!(
-            "converged estimate ({}) ± t({}, {:.4})·se, se over {}, each {}",
+            "converged estimate ({}) ± t({}, {:.4})·se, se over {} Poisson(1) bootstrap replicates of the {}, each {}",
             if profiled(cfg) {
                 format!("θ profiled under the refit's priors, γ per pair a random effect{}", if settled { "" } else { ", NOT settled" })
             } else {
@@ -319,12 +304,12 @@ pub fn theta_intervals(
                     if settled { "" } else { ", NOT settled: raise converged_epochs" }
                 )
             },
-            replicates.max(2) - 1,
+            u.replicates - 1,
             1.0 - alpha,
+            u.replicates,
             match u.unit {
-                ResampleUnit::Query => format!("{replicates} Poisson(1) bootstrap replicates of the queries"),
-                ResampleUnit::Impression => format!("{replicates} Poisson(1) bootstrap replicates of the impressions"),
-                ResampleUnit::QueryJackknife => format!("the delete-a-group jackknife of the queries in {replicates} groups"),
+                ResampleUnit::Query => "queries",
+                ResampleUnit::Impression => "impressions",
             },
             if profiled(cfg) { "refit the same way".to_string() } else { format!("warm-started, trained {} epochs and annealed", u.epochs) }
         ),
@@ -391,21 +376,6 @@ impl ThetaIntervals {
 
 #[cfg(test)]
 mod tests {
-
-    /// Queries are dealt round-robin in sorted order: 5 queries into 2 groups gives a, c, e and b, d;
-    /// more groups than queries gives one query per group.
-    #[test]
-    fn jackknife_groups_deal_the_sorted_queries_round_robin() {
-        let ex = crate::data::Examples {
-            qd_keys: ["e", "a", "c", "b", "d", "a"].iter().map(|q| (q.to_string(), "doc".to_string())).collect(),
-            ..Default::default()
-        };
-        let (groups, g) = query_groups(&ex, 2);
-        assert_eq!(g, 2);
-        let of = |q: &str| groups[q];
-        assert_eq!([of("a"), of("b"), of("c"), of("d"), of("e")], [0, 1, 0, 1, 0]);
-        assert_eq!(query_groups(&ex, 50).1, 5);
-    }
     use super::*;
     use crate::data::{Row, SessionSpan};
 
