@@ -1,5 +1,6 @@
 //! θ_k with uncertainty: `ultr train --theta-intervals` reports the converged estimate and bootstrap
-//! intervals (checkpoint.json, JSON, an SVG), and over 20 simulated seeds the 95 % intervals cover
+//! intervals (checkpoint.json, JSON, an SVG), and over 20 simulated seeds (dense at 20 replicates, sparse at
+//! the shipped 50) the 95 % intervals cover
 //! the simulator's true θ_k = −ln k at least as often as the 1 % quantile of Binomial(180, 0.95).
 
 use crate::common::OutputWithin;
@@ -113,6 +114,37 @@ fn bootstrap_intervals_cover_at_the_binomial_floor_of_95_percent_over_twenty_see
     // width 0.2 ÷ 2t) has se ≈ 0.012: |bias| < 0.06 is five of them.
     assert!(s.shipped_bias.iter().all(|b| b.abs() < 0.06), "shipped bias {:?}", s.shipped_bias);
     assert!(s.shipped_within >= 0.95, "shipped θ within the converged interval at {:.3} of the pairs", s.shipped_within);
+}
+
+/// At the shipped default (`[train.uncertainty]` as `UncertaintyConfig::default()`: 50 query-bootstrap
+/// replicates) in a sparse regime, 20 seeds of 3,000 sessions (otherwise the test above): the 95 %
+/// intervals of θ_2..θ_10 cover the truth in at least the 1 % quantile of Binomial(180, 0.95), 164,
+/// of the (seed, position) pairs. Measured (2026-12-06): 173/180. The dense regime at the default
+/// covers 163/180 on seeds 1–20 (docs/models.md): issue 89's dense half is not met and not tested.
+#[test]
+fn bootstrap_intervals_at_the_shipped_default_cover_at_the_binomial_floor_in_a_sparse_regime() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = theta_coverage::Options {
+        out: dir.path().join("coverage"),
+        data: Vec::<PathBuf>::new(),
+        sessions: 3_000,
+        seeds: (1..=20).collect(),
+        tau: 0.3,
+        relevance: RelevanceKind::Linear,
+        noise: 0.0,
+        tower: TowerKind::Linear,
+        positions: 10,
+        max_epochs: 50,
+        uncertainty: UncertaintyConfig { enabled: true, ..UncertaintyConfig::default() },
+        jobs: 2,
+    };
+    let s = theta_coverage::run(&opts).unwrap();
+    assert_eq!(UncertaintyConfig::default().replicates, 50, "the shipped default this test is about");
+    assert_eq!((s.seeds.len(), s.coverage.len()), (20, 9));
+    let pairs = s.seeds.len() * s.coverage.len();
+    let floor = binomial_quantile(pairs as u64, 0.95, 0.01);
+    let covered = (s.pooled_coverage * pairs as f64).round() as u64;
+    assert!(covered >= floor, "covered {covered} of {pairs}, under the 1 % quantile of Binomial({pairs}, 0.95), {floor}: per position {:?}", s.coverage);
 }
 
 /// The smallest k with P(X ≤ k) ≥ q for X ~ Binomial(n, p), summing the mass function in log space.
