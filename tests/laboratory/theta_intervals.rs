@@ -86,20 +86,7 @@ crate::seeded_tests!(train_reports_theta_intervals_that_hold_the_truth => train_
 #[test]
 fn bootstrap_intervals_cover_at_the_binomial_floor_of_95_percent_over_twenty_seeds() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = theta_coverage::Options {
-        out: dir.path().join("coverage"),
-        data: Vec::<PathBuf>::new(),
-        sessions: 20_000,
-        seeds: (1..=20).collect(),
-        tau: 0.3,
-        relevance: RelevanceKind::Linear,
-        noise: 0.0,
-        tower: TowerKind::Linear,
-        positions: 10,
-        max_epochs: 50,
-        uncertainty: UncertaintyConfig { enabled: true, replicates: 20, ..UncertaintyConfig::default() },
-        jobs: 2,
-    };
+    let opts = coverage_options(dir.path(), 20_000, UncertaintyConfig { enabled: true, replicates: 20, ..UncertaintyConfig::default() });
     let s = theta_coverage::run(&opts).unwrap();
     eprintln!("{}", std::fs::read_to_string(opts.out.join("summary.md")).unwrap());
     assert_eq!((s.seeds.len(), s.coverage.len()), (20, 9));
@@ -124,20 +111,7 @@ fn bootstrap_intervals_cover_at_the_binomial_floor_of_95_percent_over_twenty_see
 #[test]
 fn bootstrap_intervals_at_the_shipped_default_cover_at_the_binomial_floor_in_a_sparse_regime() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = theta_coverage::Options {
-        out: dir.path().join("coverage"),
-        data: Vec::<PathBuf>::new(),
-        sessions: 3_000,
-        seeds: (1..=20).collect(),
-        tau: 0.3,
-        relevance: RelevanceKind::Linear,
-        noise: 0.0,
-        tower: TowerKind::Linear,
-        positions: 10,
-        max_epochs: 50,
-        uncertainty: UncertaintyConfig { enabled: true, ..UncertaintyConfig::default() },
-        jobs: 2,
-    };
+    let opts = coverage_options(dir.path(), 3_000, UncertaintyConfig { enabled: true, ..UncertaintyConfig::default() });
     let s = theta_coverage::run(&opts).unwrap();
     assert_eq!(UncertaintyConfig::default().replicates, 50, "the shipped default this test is about");
     assert_eq!((s.seeds.len(), s.coverage.len()), (20, 9));
@@ -145,6 +119,25 @@ fn bootstrap_intervals_at_the_shipped_default_cover_at_the_binomial_floor_in_a_s
     let floor = binomial_quantile(pairs as u64, 0.95, 0.01);
     let covered = (s.pooled_coverage * pairs as f64).round() as u64;
     assert!(covered >= floor, "covered {covered} of {pairs}, under the 1 % quantile of Binomial({pairs}, 0.95), {floor}: per position {:?}", s.coverage);
+}
+
+/// The coverage experiment's settings for both tests: 20 seeds of `sessions` sessions, linear
+/// relevance without noise, a linear tower, τ = 0.3, 10 positions.
+fn coverage_options(dir: &std::path::Path, sessions: u64, uncertainty: UncertaintyConfig) -> theta_coverage::Options {
+    theta_coverage::Options {
+        out: dir.join("coverage"),
+        data: Vec::<PathBuf>::new(),
+        sessions,
+        seeds: (1..=20).collect(),
+        tau: 0.3,
+        relevance: RelevanceKind::Linear,
+        noise: 0.0,
+        tower: TowerKind::Linear,
+        positions: 10,
+        max_epochs: 50,
+        uncertainty,
+        jobs: 2,
+    }
 }
 
 /// The smallest k with P(X ≤ k) ≥ q for X ~ Binomial(n, p), summing the mass function in log space.

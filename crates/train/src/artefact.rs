@@ -59,7 +59,7 @@ pub struct ModelMeta {
     /// The weight of the logged order against the clicks that training chose
     /// (`logged_order_combination.rs`); None before it ran or with it off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logged_order_combination: Option<super::logged_order_combination::Weight>,
+    pub logged_order_combination: Option<super::logged_order_weight::Weight>,
 }
 
 /// A model with its meta and (for the embedding tower) vocabulary; index 0 is "unseen pair" (γ = 0).

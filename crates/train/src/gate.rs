@@ -162,7 +162,7 @@ pub(crate) fn team_ranking_checks(
     };
     use crate::eval::judged::{evaluate, seen_by_query, Ranking};
     let seen = seen_by_query(ex);
-    let shipped = match crate::logged_order_combination::combined_ranking(trained, ex, config)? {
+    let shipped = match Ranking::combined(trained, ex, config)? {
         Some(r) => r,
         None => Ranking::from_rows("model", ex, &trained.relevance_of_rows(ex, &config.backend.device()?)),
     };

@@ -18,6 +18,7 @@ pub mod ips_propensity;
 pub mod letor;
 pub mod logged_order_combination;
 pub mod logged_order_prior;
+pub mod logged_order_weight;
 pub mod misspecification;
 pub mod models;
 pub mod onnx;

@@ -16,40 +16,10 @@ use super::artefact::Trained;
 use super::chunks::ExampleChunks;
 use super::config::TrainConfig;
 use super::data::{split_of, Examples, Split};
-use super::eval::judged::Ranking;
 use super::weights::weights_of;
 use ultr_core::math::sigmoid;
 
-/// The weight the logged order gets against the clicks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Weight {
-    /// The model's relevance alone.
-    ModelAlone,
-    /// The posterior with prior precision κ.
-    Kappa(f64),
-    /// The logged order alone (κ = ∞).
-    LoggedOrderAlone,
-}
-
-impl Weight {
-    /// The prior's strength, for the one-standard-error rule (stronger = more logged order).
-    fn strength(self) -> f64 {
-        match self {
-            Weight::ModelAlone => -1.0,
-            Weight::Kappa(k) => k,
-            Weight::LoggedOrderAlone => f64::INFINITY,
-        }
-    }
-
-    pub fn label(self) -> String {
-        match self {
-            Weight::ModelAlone => "model alone".into(),
-            Weight::Kappa(k) => format!("κ = {k}"),
-            Weight::LoggedOrderAlone => "logged order alone".into(),
-        }
-    }
-}
+pub use super::logged_order_weight::Weight;
 
 /// One bucket of queries by their clicks: where the clicks move the ranking and whether it helps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -388,9 +358,12 @@ fn volume_report(pool: &Pool, orders: &[Vec<u32>], combined: &[f64], gains: &[(f
     out
 }
 
-/// The combined ranking of every (query, document) in `ex`, with the weight the model chose; None
-/// when it has none (trained before the combination, or with it off).
-pub fn combined_ranking(trained: &Trained, ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<Option<Ranking>> {
+/// Per query, each document with its score.
+pub type ScoresByQuery = BTreeMap<String, Vec<(String, f64)>>;
+
+/// The combined scores of every (query, document) in `ex` by query, with the weight the model
+/// chose; None when it has none (trained before the combination, or with it off).
+pub fn combined_scores(trained: &Trained, ex: &Examples, cfg: &TrainConfig) -> anyhow::Result<Option<ScoresByQuery>> {
     let Some(weight) = trained.meta.logged_order_combination else { return Ok(None) };
     let device = cfg.backend.device()?;
     let mut pool = Pool::default();
@@ -403,7 +376,7 @@ pub fn combined_ranking(trained: &Trained, ex: &Examples, cfg: &TrainConfig) -> 
     for (p, pair) in pool.pairs.iter().enumerate() {
         by_query.entry(names[&pair.query].clone()).or_default().push((pair.doc.clone(), combine(weight, mu[p], pair.s, info[p], score[p])));
     }
-    Ok(Some(Ranking { ranker: "combined".into(), by_query }))
+    Ok(Some(by_query))
 }
 
 /// The report as lines for `ultr train`'s text output.

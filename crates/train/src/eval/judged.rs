@@ -148,6 +148,11 @@ impl Ranking {
         Ranking::from_seen("logged", seen, |s| -(s.position_sum / s.impressions.max(1) as f64))
     }
 
+    /// The logged order combined with the clicks at the weight training chose; None without one.
+    pub fn combined(trained: &Trained, ex: &Examples, train: &TrainConfig) -> anyhow::Result<Option<Ranking>> {
+        Ok(crate::logged_order_combination::combined_scores(trained, ex, train)?.map(|by_query| Ranking { ranker: "combined".into(), by_query }))
+    }
+
     /// Clicks ÷ impressions.
     pub fn naive_ctr(seen: &BTreeMap<String, BTreeMap<String, Seen>>) -> Ranking {
         Ranking::from_seen("naive_ctr", seen, |s| s.clicks as f64 / s.impressions.max(1) as f64)
@@ -202,7 +207,7 @@ pub fn standard_rankings(all: &Examples, trained: &Trained, train: &TrainConfig)
     let biased = Ranking::from_rows("biased", all, &biased.relevance_of_rows(all, &device));
     let mut out = vec![Ranking::logged(&seen), Ranking::naive_ctr(&seen), model, biased];
     // The logged order combined with the clicks, at the weight training chose (when it ran).
-    out.extend(crate::logged_order_combination::combined_ranking(trained, all, train)?);
+    out.extend(Ranking::combined(trained, all, train)?);
     Ok(out)
 }
 
