@@ -50,7 +50,8 @@ fn simulate(dir: &Path, alpha: f64, sessions: u64, seed: u64, extra: &str) -> st
 }
 
 fn train(dir: &Path, config: &Path) -> (Option<i32>, serde_json::Value) {
-    let out = ultr().args(["train", "--json", "--config"]).arg(config).arg("--state").arg(dir.join("state")).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out =
+        ultr().args(["train", "--json", "--config"]).arg(config).arg("--state").arg(dir.join("state")).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
     (out.status.code(), serde_json::from_slice(&out.stdout).unwrap())
 }
@@ -122,7 +123,8 @@ fn the_combined_ranking_ranks_every_pair_the_log_showed() {
     }
     std::fs::write(&log, text).unwrap();
     std::fs::remove_dir_all(dir.path().join("state")).unwrap();
-    let out = ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(dir.path().join("state")).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    let out =
+        ultr().args(["ingest", "--config"]).arg(&config).arg("--state").arg(dir.path().join("state")).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, outcome) = train(dir.path(), &config);
     assert_eq!(code, Some(0), "{}", outcome["decision"]);
@@ -141,10 +143,14 @@ fn the_combined_ranking_ranks_every_pair_the_log_showed() {
             .output_within(crate::common::CHILD_DEADLINE)
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        std::fs::read_to_string(&run).unwrap().lines().map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f[0].to_string(), f[2].to_string())
-        }).collect()
+        std::fs::read_to_string(&run)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[0].to_string(), f[2].to_string())
+            })
+            .collect()
     };
     assert_eq!(docs("combined"), docs("logged"), "the combined ranking ranks every pair the logged order ranks");
 }

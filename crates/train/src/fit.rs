@@ -469,8 +469,7 @@ pub fn fit_chunks(
     };
     let logged_order_prior =
         if stop != StopReason::Diverged && !warm { super::logged_order_prior::fit_logged_order_prior(&mut trained, data, cfg)? } else { None };
-    let logged_order_combination =
-        if stop != StopReason::Diverged { super::logged_order_combination::fit_combination(&mut trained, data, cfg)? } else { None };
+    let logged_order_combination = if stop != StopReason::Diverged { super::logged_order_combination::fit_combination(&mut trained, data, cfg)? } else { None };
     let converged = converged(stop, &epochs, cfg.patience);
     // Without early stopping the epochs are the caller's (the converged fit's blocks, bootstrap
     // replicates): no warning for running them all.

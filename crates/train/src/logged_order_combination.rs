@@ -381,12 +381,7 @@ pub fn combined_scores(trained: &Trained, ex: &Examples, cfg: &TrainConfig) -> a
 
 /// The report as lines for `ultr train`'s text output.
 pub fn describe(c: &Combination) -> String {
-    let mut s = format!(
-        "logged order × clicks: {} chosen by held-out clicks (most likely: {}); {} pairs\n",
-        c.chosen.label(),
-        c.most_likely.label(),
-        c.pairs
-    );
+    let mut s = format!("logged order × clicks: {} chosen by held-out clicks (most likely: {}); {} pairs\n", c.chosen.label(), c.most_likely.label(), c.pairs);
     s.push_str("  clicks per query   queries   moved   discordant pairs   held-out Δ log-lik/impr vs logged order [± SE]\n");
     for b in &c.by_click_volume {
         let range = match b.clicks_high {
