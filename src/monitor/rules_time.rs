@@ -235,11 +235,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("scaled.yml");
         std::fs::write(&path, &scaled).unwrap();
-        let out = std::process::Command::new("promtool")
-            .arg("check")
-            .arg("rules")
-            .arg(&path)
-            .output()
+        let mut promtool = std::process::Command::new("promtool");
+        promtool.arg("check").arg("rules").arg(&path);
+        // A deadline: `output()` on its own thread, the answer awaited for at most a minute.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(promtool.output()));
+        let out = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("promtool answers within 60 s")
             .expect("promtool on PATH (Debian package `prometheus`; the README's test command installs it)");
         assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }

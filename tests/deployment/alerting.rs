@@ -508,7 +508,7 @@ fn scaled_instances_are_silent_when_healthy_and_each_fault_fires_its_alert() {
     // One instance SIGKILLed: the survivor takes over; ultr's rules stay silent.
     let mut a = a;
     a.guard.0.kill().unwrap();
-    let _ = a.guard.0.wait();
+    common::wait_within(&mut a.guard.0, Duration::from_secs(30)).expect("the instance exits within 30 s of SIGKILL");
     let killed = watch(&prom, Duration::from_secs(40), None);
     killed.report("scaled instance SIGKILLed");
     assert!(killed.firing().is_empty(), "the kill fired {:?}", killed.firing());

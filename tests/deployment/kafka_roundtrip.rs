@@ -369,7 +369,7 @@ fn an_idle_exit_waits_out_a_stalled_broker_below_the_high_watermark() {
     };
     let mut source = KafkaSource::new(&config, Default::default()).unwrap();
     let pid = broker.0.id().to_string();
-    let signal = |name: &str| assert!(std::process::Command::new("kill").args([name, &pid]).status().unwrap().success());
+    let signal = |name: &str| assert!(std::process::Command::new("kill").args([name, &pid]).output_within(common::CHILD_DEADLINE).unwrap().status.success());
     let (mut offsets, mut stopped_at, mut stopped_once) = (Vec::new(), None::<Instant>, false);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

@@ -88,7 +88,8 @@ fn sasl_scram_over_tls_with_a_password_file() {
     run_to_state(&config, &state, &mut NoObserver).unwrap();
     assert_eq!(read_manifest(&state).unwrap().operator.counters.sessions, 3_000);
 
-    // A wrong password reads nothing and is reported as an authentication problem, not a crash.
+    // A wrong password reads nothing, ends at the idle deadline and counts a source error, not a crash
+    // (its kind is the broker's answer to the failed login: not asserted).
     std::fs::write(&password, "wrong\n").unwrap();
     let source_config = KafkaSourceConfig {
         brokers: brokers.clone(),

@@ -6,6 +6,7 @@
 //! reads before it reports the outage.
 
 use crate::common;
+use crate::common::OutputWithin;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,7 +87,7 @@ fn snapshot(listen: &str, t0: Instant, label: &str) -> (u16, f64) {
 
 fn stop_broker(mut broker: Guard) {
     // SIGTERM: a stopped broker, as in a rolling restart or an outage.
-    let _ = Command::new("kill").arg("-TERM").arg(broker.0.id().to_string()).status();
+    let _ = Command::new("kill").arg("-TERM").arg(broker.0.id().to_string()).output_within(common::CHILD_DEADLINE);
     let deadline = Instant::now() + Duration::from_secs(20);
     while broker.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -170,7 +171,7 @@ fn the_service_survives_a_broker_outage_and_counts_every_record_once() {
         assert!(Instant::now() < deadline, "/healthz did not recover");
         std::thread::sleep(Duration::from_secs(1));
     }
-    let _ = Command::new("kill").arg("-TERM").arg(service.0.id().to_string()).status();
+    let _ = Command::new("kill").arg("-TERM").arg(service.0.id().to_string()).output_within(common::CHILD_DEADLINE);
     let status = crate::common::wait_within(&mut service.0, Duration::from_secs(60)).expect("`ultr run` stops within 60 s of SIGTERM");
     assert!(status.success(), "graceful stop: {}", std::fs::read_to_string(dir.path().join("ultr.log")).unwrap());
 

@@ -275,7 +275,7 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
         std::thread::sleep(Duration::from_millis(50));
     };
     a.0.kill().unwrap(); // SIGKILL: no checkpoint, no goodbye to the group
-    a.0.wait().unwrap();
+    common::wait_within(&mut a.0, Duration::from_secs(30)).expect("instance A exits within 30 s of SIGKILL");
     eprintln!(
         "[{:5.1}s] SIGKILLed instance A; the store then held {at_kill} of {records} offsets over {stored_partitions} partitions",
         t0.elapsed().as_secs_f64()

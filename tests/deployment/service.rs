@@ -30,8 +30,8 @@ impl Drop for Guard {
 }
 
 fn sigterm(child: &Child) {
-    let ok = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-    assert!(ok.success());
+    let ok = Command::new("kill").arg("-TERM").arg(child.id().to_string()).output_within(common::CHILD_DEADLINE).unwrap();
+    assert!(ok.status.success());
 }
 
 fn wait_exit(child: &mut Child, within: Duration) -> i32 {

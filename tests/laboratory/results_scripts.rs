@@ -98,9 +98,10 @@ fn the_click_volume_script_reports_hand_computed_ndcg_differences_per_bucket() {
     assert!(text.contains("| 1–9 | 1 | 1.0000 | 0.6309 | +0.3691 [+0.3691, +0.3691] |"), "{text}");
 }
 
-/// The prior's table: a row per policy with the model's nDCG@10 with and without the prior.
+/// The prior's table has at least two rows holding a digit (its rows per policy; their figures are
+/// not checked here).
 #[test]
-fn the_logged_order_prior_script_writes_its_table() {
+fn the_logged_order_prior_script_writes_a_table_of_at_least_two_rows() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
     run_script("logged_order_prior.sh", &[out, "1000", "1"]);

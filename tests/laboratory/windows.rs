@@ -270,6 +270,39 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         }
         if bounds == StatisticBounds::default() {
             assert_eq!(patterns.values().sum::<i64>(), sessions.values().sum::<i64>(), "session_store of window {}", w.start);
+            // Whole rows: each stored pattern's (query, context, sorted (position, doc, click) list)
+            // with its session count equals the window's sessions grouped by that content.
+            type Content = (String, String, Vec<(u32, String, bool)>);
+            let mut want_store: BTreeMap<Content, i64> = BTreeMap::new();
+            for session in &want.windows[&w.start] {
+                let mut items: Vec<(u32, String, bool)> = session.items.iter().map(|(d, p, c, _)| (*p, d.clone(), *c)).collect();
+                items.sort();
+                let ctx = session.context.as_ref().map(|c| format!("device={c}")).unwrap_or_default();
+                *want_store.entry((session.query.clone(), ctx, items)).or_default() += 1;
+            }
+            let mut by_key: BTreeMap<u64, (Content, i64)> = BTreeMap::new();
+            for b in table(&tables, "session_store") {
+                let key = b.column_by_name("pattern_key").unwrap().as_primitive::<UInt64Type>();
+                let (q, ctx, d) = (
+                    b.column_by_name("query_id").unwrap().as_string::<i32>(),
+                    b.column_by_name("context").unwrap().as_string::<i32>(),
+                    b.column_by_name("doc_id").unwrap().as_string::<i32>(),
+                );
+                let p = b.column_by_name("position").unwrap().as_primitive::<UInt32Type>();
+                let c = b.column_by_name("clicked").unwrap().as_boolean();
+                let n = b.column_by_name("sessions").unwrap().as_primitive::<Int64Type>();
+                for i in 0..b.num_rows() {
+                    let ctx = if ctx.is_null(i) { String::new() } else { ctx.value(i).to_string() };
+                    let e = by_key.entry(key.value(i)).or_insert(((q.value(i).to_string(), ctx, Vec::new()), n.value(i)));
+                    e.0 .2.push((p.value(i), d.value(i).to_string(), c.value(i)));
+                }
+            }
+            let mut got_store: BTreeMap<Content, i64> = BTreeMap::new();
+            for (_, ((q, ctx, mut items), n)) in by_key {
+                items.sort();
+                *got_store.entry((q, ctx, items)).or_default() += n;
+            }
+            assert_eq!(got_store, want_store, "session_store rows of window {} (seed {seed})", w.start);
         } else {
             assert!(patterns.len() <= bounds.session_store_patterns, "session_store of window {} over its bound", w.start);
         }

@@ -31,7 +31,7 @@ fn options(out: &std::path::Path) -> Options {
 }
 
 #[test]
-fn zhang2023_claims_on_mq2008() {
+fn zhang2023_claim_4_and_the_dla_position_bias_on_mq2008() {
     let dir = tempfile::tempdir().unwrap();
     let data = z::mq2008(common::mq2008_files()[0].parent().unwrap()).unwrap();
     let opts = options(dir.path());
