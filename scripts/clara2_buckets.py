@@ -12,7 +12,9 @@ does. Each bucket: queries, mean nDCG@10 of A and B, and A − B with a 95% inte
 bootstrap resamples of the bucket's queries.
 """
 import collections
+import importlib.util
 import json
+import pathlib
 import math
 import random
 import sys
@@ -21,11 +23,11 @@ EDGES = [0, 1, 10, 100, 1000]
 
 
 def read_run(path):
-    ranked = collections.defaultdict(list)
-    for line in open(path):
-        query, _, doc, rank, *_ = line.split()
-        ranked[query].append((int(rank), doc))
-    return {q: [d for _, d in sorted(v)] for q, v in ranked.items()}
+    """Per query, the run's documents in rank order (per-query-ndcg.py's reader)."""
+    spec = importlib.util.spec_from_file_location("per_query_ndcg", pathlib.Path(__file__).with_name("per-query-ndcg.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.read_run(path)
 
 
 def ndcg10(order, grades):
