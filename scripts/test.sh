@@ -31,11 +31,17 @@ phase() {
 
 # 1. System packages: a C toolchain for librdkafka (built from source by rdkafka-sys), zlib, OpenSSL
 #    (librdkafka's TLS and SCRAM), Debian's prometheus package (promtool for the alert-rule tests),
-#    stunnel (a real TLS listener in front of a broker), the openssl CLI (test certificates),
+#    stunnel (a real TLS listener in front of a broker), the openssl CLI (test certificates), iproute2's
+#    `ss` (bytes a test's sockets received),
 #    python3 with venv (the ONNX runtime below), and Chromium with its WebDriver (the status page's
 #    browser test).
+# A blessing run rewrites golden files instead of comparing them: never in the test command.
+if [ -n "${ULTR_BLESS:-}" ]; then
+  echo "ULTR_BLESS is set: the test command compares golden files, it does not rewrite them; unset it" >&2
+  exit 2
+fi
 missing=()
-for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl python3 python3-venv chromium chromium-driver; do
+for pkg in build-essential pkg-config zlib1g-dev libssl-dev cmake curl prometheus stunnel4 openssl iproute2 python3 python3-venv chromium chromium-driver; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

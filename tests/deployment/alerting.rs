@@ -61,6 +61,12 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(dir: &Path, factor: f64, targets: &[String], scrape: &str) -> Prometheus {
+        Prometheus::start_evaluating(dir, factor, targets, scrape, scrape)
+    }
+
+    /// As `start`, with rules evaluated every `evaluation` (shorter than the scrape interval, whose
+    /// timeout may not exceed it on a loaded machine).
+    fn start_evaluating(dir: &Path, factor: f64, targets: &[String], scrape: &str, evaluation: &str) -> Prometheus {
         std::fs::create_dir_all(dir).unwrap();
         let rules = dir.join("alerts.yml");
         let out = Command::new(env!("CARGO_BIN_EXE_ultr"))
@@ -76,7 +82,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n  evaluation_interval: {scrape}\nrule_files:\n  - {:?}\nscrape_configs:\n  - job_name: ultr\n    static_configs:\n      - targets: [{}]\n",
+                "global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n  evaluation_interval: {evaluation}\nrule_files:\n  - {:?}\nscrape_configs:\n  - job_name: ultr\n    static_configs:\n      - targets: [{}]\n",
                 rules.display(),
                 quoted.join(", ")
             ),
@@ -674,18 +680,22 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
 
 /// No model ever trained is its own state (ModelMissing, not TrainingStale); a model then trained
 /// silences it, and that model growing older than the limit fires TrainingStale. Rules time runs
-/// 3,600× here (26 h → 26 s), so only the model rules are exercised.
+/// 1,200× here (26 h → 78 s) and Prometheus evaluates the rules every 50 ms, so the rule's `for: 10m` lasts
+/// 0.5 s, ten evaluations: TrainingStale must fire no earlier than the model's age of 26 h + 10 min
+/// (78.5 s), which a rule with its `for:` dropped (firing at 78.0 s, plus an evaluation and a poll)
+/// fails. Only the model rules are exercised.
 #[test]
 fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
-    const FACTOR: f64 = 3600.0;
+    const FACTOR: f64 = 1200.0;
     let dir = tempfile::tempdir().unwrap();
     let config = demo_variant(dir.path(), "demo", |t| {
         t.replace("schedule = \"*/10 * * * * *\"\n", "").replace("sessions_per_second = 2000.0", "sessions_per_second = 500.0")
     });
     let addr = local_addr();
-    let prom = Prometheus::start(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&addr), "250ms");
+    let prom = Prometheus::start_evaluating(&dir.path().join("prometheus"), FACTOR, std::slice::from_ref(&addr), "250ms", "50ms");
     let _ultr = Instance::start(&config, dir.path(), "demo", &addr);
-    let missing = watch(&prom, Duration::from_secs(60), Some("ModelMissing"));
+    // ModelMissing: the instance up for over 26 h (78 s here) with no model, for 10 min (0.5 s).
+    let missing = watch(&prom, Duration::from_secs(150), Some("ModelMissing"));
     missing.report("no model ever trained");
     assert!(missing.fired_after("ModelMissing").is_some(), "{missing:?}");
     assert!(missing.fired_after("TrainingStale").is_none(), "no model is not a stale model");
@@ -705,14 +715,16 @@ fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     wait_for(&prom, "ModelMissing to resolve", Duration::from_secs(30), |p| !p.alerts().iter().any(|(a, _)| a == "ModelMissing"));
     let created = prom.value("ultr_current_model_created_timestamp_seconds").unwrap();
     let watch_started = unix_now();
-    let stale = watch(&prom, Duration::from_secs(90), Some("TrainingStale"));
+    let stale = watch(&prom, Duration::from_secs(150), Some("TrainingStale"));
     stale.report("model older than the limit");
     let fired = stale.fired_after("TrainingStale").expect("TrainingStale fires once the model is older than 26 h of rules time");
-    // The rule: older than 26 h for 10 min, i.e. 26.17 s here. It fires no earlier, and no later than
-    // that plus two evaluations, a scrape and this watch's poll (0.25 s each) and a 4 s margin for
-    // Prometheus' scheduling on a busy machine.
+    // The rule: older than 26 h (78 s here) for 10 min (0.5 s), against the same creation time the
+    // rule reads. It fires no earlier than 78.5 s (the watch sees it at or after the firing), and no
+    // later than that plus two evaluations, a scrape (0.25 s), this watch's poll (0.25 s) and a 4 s margin
+    // for Prometheus' scheduling on a busy machine.
+    let threshold = (26.0 * 3600.0 + 600.0) / FACTOR;
     let age = watch_started + fired - created;
-    eprintln!("ALERTING model older than the limit: TrainingStale firing at model age {age:.1} s ({:.1} s after Prometheus saw it; 26 h + 10 min of rules time = 26.2 s)", trained_at.elapsed().as_secs_f64());
-    assert!((26.0..=26.17 + 1.0 + 4.0).contains(&age), "TrainingStale fired at model age {age:.2} s, expected 26.17 s (+ up to 5 s)");
+    eprintln!("ALERTING model older than the limit: TrainingStale firing at model age {age:.2} s ({:.1} s after Prometheus saw it; 26 h + 10 min of rules time = {threshold:.2} s)", trained_at.elapsed().as_secs_f64());
+    assert!((threshold..=threshold + 1.0 + 4.0).contains(&age), "TrainingStale fired at model age {age:.2} s, expected {threshold:.2} s (+ up to 5 s)");
     assert!(stale.fired_after("ModelMissing").is_none());
 }

@@ -2,10 +2,14 @@
 //! SIGKILLed at 5 random points and restarted each time; the final state's cumulative counts and dead
 //! letters equal an uninterrupted run's (0 lost, 0 double-counted, every refused record listed once:
 //! as many as the stream holds). The uninterrupted run has one ingest worker, the killed runs three
-//! (`[runtime] workers`), each shard checkpointing its own manifest. The shards' manifests are read
-//! after every kill: at least three kills must land after a checkpoint (a restart resumes from stored
-//! offsets, not the start); how many found the shards' checkpoints at different offsets (a kill
-//! between two shards' checkpoints) is printed, not asserted, since random kill times cannot force it.
+//! (`[runtime] workers`), each shard checkpointing its own manifest. Every kill is drawn after the
+//! shards have checkpointed further into the stream, and the test asserts that all 5 runs were
+//! still going when killed and that the checkpoint seen before each kill survived it. Every restart
+//! must say it resumes at the offsets the shards' manifests hold after the kill before it (per
+//! partition, the earliest shard's), and the last run must read fewer records than the
+//! uninterrupted one: a restart that wiped its state and re-read the stream from its start fails
+//! both. How many kills found the shards' checkpoints at different offsets (a kill between two
+//! shards' checkpoints) is printed, not asserted, since random kill times cannot force it.
 
 use crate::common;
 use crate::common::OutputWithin;
@@ -46,12 +50,53 @@ fn write_config(dir: &Path, source: &str, workers: usize) -> PathBuf {
     path
 }
 
-/// Runs `ultr ingest` to its end; returns its stderr.
-fn run_to_end(config: &Path, state: &Path) -> String {
+/// Runs `ultr ingest` to its end; returns its stdout and stderr.
+fn run_to_end(config: &Path, state: &Path) -> (String, String) {
     let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "ingest failed: {stderr}");
-    stderr
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// The records a finished run read, from its summary line (`read N records; …`).
+fn records_read(stdout: &str) -> u64 {
+    let rest = stdout.split("read ").nth(1).unwrap_or_else(|| panic!("no summary line in {stdout:?}"));
+    rest.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no record count in {stdout:?}"))
+}
+
+/// Where a run said it starts: the offsets of its `resuming from the checkpoint at offsets {…}` log
+/// line (empty for `no checkpoint`), as (stream, partition, offset) rows.
+fn announced_resume(stderr: &str) -> Vec<(String, i32, i64)> {
+    if stderr.contains("no checkpoint: reading every source from its start") {
+        return Vec::new();
+    }
+    let json = stderr
+        .split("resuming from the checkpoint at offsets ")
+        .nth(1)
+        .and_then(|r| r.lines().next())
+        .unwrap_or_else(|| panic!("the run did not say where it resumes; its log:\n{stderr}"));
+    let parsed: std::collections::BTreeMap<String, std::collections::BTreeMap<String, i64>> = serde_json::from_str(json).unwrap();
+    parsed.into_iter().flat_map(|(stream, parts)| parts.into_iter().map(move |(p, o)| (stream.clone(), p.parse().unwrap(), o))).collect()
+}
+
+/// Where a restart must resume, worked out here from the manifests on disk: per (stream,
+/// partition), the lowest offset over the three shards; a partition some shard has not checkpointed
+/// (or a shard with no manifest) is read from its start, so it is left out.
+fn expected_resume(state: &Path) -> Vec<(String, i32, i64)> {
+    let manifests: Vec<_> = (0..3).filter_map(|i| read_manifest(&state.join("shards").join(i.to_string())).ok()).collect();
+    if manifests.len() < 3 {
+        return Vec::new();
+    }
+    let mut rows = Vec::new();
+    for (stream, parts) in &manifests[0].resume.0 {
+        for partition in parts.keys() {
+            let offsets: Vec<i64> = manifests.iter().filter_map(|m| m.resume.0.get(stream).and_then(|p| p.get(partition)).copied()).collect();
+            if offsets.len() == manifests.len() {
+                rows.push((stream.clone(), *partition, offsets.into_iter().min().unwrap()));
+            }
+        }
+    }
+    rows
 }
 
 fn simulator() -> Simulator {
@@ -104,7 +149,8 @@ fn kill_past(child: &mut std::process::Child, state: &Path, target: i64, delay: 
 /// identical cumulative counts, and both must list the stream's `malformed` refused records, each once.
 fn check_kill_restart(dir: &Path, malformed: usize, config_for: &dyn Fn(usize) -> PathBuf) {
     let reference = dir.join("reference");
-    let log = run_to_end(&config_for(0), &reference);
+    let (summary, log) = run_to_end(&config_for(0), &reference);
+    let reference_records = records_read(&summary);
     let (want_rows, want_counters) = final_counts(&reference);
     let manifest = read_manifest(&reference).unwrap();
     let impressions: u64 = manifest.operator.counters.impressions;
@@ -132,8 +178,15 @@ fn check_kill_restart(dir: &Path, malformed: usize, config_for: &dyn Fn(usize) -
         let from = progress_before.iter().copied().max().unwrap_or(0);
         let target = from + (total as f64 * rng.random_range(0.04..0.12)) as i64;
         let delay = Duration::from_millis(rng.random_range(0..400));
-        let mut child = ultr().args(["ingest", "--config"]).arg(config_for(run)).arg("--state").arg(&killed).spawn().unwrap();
-        if kill_past(&mut child, &killed, target, delay) {
+        let expected = expected_resume(&killed);
+        let log_path = dir.join(format!("run-{run}.stderr"));
+        let log_file = std::fs::File::create(&log_path).unwrap();
+        let mut child = ultr().args(["ingest", "--config"]).arg(config_for(run)).arg("--state").arg(&killed).stderr(log_file).spawn().unwrap();
+        let was_killed = kill_past(&mut child, &killed, target, delay);
+        let announced = announced_resume(&std::fs::read_to_string(&log_path).unwrap());
+        assert_eq!(announced, expected, "run {run} did not resume at the offsets its shards' checkpoints hold");
+        assert_eq!(announced.is_empty(), run == 1, "run {run}: only the first run starts without a checkpoint");
+        if was_killed {
             kills += 1;
             let progress = shard_progress(&killed);
             if progress.iter().sum::<i64>() > progress_before.iter().sum::<i64>() {
@@ -150,7 +203,14 @@ fn check_kill_restart(dir: &Path, malformed: usize, config_for: &dyn Fn(usize) -
     assert!(kills >= 5, "only {kills} runs were still going when killed");
     // Each kill was drawn after a checkpoint the run wrote; that checkpoint must still be there after it.
     assert_eq!(after_checkpoint, kills, "a checkpoint seen before a kill was gone after it");
-    run_to_end(&config_for(6), &killed);
+    let expected = expected_resume(&killed);
+    let (summary, log) = run_to_end(&config_for(6), &killed);
+    assert_eq!(announced_resume(&log), expected, "the last run did not resume at the offsets its shards' checkpoints hold");
+    let last_records = records_read(&summary);
+    assert!(
+        last_records < reference_records,
+        "the last restart read {last_records} records, the uninterrupted run {reference_records}: it did not resume from its checkpoint"
+    );
     let (got_rows, got_counters) = final_counts(&killed);
     assert_eq!(got_counters, want_counters);
     assert_eq!(got_rows.len(), want_rows.len());

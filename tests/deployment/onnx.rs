@@ -1,6 +1,7 @@
 //! The ONNX exports run in a real ONNX runtime (onnxruntime from PyPI, installed by
 //! scripts/test.sh; `$ULTR_PYTHON` names its interpreter) and reproduce `ultr score` on every
-//! MQ2008 document, and the additive click model's θ_k + b(z) + r(x) as `relevance.json` defines it.
+//! MQ2008 document, and the trained burn model's own click logit θ_k + b(z) + r(x) (as
+//! `relevance.json` defines it, too) on every document shown at a trained position.
 
 use crate::common;
 use crate::common::OutputWithin;
@@ -9,6 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ultr::train::artefact::Trained;
 use ultr::train::config::{TowerKind, TrainConfig};
 use ultr::train::data::{Examples, Row, SessionSpan};
 use ultr::train::export::RelevanceExport;
@@ -20,8 +22,9 @@ fn python() -> String {
     std::env::var("ULTR_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// A checkpoint of `tower` trained briefly on MQ2008 S1 (46 features, two bias features).
-fn checkpoint(dir: &Path, tower: TowerKind) -> (PathBuf, RelevanceExport) {
+/// A checkpoint of `tower` trained briefly on MQ2008 S1 (46 features, two bias features), its
+/// export, the trained model and its config.
+fn checkpoint(dir: &Path, tower: TowerKind) -> (PathBuf, RelevanceExport, Trained, TrainConfig) {
     let data = common::mq2008_files();
     let dataset = ultr::simulate::dataset::load_svmlight(&[data[0].as_path()]).unwrap();
     let mut ex = Examples { n_features: 46, n_bias_features: 2, ..Examples::default() };
@@ -44,7 +47,7 @@ fn checkpoint(dir: &Path, tower: TowerKind) -> (PathBuf, RelevanceExport) {
     let (trained, report) = fit(&ex, &cfg, None, false).unwrap();
     let id = common::store_checkpoint(dir, &trained, &report, &cfg);
     let export = serde_json::from_str(&std::fs::read_to_string(dir.join(&id).join("relevance.json")).unwrap()).unwrap();
-    (dir.join(id), export)
+    (dir.join(id), export, trained, cfg)
 }
 
 fn write_f32(path: &Path, values: impl IntoIterator<Item = f32>) {
@@ -77,12 +80,14 @@ fn onnxruntime(model: &Path, work: &Path, inputs: &[(&str, &Path)]) -> HashMap<S
         .collect()
 }
 
-/// relevance.onnx equals `ultr score` on all 15,211 MQ2008 documents, and click_model.onnx equals
-/// the documented click logit θ_k + b(z) + r(x) (max |Δ| ≤ 1e-5 for both).
+/// relevance.onnx equals `ultr score` on all 15,211 MQ2008 documents; click_model.onnx equals the
+/// trained burn model's click logits on every document shown at positions 1–10 (the positions it
+/// was trained on), and the documented click logit θ_k + b(z) + r(x) read from relevance.json on
+/// every document, positions 11–14 too (max |Δ| ≤ 1e-5 for each).
 #[test]
 fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     let dir = tempfile::tempdir().unwrap();
-    let (checkpoint, export) = checkpoint(&dir.path().join("models"), TowerKind::Mlp);
+    let (checkpoint, export, trained, cfg) = checkpoint(&dir.path().join("models"), TowerKind::Mlp);
     assert_eq!(export.version, 2);
     let click = export.click.as_ref().expect("the additive model exports its click logit");
     assert!(click.bias_tower.is_some() && click.theta.len() >= 10);
@@ -137,6 +142,25 @@ fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     }
     eprintln!("click_model.onnx vs the documented click logit: max |Δ| {worst:.2e}");
     assert!(worst <= TOLERANCE, "click_model.onnx differs from θ_k + b(z) + r(x) by {worst}");
+    // The burn model's own click logits (what training fitted and the gate scores), on the same
+    // rows: each document one row at the position it was shown, with its bias features.
+    let trained_positions = click.theta.len();
+    let mut rows = Examples { n_features: 46, n_bias_features: 2, ..Examples::default() };
+    let mut row_of = Vec::new();
+    for (i, (q, d, x)) in docs.iter().enumerate().filter(|(i, _)| shown[*i] as usize <= trained_positions) {
+        let n = rows.rows.len() as u32;
+        rows.qd_keys.push((q.clone(), d.clone()));
+        rows.docs.extend_from_slice(&x[..46]);
+        rows.bias.extend_from_slice(&z[i]);
+        rows.rows.push(Row { doc: n, qd: n, position: shown[i] as u32, impressions: 1, clicks: 0, propensity: 1.0 });
+        rows.sessions.push(SessionSpan { start: n as usize, len: 1, hash: n as u64, split: None });
+        row_of.push(i);
+    }
+    let burn_logits = trained.logits(&rows, &cfg.backend.device().unwrap());
+    let worst = row_of.iter().zip(&burn_logits).map(|(&i, b)| (*b as f64 - logits[i] as f64).abs()).fold(0.0, f64::max);
+    eprintln!("click_model.onnx vs the burn model's click logits: max |Δ| {worst:.2e} over {} documents", row_of.len());
+    assert!(row_of.len() > 10_000, "{} documents at trained positions", row_of.len());
+    assert!(worst <= TOLERANCE, "click_model.onnx differs from the burn model's click logits by {worst}");
     // θ_k matters: the same document at positions 1 and 2 gets different logits, as θ says.
     assert!((click.theta[0] - click.theta[1]).abs() > 1e-6);
     let k1 = export.click_logit(docs[0].2, 1, &z[0]).unwrap() - export.click_logit(docs[0].2, 2, &z[0]).unwrap();
@@ -147,7 +171,7 @@ fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
 #[test]
 fn an_embedding_tower_has_no_onnx_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let (checkpoint, export) = checkpoint(&dir.path().join("models"), TowerKind::Embedding);
+    let (checkpoint, export, _, _) = checkpoint(&dir.path().join("models"), TowerKind::Embedding);
     assert!(!checkpoint.join("relevance.onnx").exists() && !checkpoint.join("click_model.onnx").exists());
     let err = ultr::train::onnx::relevance_onnx(&export).unwrap_err().to_string();
     assert!(err.contains("embedding") && err.contains("relevance.json"), "{err}");

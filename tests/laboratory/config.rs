@@ -75,14 +75,17 @@ fn object_store_settings_are_checked_naming_the_key() {
 }
 
 /// `docs/configuration.md` is what `ultr config-reference` writes today: a key added, removed or
-/// re-documented without regenerating it fails here (`ULTR_BLESS=1` rewrites the file). And the
-/// reference lists every key the loader fills in with a default.
+/// re-documented without regenerating it fails here. `ULTR_BLESS=1` rewrites the file and fails the
+/// test all the same (a blessed run never passes; the next run compares the written file), and
+/// `scripts/test.sh` refuses to run with it set. And the reference lists every key the loader fills
+/// in with a default.
 #[test]
 fn the_configuration_reference_is_generated_and_current() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
     let generated = ultr::config_reference::render();
     if std::env::var_os("ULTR_BLESS").is_some() {
         std::fs::write(&path, &generated).unwrap();
+        panic!("ULTR_BLESS: docs/configuration.md rewritten; this run does not pass, run the test again without it");
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(committed == generated, "docs/configuration.md is stale: run `ultr config-reference > docs/configuration.md`");

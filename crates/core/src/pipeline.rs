@@ -173,6 +173,13 @@ impl Coordinator {
         // the reader goes back to the earliest, and the shards ahead skip what they hold.
         let resume = shards::earliest(states.iter().map(|d| &d.resume));
         let decoder = shards::earliest_decoder(states.iter().map(|d| &d.decoder));
+        // Where this run starts, for the operator after a crash (and the kill test, which checks that
+        // a restart starts at its checkpoint, not at the stream's start).
+        if resume.0.is_empty() {
+            tracing::info!(target: "ultr::story", "no checkpoint: reading every source from its start");
+        } else {
+            tracing::info!(target: "ultr::story", "resuming from the checkpoint at offsets {}", serde_json::to_string(&resume).unwrap_or_default());
+        }
         // One decoder per worker: with one, decoding already overlaps the worker (`ReadAhead`), and a
         // second decoder measured slower (docs/benchmarks.md, issue 58 step 5).
         // The codec first: a schema registry that does not answer stops the run before any record is read.
