@@ -81,9 +81,9 @@ fn onnxruntime(model: &Path, work: &Path, inputs: &[(&str, &Path)]) -> HashMap<S
 }
 
 /// relevance.onnx equals `ultr score` on all 15,211 MQ2008 documents; click_model.onnx equals the
-/// trained burn model's click logits on every document shown at positions 1–10 (the positions it
-/// was trained on), and the documented click logit θ_k + b(z) + r(x) read from relevance.json on
-/// every document, positions 11–14 too (max |Δ| ≤ 1e-5 for each).
+/// trained burn model's click logits on every document shown at a position θ covers, and the
+/// documented click logit θ_k + b(z) + r(x) read from relevance.json on every document, at
+/// positions 1–14 (max |Δ| ≤ 1e-5 for each).
 #[test]
 fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,7 +159,7 @@ fn onnx_exports_match_ultr_score_on_every_mq2008_document() {
     let burn_logits = trained.logits(&rows, &cfg.backend.device().unwrap());
     let worst = row_of.iter().zip(&burn_logits).map(|(&i, b)| (*b as f64 - logits[i] as f64).abs()).fold(0.0, f64::max);
     eprintln!("click_model.onnx vs the burn model's click logits: max |Δ| {worst:.2e} over {} documents", row_of.len());
-    assert!(row_of.len() > 10_000, "{} documents at trained positions", row_of.len());
+    assert!(row_of.len() > 10_000, "{} documents at positions θ covers", row_of.len());
     assert!(worst <= TOLERANCE, "click_model.onnx differs from the burn model's click logits by {worst}");
     // θ_k matters: the same document at positions 1 and 2 gets different logits, as θ says.
     assert!((click.theta[0] - click.theta[1]).abs() > 1e-6);

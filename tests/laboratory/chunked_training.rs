@@ -157,6 +157,9 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
     .unwrap();
     assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);
     assert!(outcome.decision.promoted, "{}", outcome.decision.reason);
+    // A guard on one stream, not a statistical claim: that streamed chunks train to the same θ as
+    // memory is this file's first test (within the seed noise it measures), and θ_2 within 0.15 of
+    // −ln 2 on this simulator shape is `model_interface`'s claim on three seeds.
     assert!((outcome.theta[1] + 2f64.ln()).abs() < 0.15, "θ_2 − θ_1 = {}", outcome.theta[1]);
     let leftovers: Vec<_> = std::fs::read_dir(spill_dir(&state)).unwrap().collect();
     assert!(leftovers.is_empty(), "the spill folder is emptied after training: {leftovers:?}");

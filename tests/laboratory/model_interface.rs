@@ -164,7 +164,12 @@ fn ultr() -> Command {
 /// calibrated for the gate's comparison), asserts that it became the current model, and returns
 /// `ultr train --json`'s outcome.
 fn train_on_sessions(dir: &Path, state: &Path, name: &str, section: &str) -> serde_json::Value {
-    let config = pipeline(dir, name, &format!("model = \"{name}\"\n{section}"));
+    train_on_sessions_seeded(dir, state, name, section, 3)
+}
+
+/// As `train_on_sessions`, on the state of the stream simulated with `seed`.
+fn train_on_sessions_seeded(dir: &Path, state: &Path, name: &str, section: &str, seed: u64) -> serde_json::Value {
+    let config = pipeline_seeded(dir, &format!("{name}-sessions-seed{seed}"), &format!("model = \"{name}\"\n{section}"), seed);
     let out =
         ultr().args(["train", "--json", "--force", "--config"]).arg(&config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
     assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
@@ -329,6 +334,18 @@ fn every_model_trains_from_a_state_and_warm_starts_across_models_are_refused() {
     assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "MixEM and DLA read the same stored sessions");
     let e10 = outcome["theta"][9].as_f64().unwrap();
     assert!(e10 < -0.3, "MixEM: e_10 − e_1 = {e10}");
+    // Both trends on the streams of seeds 4 and 5 too (their states were ingested above).
+    let mut trends = vec![(3, phi10, e10)];
+    for seed in [4, 5] {
+        let state = dir.path().join(format!("state-seed{seed}"));
+        let dla = train_on_sessions_seeded(dir.path(), &state, "dla", "", seed)["theta"][9].as_f64().unwrap();
+        let mixem = train_on_sessions_seeded(dir.path(), &state, "mixem", "[train.mixem]\ntemperature = 1.0\n", seed)["theta"][9].as_f64().unwrap();
+        trends.push((seed, dla, mixem));
+    }
+    eprintln!("(seed, DLA φ_10 − φ_1, MixEM e_10 − e_1): {trends:.3?}");
+    for (seed, dla, mixem) in &trends {
+        assert!(*dla < -0.5 && *mixem < -0.3, "seed {seed}: DLA φ_10 − φ_1 = {dla}, MixEM e_10 − e_1 = {mixem}");
+    }
     // XPA too reads the stored sessions (its examination attends over the session's items).
     let outcome = train_on_sessions(dir.path(), &state, "xpa", "");
     assert_eq!(outcome["fit"]["train_sessions"].as_u64().unwrap(), sessions, "XPA and DLA read the same stored sessions");

@@ -136,7 +136,9 @@ fn train_cli_checkpoints_gate_and_warm_start() {
     for f in ["model.bpk", "meta.json", "checkpoint.json", "theta.csv", "relevance.json"] {
         assert!(models.join(&first_id).join(f).exists(), "{f}");
     }
-    // θ_2 − θ_1 recovered from 20k sessions of a randomised policy: −ln 2 within 0.15.
+    // θ_2 − θ_1 recovered from 20k sessions of a randomised policy: −ln 2 within 0.15. A guard on
+    // one stream, not the statistical claim: that one is `model_interface`'s, the same simulator
+    // shape on seeds 3, 4 and 5 against the same bound (this stream is its seed 3).
     let theta2 = outcome["theta"][1].as_f64().unwrap();
     assert!((theta2 + 2f64.ln()).abs() < 0.15, "θ_2 − θ_1 = {theta2}");
     let first_end = outcome["data_range_ms"][1].as_i64().unwrap();

@@ -50,13 +50,22 @@ fn zhang2023_claim_4_and_the_dla_position_bias_on_mq2008() {
     // size GradRev − PAL at Oracle ranged from +0.013 to +0.007 over two runs, within noise; at full
     // scale claim 2 holds on MQ2008 (docs/experiments.md).
     assert!(claim(4).holds, "claim 4: {}", claim(4).detail);
-    // DLA's propensity model at Random: φ_k − φ_1 = log P(E|k)/P(E|1) = −ln k, decreasing in k
-    // (at 50,000 sessions it falls short of the truth by up to ~0.26 at k = 5).
-    for r in summary.runs.iter().filter(|r| r.method == "DLA" && r.w == 0.0) {
+    // DLA's propensity model at Random: φ_k − φ_1 = log P(E|k)/P(E|1) = −ln k, decreasing in k on
+    // every seed. Measured (seeds 1–3, k = 2..5, 2026-12-06): the estimate falls short of the truth
+    // by 0.13 on average (−0.02 to +0.26; sd 0.09 over the twelve). Asserted on each k's three-seed
+    // mean: within 0.25 of −ln k, the mean shortfall plus two standard errors of a three-seed mean
+    // (2 × 0.09 / √3 = 0.10), rounded up.
+    let dla: Vec<_> = summary.runs.iter().filter(|r| r.method == "DLA" && r.w == 0.0).collect();
+    assert_eq!(dla.len(), 3);
+    for r in &dla {
         eprintln!("DLA seed {}: φ_k − φ_1 = {:.3?}", r.seed, &r.position_bias[..5]);
         for k in 2..=5 {
-            let (est, truth) = (r.position_bias[k - 1], -(k as f64).ln());
-            assert!((est - truth).abs() < 0.35 && est < r.position_bias[k - 2], "seed {}: φ_{k} − φ_1 = {est:.3}, truth {truth:.3}", r.seed);
+            assert!(r.position_bias[k - 1] < r.position_bias[k - 2], "seed {}: φ_{k} − φ_1 = {:.3} is not below φ_{}", r.seed, r.position_bias[k - 1], k - 1);
         }
+    }
+    for k in 2..=5 {
+        let mean = dla.iter().map(|r| r.position_bias[k - 1]).sum::<f64>() / dla.len() as f64;
+        let truth = -(k as f64).ln();
+        assert!((mean - truth).abs() < 0.25, "φ_{k} − φ_1 over three seeds: {mean:.3}, truth {truth:.3}");
     }
 }
