@@ -15,7 +15,7 @@
 use crate::common;
 use crate::common::OutputWithin;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -251,6 +251,27 @@ fn dashboard_queries() -> Vec<String> {
         .collect()
 }
 
+/// The metric families a running instance serves now (its `/metrics`' `# TYPE` lines): what a
+/// process exports, read off the process, not off the registry's code.
+fn served_names(addr: &str) -> BTreeSet<String> {
+    let (code, body) = http_get(addr, "/metrics").unwrap();
+    assert_eq!(code, 200, "{body}");
+    body.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect()
+}
+
+/// Every metric name the shipped alert rules and the dashboard query (histograms by family).
+fn queried_names() -> BTreeSet<String> {
+    let rules: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap()).unwrap();
+    let exprs = rules["groups"][0]["rules"].as_sequence().unwrap().iter().map(|r| r["expr"].as_str().unwrap().to_string());
+    exprs.chain(dashboard_queries()).flat_map(|e| crate::deploy::metric_names_in(&e)).collect()
+}
+
+/// The metrics the rules and the dashboard query that a healthy simulator demo does not serve, and
+/// the test whose instance must serve each: a Kafka source's (`single_instance_…`, after its
+/// malformed burst) and the judged evaluation's (`a_model_ranking_below_…`, with qrels).
+const KAFKA_ONLY: [&str; 3] = ["ultr_bad_records_total", "ultr_kafka_consumer_lag_messages", "ultr_source_up"];
+const JUDGED_ONLY: [&str; 1] = ["ultr_judged_ndcg_difference"];
+
 /// The dashboard queries that returned at least one series now.
 fn answered(prom: &Prometheus) -> Vec<String> {
     dashboard_queries().into_iter().filter(|q| !prom.query(q).is_empty()).collect()
@@ -293,6 +314,12 @@ fn demo_shape_is_silent_when_healthy_and_its_dashboard_answers() {
     let kafka_only = ["ultr_kafka_consumer_lag_messages", "ultr_bad_records_total"];
     let missing: Vec<String> = dashboard_queries().into_iter().filter(|q| !answered.contains(q) && !kafka_only.iter().any(|k| q.contains(k))).collect();
     assert!(missing.is_empty(), "dashboard queries without a series on the healthy demo: {missing:?}");
+    // Every metric the rules and the dashboard query is served by this process, but for those two
+    // other tests' instances must serve.
+    let served = served_names(&ultr.addr);
+    let unserved: Vec<String> =
+        queried_names().into_iter().filter(|n| !served.contains(n) && !KAFKA_ONLY.contains(&n.as_str()) && !JUDGED_ONLY.contains(&n.as_str())).collect();
+    assert!(unserved.is_empty(), "the rules or the dashboard query metrics the demo does not serve: {unserved:?}\nserved: {served:?}");
 }
 
 /// A producer writing simulated sessions at `rate` per second with event time = now (plus, while
@@ -451,6 +478,9 @@ fn single_instance_on_a_broker_is_silent_when_healthy_and_each_fault_fires_its_a
     assert!(others.is_empty(), "the outage also fired {others:?}");
     eprintln!("ALERTING single broker stopped: {:.1} s after the stop; producer had sent {sent_before}", started.elapsed().as_secs_f64());
     check_dashboard(&answered_here, &["ultr_kafka_consumer_lag_messages", "ultr_bad_records_total", "ultr_records_total"]);
+    let served = served_names(&ultr.addr);
+    let unserved: Vec<&str> = KAFKA_ONLY.into_iter().filter(|n| !served.contains(*n)).collect();
+    assert!(unserved.is_empty(), "a Kafka instance after a malformed burst does not serve {unserved:?}");
     drop(producer);
 }
 
@@ -673,6 +703,10 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
         let others: Vec<String> = seen.firing().into_iter().filter(|a| a != ALERT).collect();
         if !others.is_empty() {
             failures.push(format!("{name}: also fired {others:?}"));
+        }
+        let served = served_names(&ultr.addr);
+        if let Some(n) = JUDGED_ONLY.into_iter().find(|n| !served.contains(*n)) {
+            failures.push(format!("{name}: an instance with qrels does not serve {n}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -99,7 +99,8 @@ fn compose_file_is_complete_and_pinned() {
     }
 }
 
-fn metric_names_in(text: &str) -> BTreeSet<String> {
+/// The `ultr_…` metric names in a PromQL expression (a histogram's `_bucket` by its family).
+pub(crate) fn metric_names_in(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -118,17 +119,17 @@ fn metric_names_in(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// Every rule has a runbook and every fault the alerting tests inject has its rule; the dashboard
+/// queries metrics. That each queried metric is exported is checked against running instances'
+/// `/metrics` (`alerting::demo_shape_…`, `single_instance_…`, `a_model_ranking_below_…`), not here.
 #[test]
-fn alerts_and_dashboard_query_only_exported_metrics() {
-    let exported: BTreeSet<String> = ultr::monitor::metrics::Metrics::new().family_names().into_iter().collect();
+fn alert_rules_have_runbooks_and_the_dashboard_queries_metrics() {
     let rules = yaml(&repo().join("pipelines/alerts.yml"));
     let mut alert_names = BTreeSet::new();
     for rule in rules["groups"][0]["rules"].as_sequence().unwrap() {
         alert_names.insert(rule["alert"].as_str().unwrap().to_string());
         assert!(rule["annotations"]["runbook"].as_str().is_some_and(|r| r.len() > 40), "{:?} has no runbook", rule["alert"]);
-        for name in metric_names_in(rule["expr"].as_str().unwrap()) {
-            assert!(exported.contains(&name), "alert {:?} uses {name}, which ultr does not export", rule["alert"]);
-        }
+        assert!(!metric_names_in(rule["expr"].as_str().unwrap()).is_empty(), "alert {:?} queries no ultr metric", rule["alert"]);
     }
     for needed in [
         "IdentifiabilityLost",
@@ -146,10 +147,7 @@ fn alerts_and_dashboard_query_only_exported_metrics() {
     let mut queried = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
-            for name in metric_names_in(target["expr"].as_str().unwrap()) {
-                assert!(exported.contains(&name), "panel {:?} queries {name}, which ultr does not export", panel["title"]);
-                queried += 1;
-            }
+            queried += metric_names_in(target["expr"].as_str().unwrap()).len();
         }
     }
     assert!(queried >= 20);
