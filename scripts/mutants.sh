@@ -21,6 +21,9 @@ area="${1:?usage: scripts/mutants.sh operator|identify|decode|state|refit|all [k
 shard="${2:-0/1}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/ultr-ci-target}"
 export CARGO_INCREMENTAL=1 CARGO_PROFILE_BENCH_OPT_LEVEL=1
+# Without clippy's denied lints: a mutant that only draws a lint (an unused value) is a mutant to
+# test, not an unviable one.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 export ULTR_PYTHON="${ULTR_PYTHON:-$HOME/.cache/ultr/venv/bin/python}"
 
 # The package mutated (the root package is `ultr`, which cargo-mutants would mutate by default).
