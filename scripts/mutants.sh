@@ -2,7 +2,8 @@
 # Mutation testing of the areas docs/testing.md ("Mutation testing") names, with cargo-mutants: a
 # measurement, rerun by hand, not a CI step.
 #
-#   bash scripts/mutants.sh AREA [SHARD]      e.g.  bash scripts/mutants.sh state 0/20
+#   bash scripts/mutants.sh AREA [SHARD [cargo-mutants options]]    e.g.  scripts/mutants.sh state 0/20
+#   (`--iterate` as an option re-tests only what the last run of that area left uncaught)
 #
 # AREA is one of: operator (window/operator.rs), identify (identify/), decode (session/decode),
 # state (state/: checkpoint and restore), refit (crates/train/src/refit.rs), or all. SHARD (k/n,
@@ -17,8 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-area="${1:?usage: scripts/mutants.sh operator|identify|decode|state|refit|all [k/n]}"
+area="${1:?usage: scripts/mutants.sh operator|identify|decode|state|refit|all [k/n [options]]}"
 shard="${2:-0/1}"
+shift $(( $# < 2 ? $# : 2 ))
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/ultr-ci-target}"
 export CARGO_INCREMENTAL=1 CARGO_PROFILE_BENCH_OPT_LEVEL=1
 # Without clippy's denied lints: a mutant that only draws a lint (an unused value) is a mutant to
@@ -39,10 +41,10 @@ case "$area" in
   decode)   files=(crates/core/src/session/decode.rs "crates/core/src/session/decode/**/*.rs"); packages=(ultr-core ultr)
             filters=(session::decode malformed_records:: fuzz:: click_log:: logged_propensity:: ingest) ;;
   state)    files=("crates/core/src/state/**/*.rs"); packages=(ultr-core ultr)
-            filters=(state:: cumulative:: ingest_workers:: production_ingest:: windows::) ;;
+            filters=(state:: cumulative:: ingest_workers:: production_ingest:: windows:: duplicate_filter) ;;
   refit)    files=(crates/train/src/refit.rs); packages=(ultr-train ultr); mutate=ultr-train
             filters=(refit:: position_bias:: theta_intervals::sparse aggregated_training:: chunked_training::) ;;
-  all)      for a in operator identify decode state refit; do bash "$0" "$a" "$shard"; done; exit 0 ;;
+  all)      for a in operator identify decode state refit; do bash "$0" "$a" "$shard" "$@"; done; exit 0 ;;
   *) echo "unknown area $area" >&2; exit 2 ;;
 esac
 # The misspecification scenarios' names contain `identif` and `windows`; they take minutes each and
@@ -69,7 +71,8 @@ fi
 
 examine=(); for f in "${files[@]}"; do examine+=(--file "$f"); done
 test_packages=(); for p in "${packages[@]}"; do test_packages+=(--test-package "$p"); done
+mkdir -p "mutants.out/$area"
 echo "==> mutants of ${files[*]} (shard $shard)"
 cargo mutants --package "$mutate" "${examine[@]}" "${test_packages[@]}" --shard "$shard" --sharding round-robin --baseline skip \
-  --timeout 600 --build-timeout 900 --output "mutants.out/$area" \
+  --timeout 600 --build-timeout 900 --output "mutants.out/$area" "$@" \
   -- "${targets[@]}" -- "${filters[@]}" "${skip[@]}"

@@ -273,3 +273,20 @@ impl ultr::pipeline::Observer for StopAfter {
         self.1 >= self.0
     }
 }
+
+/// The simulator's true relevance of `config`'s pipeline as graded editors' labels, written to
+/// `out` as qrels: grades 0–4 by the relevance's quintiles over every (query, document).
+pub fn write_truth_qrels(config: &std::path::Path, out: &std::path::Path) {
+    let c = ultr::config::PipelineConfig::parse(&std::fs::read_to_string(config).unwrap(), "truth qrels").unwrap();
+    let sim = ultr::simulate::Simulator::new(c.simulator.clone()).unwrap();
+    let mut all: Vec<f64> = sim.truth().queries.iter().flat_map(|q| q.docs.iter().map(|d| d.relevance)).collect();
+    all.sort_by(f64::total_cmp);
+    let cuts: Vec<f64> = [0.2, 0.4, 0.6, 0.8].iter().map(|p| all[((all.len() - 1) as f64 * p) as usize]).collect();
+    let mut qrels = String::new();
+    for q in &sim.truth().queries {
+        for d in &q.docs {
+            qrels.push_str(&format!("{} 0 {} {}\n", q.query_id, d.doc_id, cuts.iter().filter(|c| d.relevance > **c).count()));
+        }
+    }
+    std::fs::write(out, qrels).unwrap();
+}

@@ -54,3 +54,21 @@ pub fn release(remote: &Remote, holder: &str) -> anyhow::Result<()> {
 pub fn holder(remote: &Remote, now_ms: i64) -> anyhow::Result<Option<String>> {
     Ok(remote.get_versioned(LEASE)?.and_then(|(b, _)| serde_json::from_slice::<LeaseRecord>(&b).ok()).filter(|l| l.expires_unix_ms > now_ms).map(|l| l.holder))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (a mutation of the holder comparison survived the tests, issue 90): a lease that
+    /// another instance holds and that has not expired is refused, and the record still names its
+    /// holder; the first instance took it on an empty store.
+    #[test]
+    fn an_unexpired_lease_is_refused_to_another_holder() {
+        let root = tempfile::tempdir().unwrap();
+        let remote = crate::state::remote::tests::local_remote(&root.path().join("store"));
+        assert!(try_acquire(&remote, "a", 1_000, 0).unwrap(), "an empty store's lease is free");
+        assert!(!try_acquire(&remote, "b", 1_000, 500).unwrap(), "b took a's unexpired lease");
+        let record: LeaseRecord = serde_json::from_slice(&remote.get(LEASE).unwrap().unwrap()).unwrap();
+        assert_eq!(record, LeaseRecord { holder: "a".into(), expires_unix_ms: 1_000 });
+    }
+}

@@ -421,9 +421,37 @@ pub fn partition_prefix(topic: &str, partition: i32) -> String {
 pub const MERGED_PREFIX: &str = "merged";
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    /// A store in a local folder (object_store's `file://`), for tests.
+    pub(crate) fn local_remote(dir: &Path) -> Remote {
+        fs::create_dir_all(dir).unwrap();
+        let config = ObjectStoreConfig {
+            url: format!("file://{}", dir.display()),
+            options: BTreeMap::new(),
+            compact_interval: default_compact_interval(),
+            lease_ttl: default_lease_ttl(),
+        };
+        Remote::open(&config).unwrap()
+    }
+
+    /// Regression (a mutation of `list` to return nothing survived the tests, issue 90): `list`
+    /// returns every object under the folder asked for, by its path relative to the store's prefix,
+    /// and nothing under a sibling folder whose name starts the same.
+    #[test]
+    fn list_names_every_object_under_a_folder_and_none_beside_it() {
+        let root = tempfile::tempdir().unwrap();
+        let remote = local_remote(&root.path().join("store"));
+        for key in ["p/a/1", "p/a/sub/2", "p/ab/3", "p/b/4"] {
+            remote.put(key, key.as_bytes().to_vec()).unwrap();
+        }
+        let mut listed = remote.list("p/a").unwrap();
+        listed.sort();
+        assert_eq!(listed, vec!["p/a/1".to_string(), "p/a/sub/2".to_string()]);
+        assert!(remote.list("p/none").unwrap().is_empty());
+    }
 
     /// Writes `files` (state path, object key, bytes) and a record naming them under `prefix`.
     fn publish(remote: &Remote, prefix: &str, manifest: &Manifest, files: &[(&str, &str, &[u8])]) {
