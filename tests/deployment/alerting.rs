@@ -261,7 +261,7 @@ fn served_names(addr: &str) -> BTreeSet<String> {
 
 /// Every metric name the shipped alert rules and the dashboard query (histograms by family).
 fn queried_names() -> BTreeSet<String> {
-    let rules: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(repo().join("pipelines/alerts.yml")).unwrap()).unwrap();
+    let rules = crate::deploy::yaml(&repo().join("pipelines/alerts.yml"));
     let exprs = rules["groups"][0]["rules"].as_sequence().unwrap().iter().map(|r| r["expr"].as_str().unwrap().to_string());
     exprs.chain(dashboard_queries()).flat_map(|e| crate::deploy::metric_names_in(&e)).collect()
 }

@@ -13,7 +13,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn yaml(path: &Path) -> Value {
+pub(crate) fn yaml(path: &Path) -> Value {
     serde_yaml::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -487,15 +487,7 @@ pub(crate) mod tests {
     #[test]
     fn a_fetch_downloads_only_changed_objects_and_leaves_the_copy_exactly() {
         let root = tempfile::tempdir().unwrap();
-        let store = root.path().join("store");
-        fs::create_dir_all(&store).unwrap();
-        let config = ObjectStoreConfig {
-            url: format!("file://{}", store.display()),
-            options: BTreeMap::new(),
-            compact_interval: default_compact_interval(),
-            lease_ttl: default_lease_ttl(),
-        };
-        let remote = Remote::open(&config).unwrap();
+        let remote = local_remote(&root.path().join("store"));
         let spec = crate::window::operator::WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 0, idle_timeout_ms: 0 };
         let holdout = crate::window::Holdout { validation: 0.1, evaluation: 0.1 };
         let manifest = super::super::StateStore::open(&root.path().join("fresh"), "test", spec, holdout).unwrap().manifest().clone();
