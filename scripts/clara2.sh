@@ -41,6 +41,10 @@ EOF
 
 "$ULTR" ingest --config "$work/clara2.toml" --state "$work/state" --json > "$OUT/ingest.json"
 "$ULTR" identifiability --config "$work/clara2.toml" --state "$work/state" --json > "$OUT/identifiability.json" || true
+# The randomization a team would need for θ to ±0.1, with each design on 5% of sessions.
+for design in adjacent_swaps rand_pair; do
+  "$ULTR" plan --config "$work/clara2.toml" --state "$work/state" --design "$design" --fraction 0.05 --epsilon 0.1
+done > "$OUT/plan.txt" || true
 "$ULTR" train --config "$work/clara2.toml" --state "$work/state" --theta-intervals --json > "$OUT/train.json" || true
 "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" --json > "$OUT/eval.json"
 "$ULTR" eval --config "$work/clara2.toml" --state "$work/state" --qrels "$work/judged.qrels" > "$OUT/eval.txt"

@@ -44,6 +44,8 @@ def main():
             "model_id": css("#model-id")[0].text if css("#model-id") else None,
             "query_ids": [td.text for td in css("td.query-id")],
             "script_elements": len(driver.find_elements(By.TAG_NAME, "script")),
+            "plan_needed": {td.get_attribute("data-position"): td.get_attribute("data-value") for td in css("td.plan-needed")},
+            "plan_swaps": css("#plan-swaps")[0].text if css("#plan-swaps") else None,
             "alert_conditions": css("#alert-conditions")[0].text if css("#alert-conditions") else None,
         }
         # The whole page in the screenshot, then the same page in a phone-wide window.

@@ -48,6 +48,10 @@ enum Command {
     Ingest(IngestArgs),
     /// Analyse whether the state's data identifies a two-tower model. Exit 0 identified (the report says when only weakly: a θ_k interval wider than `max_theta_interval`), 1 not, 2 error.
     Identifiability(IdentifiabilityArgs),
+    /// Plan the randomization: per position, the sessions (and the time at the stream's rate) a swap
+    /// design run on a share of traffic needs until θ_k − θ_1's 95% interval is within ±ε, and which
+    /// swaps to run first. Exit 0 when every position is within reach, 1 when some is not, 2 error.
+    Plan(PlanArgs),
     /// Train the two-tower model on the state's horizon; the promotion gate decides whether it becomes
     /// current. Exit 0 promoted, 1 rejected, 2 error.
     Train(train::TrainArgs),
@@ -180,6 +184,37 @@ struct IdentifiabilityArgs {
 }
 
 #[derive(Args)]
+struct PlanArgs {
+    #[arg(long)]
+    state: PathBuf,
+    /// Config whose `[state].lookback`, `[train].max_positions` and
+    /// `[identifiability].max_theta_interval` apply.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// adjacent_swaps (FairPairs-style: each adjacent pair of an offset pairing swaps with
+    /// probability ½) or rand_pair (position 1 swaps with a uniform k in 2..=K) (default
+    /// `[identifiability.randomization] design`).
+    #[arg(long)]
+    design: Option<ultr_core::identify::plan::Design>,
+    /// Share of sessions randomized, in (0, 1] (default `[identifiability.randomization] fraction`).
+    #[arg(long)]
+    fraction: Option<f64>,
+    /// Target half-width of θ_k − θ_1's 95% interval for every position (default
+    /// `[identifiability.randomization] epsilon`).
+    #[arg(long)]
+    epsilon: Option<f64>,
+    /// A target for one position, `K=EPSILON` (repeatable; overrides --epsilon there).
+    #[arg(long = "target")]
+    targets: Vec<String>,
+    /// Positions the design randomizes, 1..=K (default `[train].max_positions`, cut to the deepest
+    /// position the log shows).
+    #[arg(long)]
+    positions: Option<usize>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 pub struct SimArgs {
     /// SVMlight/LETOR or LightGBM data file(s); none = synthetic features.
     #[arg(long = "data")]
@@ -237,6 +272,18 @@ pub struct SimArgs {
     /// Probability that a page lists one document twice (a repeat at a later position).
     #[arg(long, default_value_t = 0.0)]
     duplicate_rate: f64,
+    /// Randomize a share of sessions with a swap design: adjacent_swaps or rand_pair (unset: none).
+    #[arg(long)]
+    randomize: Option<ultr_core::identify::plan::Design>,
+    /// Share of sessions `--randomize` randomizes.
+    #[arg(long, default_value_t = 0.05)]
+    randomize_fraction: f64,
+    /// Positions 1..=K `--randomize` randomizes.
+    #[arg(long, default_value_t = 10)]
+    randomize_positions: usize,
+    /// First session index `--randomize` may randomize.
+    #[arg(long, default_value_t = 0)]
+    randomize_from: u64,
 }
 
 impl SimArgs {
@@ -266,6 +313,12 @@ impl SimArgs {
             log_propensity: self.log_propensity,
             logged_tau: self.logged_tau,
             duplicate_rate: self.duplicate_rate,
+            randomization: self.randomize.map(|design| ultr_simulate::Randomization {
+                design,
+                fraction: self.randomize_fraction,
+                positions: self.randomize_positions,
+                from_session: self.randomize_from,
+            }),
             ..defaults
         })
     }
@@ -450,6 +503,11 @@ pub fn main() -> ExitCode {
         Command::Consume(args) => consume(&args),
         Command::Ingest(args) => ingest(&args),
         Command::Identifiability(args) => match identifiability(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::Plan(args) => match plan(&args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
@@ -672,4 +730,37 @@ fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
         print!("{}", report.render());
     }
     Ok(report.identified)
+}
+
+fn plan(args: &PlanArgs) -> anyhow::Result<bool> {
+    use ultr_core::identify::plan::plan_cumulative;
+    let config = match &args.config {
+        Some(p) => PipelineConfig::load(p)?,
+        None => PipelineConfig::parse("source = \"simulator\"", "(defaults)")?,
+    };
+    let positions = args.positions.unwrap_or(config.train.max_positions);
+    let mut request = config.identifiability.plan_request(positions);
+    request.design = args.design.unwrap_or(request.design);
+    request.fraction = args.fraction.unwrap_or(request.fraction);
+    if let Some(e) = args.epsilon {
+        request.epsilon = vec![e; positions];
+    }
+    for t in &args.targets {
+        let (k, e) = t.split_once('=').with_context(|| format!("--target `{t}`: expected K=EPSILON, e.g. 10=0.3"))?;
+        let k: usize = k.trim().parse().with_context(|| format!("--target `{t}`: position `{k}` is not a number"))?;
+        let e: f64 = e.trim().parse().with_context(|| format!("--target `{t}`: half-width `{e}` is not a number"))?;
+        anyhow::ensure!((2..=positions).contains(&k), "--target `{t}`: position {k} is outside 2..={positions}");
+        request.epsilon[k - 1] = e;
+    }
+    let manifest = ultr_core::state::read_manifest(&args.state)?;
+    let runtime = ultr_core::runtime::multi_thread("ultr-plan")?;
+    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.state.lookback_ms()))?;
+    anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
+    let plan = plan_cumulative(&cumulative, &request).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", plan.render());
+    }
+    Ok(plan.sessions_needed().is_some())
 }

@@ -71,6 +71,8 @@ pub struct BoardState {
     pub current_model: Option<ModelCard>,
     pub trainings: VecDeque<TrainingCard>,
     pub graph: Option<GraphCard>,
+    /// The randomization plan at the last verdict (its numbers are also series).
+    pub plan: Option<ultr_core::identify::plan::Plan>,
     pub samples: VecDeque<CounterSample>,
     /// The dead-letter file the page lists the newest letters of (none for a Kafka topic).
     pub dead_letter_file: Option<PathBuf>,

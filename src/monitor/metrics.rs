@@ -73,6 +73,9 @@ pub struct Metrics {
     pub identified: IntGaugeVec,
     pub weakly_identified: IntGaugeVec,
     pub theta_interval_width: GaugeVec,
+    pub randomization_sessions_needed: GaugeVec,
+    /// Absent while the horizon spans no event time (no rate to divide by).
+    pub randomization_eta_seconds: GaugeVec,
     // propensities / IPS
     pub propensity_min: Gauge,
     pub logged_propensity_dispersion: Gauge,
@@ -208,6 +211,16 @@ impl Metrics {
                     &["model"],
                 )
                 .expect("valid"),
+            ),
+            randomization_sessions_needed: gauge_vec(
+                "randomization_sessions_needed",
+                "Sessions (all traffic, [identifiability.randomization] fraction of them randomized with its design) until θ_k − θ_1's 95% interval is expected within ±epsilon (identify::plan); 0 when it already is, +Inf when the design cannot reach the position.",
+                &["position"],
+            ),
+            randomization_eta_seconds: gauge_vec(
+                "randomization_eta_seconds",
+                "ultr_randomization_sessions_needed at the stream's session rate over the lookback horizon (event time), in seconds.",
+                &["position"],
             ),
             theta_interval_width: gauge_vec(
                 "theta_interval_width",

@@ -68,6 +68,10 @@ pub struct Monitor {
     cumulative: ultr_core::state::cumulative::Incremental,
 }
 
+/// What a randomization plan's log line says: the positions that need sessions, and the swaps that
+/// connect the graph.
+type PlanSummary = (Vec<u32>, Vec<(u32, u32)>);
+
 /// What the log last said, so it speaks only when something changed.
 #[derive(Default)]
 struct Told {
@@ -76,6 +80,7 @@ struct Told {
     misspecification_high: Option<bool>,
     logged_propensity_disagrees: Option<i64>,
     weakly_identified: Option<bool>,
+    plan: Option<PlanSummary>,
     /// The model judged and the baselines it ranked below.
     judged: Option<(String, String)>,
 }
@@ -329,6 +334,49 @@ impl Monitor {
         }
     }
 
+    /// The randomization plan at this verdict (`identify::plan`, `[identifiability.randomization]`):
+    /// per position the sessions and the time still needed as series, the plan on the board, and a
+    /// log line when the positions that need randomizing or the connecting swaps change.
+    fn report_plan(&mut self, cumulative: &ultr_core::state::cumulative::Cumulative) {
+        let request = self.config.identifiability.plan_request(self.config.train.max_positions);
+        let plan = match ultr_core::identify::plan::plan_cumulative(cumulative, &request) {
+            Ok(plan) => plan,
+            Err(why) => {
+                tracing::debug!("no randomization plan: {why}");
+                return;
+            }
+        };
+        let m = &self.metrics;
+        m.randomization_sessions_needed.reset();
+        m.randomization_eta_seconds.reset();
+        for p in plan.positions.iter().filter(|p| (p.position as usize) <= metrics::MAX_POSITION_LABELS) {
+            let label = p.position.to_string();
+            m.randomization_sessions_needed.with_label_values(&[&label]).set(p.sessions_needed.unwrap_or(f64::INFINITY));
+            if plan.sessions_per_second.is_some() {
+                m.randomization_eta_seconds.with_label_values(&[&label]).set(p.eta_seconds.unwrap_or(f64::INFINITY));
+            }
+        }
+        let needing: Vec<u32> = plan.positions.iter().filter(|p| p.sessions_needed != Some(0.0)).map(|p| p.position).collect();
+        let connecting: Vec<(u32, u32)> =
+            plan.swaps.iter().filter(|s| s.reason == ultr_core::identify::plan::SwapReason::Connects).map(|s| (s.a, s.b)).collect();
+        let summary = (needing, connecting);
+        if self.told.plan.as_ref() != Some(&summary) {
+            let r = &plan.request;
+            let what = if summary.0.is_empty() {
+                "every θ_k − θ_1 is within its target already: nothing to randomize".to_string()
+            } else {
+                let most = plan
+                    .sessions_needed()
+                    .map_or("some position is out of its reach".to_string(), |n| format!("{n:.0} sessions until every θ_k is within target"));
+                let first: Vec<String> = plan.swaps.iter().take(4).map(|s| format!("{}<->{}", s.a, s.b)).collect();
+                format!("{most}; swap first {}", first.join(", "))
+            };
+            tracing::info!(target: "ultr::story", "randomization plan: {} on {:.1}% of sessions: {what}", r.design, 100.0 * r.fraction);
+            self.told.plan = Some(summary);
+        }
+        m.board.update(|b| b.plan = Some(plan));
+    }
+
     /// The lookback horizon's verdicts as series, the status page's graph card, and a log line for
     /// each verdict that changed: identifiability, whether misspecification is assessable, and
     /// logged propensities that disagree with the counted π.
@@ -348,6 +396,8 @@ impl Monitor {
         for k in 1..id.theta_precision.standard_error.len().min(metrics::MAX_POSITION_LABELS) {
             m.theta_interval_width.with_label_values(&[&(k + 1).to_string()]).set(id.theta_precision.interval_width(k));
         }
+        self.report_plan(cumulative);
+        let m = &self.metrics;
         m.set_swap_pairs(&ultr_core::identify::swap_pair_counts(&cumulative.swap_edges, self.config.train.max_positions as u32));
         let deciding = match id.identification {
             ultr_core::identify::Identification::SwapsOrFeatureOverlap => {

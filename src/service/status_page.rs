@@ -321,6 +321,7 @@ pub fn render(exposition: &str, board: &BoardState, now_unix_s: f64) -> String {
     verdicts(&mut h, &series, board, now_unix_s);
     model(&mut h, &series, board);
     swap_graph(&mut h, &series, board.graph.as_ref());
+    randomization_plan(&mut h, &series, board.plan.as_ref());
     trainings(&mut h, board);
     stream(&mut h, &series, board);
     dead_letters(&mut h, &series, board);
@@ -598,6 +599,61 @@ fn swap_heatmap(h: &mut String, series: &Series, nodes: &[u32], edges: &[(u32, u
         h,
         "<p class=\"muted\">Cell (a, b): log(1 + swap pairs) between positions a and b, darkest at {heaviest} pairs; a pale cell is a weak link. Bars: θ_k − θ_1's 95% interval width from the swap pairs (widest {widest:.2}; red: no informative path to position 1).</p>"
     );
+}
+
+/// The randomization plan: per position the sessions still needed and the time at the stream's rate
+/// (the series), the design, its share and targets, and the swaps to run first (the board).
+fn randomization_plan(h: &mut String, series: &Series, plan: Option<&ultr_core::identify::plan::Plan>) {
+    h.push_str("<section id=\"randomization-plan\"><h2>Randomization plan</h2>");
+    let Some(plan) = plan else {
+        h.push_str("<p>No plan yet: it is made at each verdict once windows have closed.</p></section>");
+        return;
+    };
+    let r = &plan.request;
+    let _ = write!(
+        h,
+        "<p class=\"muted\">{} on {:.1}% of sessions (<code>[identifiability.randomization]</code>): sessions until θ<sub>k</sub> − θ<sub>1</sub>'s 95% interval is expected within its target, from the {:.0} sessions of the horizon.</p>",
+        escape(&r.design.to_string()),
+        100.0 * r.fraction,
+        plan.sessions_in_horizon
+    );
+    let needed = series.by_position("ultr_randomization_sessions_needed", &[]);
+    let eta = series.by_position("ultr_randomization_eta_seconds", &[]);
+    h.push_str("<table><tr><th>position</th><th>±target</th><th>sessions needed</th><th>time</th></tr>");
+    for p in &plan.positions {
+        let Some(&n) = needed.get(&p.position) else { continue };
+        let shown = if n.is_infinite() { "out of reach".to_string() } else { format!("{n:.0}") };
+        let time = match eta.get(&p.position) {
+            Some(t) if t.is_finite() => format!("{:.1} h", t / 3600.0),
+            Some(_) => "never".into(),
+            None => "—".into(),
+        };
+        let class = if n == 0.0 {
+            "ok"
+        } else if n.is_infinite() {
+            "bad"
+        } else {
+            "warn"
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{:.3}</td><td class=\"plan-needed {class}\" data-position=\"{}\" data-value=\"{n}\">{shown}</td><td>{time}</td></tr>",
+            p.position, p.epsilon, p.position
+        );
+    }
+    h.push_str("</table>");
+    if !plan.swaps.is_empty() {
+        let swaps: Vec<String> = plan
+            .swaps
+            .iter()
+            .map(|s| match s.reason {
+                ultr_core::identify::plan::SwapReason::Connects => format!("{}↔{} (connects)", s.a, s.b),
+                ultr_core::identify::plan::SwapReason::Precision { .. } => format!("{}↔{}", s.a, s.b),
+            })
+            .collect();
+        let _ = write!(h, "<p id=\"plan-swaps\">Swap first: {}</p>", escape(&swaps.join(", ")));
+    }
+    h.push_str("</section>");
 }
 
 fn trainings(h: &mut String, board: &BoardState) {

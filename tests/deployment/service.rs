@@ -588,7 +588,7 @@ fn consumer_lag_per_partition_falls_to_zero_as_ultr_run_catches_up() {
 const PARSE_EXPOSITION: &str = r#"
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
-out = {"theta": {}, "identified": None, "swap_edges": 0}
+out = {"theta": {}, "identified": None, "swap_edges": 0, "plan_needed": {}}
 for family in text_string_to_metric_families(open(sys.argv[1]).read()):
     for sample in family.samples:
         if sample.name == "ultr_theta":
@@ -597,6 +597,8 @@ for family in text_string_to_metric_families(open(sys.argv[1]).read()):
             out["identified"] = sample.value
         elif sample.name == "ultr_swap_pairs":
             out["swap_edges"] += 1
+        elif sample.name == "ultr_randomization_sessions_needed":
+            out["plan_needed"][sample.labels["position"]] = repr(sample.value)
 print(json.dumps(out))
 "#;
 
@@ -604,9 +606,10 @@ print(json.dumps(out))
 /// trains and promotes a model with θ intervals; headless Chromium, driven over WebDriver
 /// (`scripts/status_page_check.py`), finds the θ plot and the swap-graph picture, the identified
 /// verdict and θ_k equal to `/metrics` (read by prometheus_client, not the page's parser), the
-/// checkpoint and `ultr identifiability --json`, the hostile `query_id` shown as text,
-/// and no horizontal scrolling in a 400 px window. The service's log tells the story (windows, a
-/// verdict, the training). Set `ULTR_STATUS_SCREENSHOT=path.png` to keep the screenshot.
+/// checkpoint and `ultr identifiability --json`, the randomization plan's sessions per position equal
+/// to `/metrics` (a target of ±0.05 that some positions have not reached), the hostile `query_id`
+/// shown as text, and no horizontal scrolling in a 400 px window. The service's log tells the story
+/// (windows, a verdict, the plan, the training). Set `ULTR_STATUS_SCREENSHOT=path.png` to keep the screenshot.
 #[test]
 fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() {
     let dir = tempfile::tempdir().unwrap();
@@ -625,6 +628,7 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
         format!(
             "[source.file]\npaths = [{:?}]\n[window]\nsize = \"5m\"\nallowed_lateness = \"10s\"\n\
              [state]\ncheckpoint_closed_bytes = \"1B\"\n\
+             [identifiability.randomization]\nepsilon = 0.05\n\
              [train]\ntower = \"linear\"\nmax_epochs = 30\nschedule = \"*/3 * * * * *\"\nwarm_start = true\n\
              [train.uncertainty]\nenabled = true\nreplicates = 10\nepochs = 10\nconverged_epochs = 100\n",
             data.display().to_string()
@@ -684,7 +688,7 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     assert_eq!(theta, before.by_position("ultr_theta", &[]), "θ moved while the page was read");
 
     assert_eq!(seen["title"], "ultr status");
-    for section in ["verdicts", "model", "graph", "trainings", "stream", "dead-letters"] {
+    for section in ["verdicts", "model", "graph", "randomization-plan", "trainings", "stream", "dead-letters"] {
         assert!(seen["sections"].as_array().unwrap().iter().any(|s| s == section), "section {section} missing: {seen}");
     }
     // The expected values, read without the page's own parser: `/metrics` through Prometheus' Python
@@ -738,6 +742,14 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     assert!(swap_edges >= 1 && seen["swap_edges"].as_u64().unwrap() as usize == swap_edges, "{swap_edges} exported swap edges: {seen}");
     assert_eq!(exported["swap_edges"].as_u64(), Some(swap_edges as u64), "{exported}");
     assert_eq!(verdict["swap_graph"]["edges"].as_u64(), Some(swap_edges as u64), "the state's swap graph");
+    // The plan: one row per position, each the exported series as prometheus_client reads it, some
+    // position still short of ±0.05 (the page's values are Rust's f64 text, "inf" out of reach).
+    let plan_exported: std::collections::BTreeMap<String, f64> =
+        exported["plan_needed"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().parse().unwrap())).collect();
+    let plan_shown: std::collections::BTreeMap<String, f64> =
+        seen["plan_needed"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().parse().unwrap())).collect();
+    assert!(!plan_shown.is_empty() && plan_shown == plan_exported, "page {plan_shown:?}, /metrics {plan_exported:?}");
+    assert!(plan_shown.values().any(|n| *n > 0.0), "a ±0.05 target leaves some position short: {plan_shown:?}");
     // Hostile text is text: shown verbatim, never a live element.
     assert!(seen["query_ids"].as_array().unwrap().iter().any(|q| q == hostile), "{seen}");
     assert_eq!(seen["script_elements"], 0);
@@ -758,5 +770,6 @@ fn status_page_in_headless_chromium_shows_what_metrics_and_the_checkpoint_say() 
     assert!(told("closed:") && told("sessions,"), "a line per closed window: {lines:#?}");
     assert!(told("identifiability: IDENTIFIED"), "{lines:#?}");
     assert!(told("PROMOTED") && told("θk−θ1 ="), "{lines:#?}");
+    assert!(told("randomization plan: adjacent_swaps on 5.0% of sessions"), "{lines:#?}");
     drop(service);
 }

@@ -27,6 +27,7 @@ mod model_interface;
 mod population;
 mod position_bias;
 mod production_ingest;
+mod randomization_plan;
 mod results_scripts;
 mod simulator;
 mod team_ranking;

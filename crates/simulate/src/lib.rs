@@ -107,6 +107,24 @@ pub struct SimConfig {
     /// sources do; issue 55's held-out log had 2.8% such pages). The repeat is examined and
     /// clicked like any other item. 0 draws nothing, so streams without repeats are unchanged.
     pub duplicate_rate: f64,
+    /// Randomize a share of the sessions with a swap design (unset: none), as a team running the
+    /// randomization planner's advice does (`ultr plan`).
+    pub randomization: Option<Randomization>,
+}
+
+/// A swap design run on a share of sessions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Randomization {
+    pub design: ultr_core::identify::plan::Design,
+    /// Share of sessions randomized, in (0, 1].
+    pub fraction: f64,
+    /// The design randomizes positions 1..=positions.
+    pub positions: usize,
+    /// Sessions with a lower index are never randomized (default 0): a log that starts under the
+    /// plain logging policy and turns randomization on at this session.
+    #[serde(default)]
+    pub from_session: u64,
 }
 
 impl Default for SimConfig {
@@ -130,6 +148,7 @@ impl Default for SimConfig {
             logged_tau: None,
             sessions_per_second: None,
             duplicate_rate: 0.0,
+            randomization: None,
         }
     }
 }
@@ -153,6 +172,17 @@ impl SimConfig {
         }
         if !(0.0..=1.0).contains(&self.duplicate_rate) {
             bail!("duplicate_rate = {} must lie in [0, 1]", self.duplicate_rate);
+        }
+        if let Some(r) = &self.randomization {
+            if !(r.fraction > 0.0 && r.fraction <= 1.0) {
+                bail!("randomization.fraction = {} must lie in (0, 1]", r.fraction);
+            }
+            if r.positions < 2 {
+                bail!("randomization.positions = {} must be at least 2", r.positions);
+            }
+            if self.log_propensity {
+                bail!("log_propensity with randomization: the logged propensity would ignore the swaps");
+            }
         }
         if self.top_n == 0 {
             bail!("top_n must be >= 1");
@@ -249,6 +279,14 @@ struct PreparedQuery {
     truth: Vec<DocTruth>,
     scores: Vec<f64>,
     ranking: Vec<usize>,
+}
+
+/// One drawn session (`Simulator::draw`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draw {
+    pub query: usize,
+    pub shown: Vec<usize>,
+    pub clicks: Vec<bool>,
 }
 
 /// A ready simulator: data loaded, relevance and policy fixed. Sessions are generated on demand.
@@ -419,17 +457,9 @@ impl Simulator {
     /// session of a query lands in one Kafka partition (what scale-out needs; `docs/scale-out.md`).
     /// Each session has its own RNG stream, so any session can be regenerated alone.
     pub fn session(&self, index: u64, buf: &mut Vec<u8>) -> String {
-        let mut rng = ChaCha8Rng::seed_from_u64(self.config.seed ^ 0x5e55_1045);
-        rng.set_stream(index);
-        let q = &self.queries[rng.random_range(0..self.queries.len())];
+        let Draw { query, shown, clicks } = self.draw(index);
+        let q = &self.queries[query];
         let p = &self.config.policy;
-        let mut shown = policy::sample_ranking(p.sampling, p.tau, p.pl_temperature, &q.scores, &q.ranking, &mut rng);
-        if self.config.duplicate_rate > 0.0 && shown.len() >= 2 && rng.random_bool(self.config.duplicate_rate) {
-            let k = rng.random_range(1..shown.len());
-            shown[k] = shown[rng.random_range(0..k)];
-        }
-        let docs: Vec<DocTruth> = shown.iter().map(|&i| q.truth[i]).collect();
-        let clicks = self.config.click_model.clicks(&docs, &mut rng);
         let n = shown.len() as f64;
         let log_prop = self.config.log_propensity && p.sampling == Sampling::EpsilonGreedy;
         let session_id = format!("s{}-{index}", self.config.seed);
@@ -459,6 +489,30 @@ impl Simulator {
         buf.clear();
         serde_json::to_writer(&mut *buf, &out).expect("serialising to a Vec cannot fail");
         q.query_id.clone()
+    }
+
+    /// Session `index`'s query (an index into `truth().queries`), the documents shown (indices into
+    /// its `docs`, position 1 first) and their clicks: what `session` writes.
+    pub fn draw(&self, index: u64) -> Draw {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.config.seed ^ 0x5e55_1045);
+        rng.set_stream(index);
+        let query = rng.random_range(0..self.queries.len());
+        let q = &self.queries[query];
+        let p = &self.config.policy;
+        let mut shown = policy::sample_ranking(p.sampling, p.tau, p.pl_temperature, &q.scores, &q.ranking, &mut rng);
+        // Drawn only when configured, so that streams without randomization are unchanged.
+        if let Some(r) = self.config.randomization.as_ref().filter(|r| index >= r.from_session) {
+            if rng.random_bool(r.fraction) {
+                r.design.apply(&mut shown, r.positions, &mut rng);
+            }
+        }
+        if self.config.duplicate_rate > 0.0 && shown.len() >= 2 && rng.random_bool(self.config.duplicate_rate) {
+            let k = rng.random_range(1..shown.len());
+            shown[k] = shown[rng.random_range(0..k)];
+        }
+        let docs: Vec<DocTruth> = shown.iter().map(|&i| q.truth[i]).collect();
+        let clicks = self.config.click_model.clicks(&docs, &mut rng);
+        Draw { query, shown, clicks }
     }
 
     /// Writes sessions `0..config.sessions` to `sink`; returns how many.

@@ -22,6 +22,8 @@ pub struct IdentifiabilityConfig {
     /// A connected swap graph is only weakly identified when some θ_k − θ_1's 95% interval, from the
     /// information of the (query, document) pairs shown at several positions, is wider than this (logits).
     pub max_theta_interval: f64,
+    /// The randomization the service plans at each verdict, and `ultr plan`'s defaults.
+    pub randomization: RandomizationPlanConfig,
     /// Keys of earlier releases, refused with what replaced them.
     #[serde(skip_serializing)]
     #[schemars(skip)]
@@ -42,6 +44,7 @@ impl Default for IdentifiabilityConfig {
             min_policy_variation: 0.01,
             max_logged_propensity_dispersion: 2.0,
             max_theta_interval: 2.0,
+            randomization: RandomizationPlanConfig::default(),
             max_position: None,
             eta: None,
             identified_by: None,
@@ -49,7 +52,33 @@ impl Default for IdentifiabilityConfig {
     }
 }
 
+/// The randomization a team would run to make θ precise (`[identifiability.randomization]`): the
+/// planner (`identify::plan`) answers how many sessions it needs, per position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomizationPlanConfig {
+    /// The swap design.
+    pub design: super::plan::Design,
+    /// Share of sessions randomized, in (0, 1].
+    pub fraction: f64,
+    /// Target half-width of every θ_k − θ_1's 95% interval (unset: half of `max_theta_interval`, the
+    /// width above which the verdict is WEAKLY IDENTIFIED).
+    pub epsilon: Option<f64>,
+}
+
+impl Default for RandomizationPlanConfig {
+    fn default() -> Self {
+        RandomizationPlanConfig { design: super::plan::Design::AdjacentSwaps, fraction: 0.05, epsilon: None }
+    }
+}
+
 impl IdentifiabilityConfig {
+    /// The plan request these settings make for positions 1..=`positions`.
+    pub fn plan_request(&self, positions: usize) -> super::plan::PlanRequest {
+        let r = &self.randomization;
+        super::plan::PlanRequest::uniform(r.design, r.fraction, positions, r.epsilon.unwrap_or(self.max_theta_interval / 2.0))
+    }
+
     /// Every `[identifiability]` key checked, removed keys refused with what replaced them.
     pub fn validate(&self) -> Result<(), String> {
         for (key, set, now) in [
@@ -76,6 +105,13 @@ impl IdentifiabilityConfig {
         }
         if self.max_theta_interval.is_nan() || self.max_theta_interval <= 0.0 {
             return Err(format!("key `identifiability.max_theta_interval` = {} must be a number > 0", self.max_theta_interval));
+        }
+        let r = &self.randomization;
+        if !(r.fraction > 0.0 && r.fraction <= 1.0) {
+            return Err(format!("key `identifiability.randomization.fraction` = {} must lie in (0, 1]", r.fraction));
+        }
+        if let Some(e) = r.epsilon.filter(|e| !(*e > 0.0 && e.is_finite())) {
+            return Err(format!("key `identifiability.randomization.epsilon` = {e} must be a finite number > 0"));
         }
         if !(0.0..=1.0).contains(&self.min_policy_variation) {
             return Err(format!("key `identifiability.min_policy_variation` = {} must lie in [0, 1]", self.min_policy_variation));

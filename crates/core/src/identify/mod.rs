@@ -6,6 +6,7 @@ pub mod config;
 pub mod logged;
 pub mod node;
 pub mod overlap;
+pub mod plan;
 pub mod policy;
 pub mod precision;
 

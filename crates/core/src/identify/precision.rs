@@ -22,7 +22,7 @@ use crate::math::sigmoid;
 pub const Z95: f64 = 1.959_963_984_540_054;
 
 /// Clicks and impressions of one (query, document) at each position it was shown at (≤ K).
-type Cells = Vec<(usize, f64, f64)>;
+pub type Cells = Vec<(usize, f64, f64)>;
 
 /// θ's precision from the swap pairs' information.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -292,7 +292,7 @@ fn standard_errors(information: &[f64], k: usize, edges: &[EdgeInformation]) -> 
 }
 
 /// Gauss–Jordan inverse with partial pivoting; None when singular.
-fn invert(a: &mut [f64], m: usize) -> Option<Vec<f64>> {
+pub(super) fn invert(a: &mut [f64], m: usize) -> Option<Vec<f64>> {
     let mut inv = vec![0.0; m * m];
     for i in 0..m {
         inv[i * m + i] = 1.0;
