@@ -83,7 +83,7 @@ fn scoring_examples(input: &Path, n_features: usize) -> anyhow::Result<Examples>
             }
         }
     } else {
-        let data = ultr_train::letor::load_svmlight(&[input])?;
+        let data = ultr_core::letor::load_svmlight(&[input])?;
         for q in data.queries {
             add_query(&mut ex, &q.query_id, q.docs.into_iter().map(|d| (d.doc_id, d.features)).collect())?;
         }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod identify;
 pub mod import;
 pub mod ingest;
+pub mod letor;
 pub mod math;
 pub mod pipeline;
 pub mod progress;

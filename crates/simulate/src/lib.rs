@@ -3,7 +3,7 @@
 
 pub mod click;
 /// The learning-to-rank files and synthetic features the simulator draws its queries from.
-pub use ultr_train::letor as dataset;
+pub use ultr_core::letor as dataset;
 pub mod policy;
 pub mod relevance;
 pub mod source;
@@ -528,7 +528,7 @@ impl Simulator {
 }
 
 /// The simulator's true relevance (what its clicks depend on) as labels.
-pub fn labels_from_truth(truth: &GroundTruth) -> ultr_train::eval::Labels {
+pub fn labels_from_truth(truth: &GroundTruth) -> std::collections::HashMap<(String, String), f64> {
     truth.queries.iter().flat_map(|q| q.docs.iter().map(move |d| ((q.query_id.clone(), d.doc_id.clone()), d.relevance))).collect()
 }
 

@@ -204,7 +204,7 @@ impl BatchRows {
     }
 
     /// Row `i` of `ex`: a row of n impressions and c clicks enters with target c/n.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "the hot loop's row copy: a struct of borrowed inputs would be built per row")]
     fn push(&mut self, ex: &Examples, meta: &ModelMeta, i: usize, weight: f32, qd_map: &[u32], inputs: Option<&[f32]>, count_weighted: bool) {
         let (f, z) = (meta.n_features, ex.n_bias_features);
         let r = &ex.rows[i];

@@ -329,7 +329,7 @@ impl ExamplesBuilder {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "one row's columns, each from its own source table")]
     fn push_row(
         &mut self,
         what: &str,

@@ -23,7 +23,7 @@ impl BackendKind {
         match self {
             BackendKind::Flex => Ok(Device::flex()),
             #[cfg(feature = "ndarray-backend")]
-            #[allow(deprecated)] // measured against flex on purpose
+            #[allow(deprecated, reason = "the deprecated ndarray backend, measured against flex on purpose")]
             BackendKind::Ndarray => Ok(Device::ndarray()),
             #[cfg(not(feature = "ndarray-backend"))]
             BackendKind::Ndarray => anyhow::bail!("backend `ndarray` needs a build with `--features ndarray-backend`"),

@@ -15,7 +15,8 @@ pub mod export;
 pub mod fit;
 pub mod gate;
 pub mod ips_propensity;
-pub mod letor;
+/// The learning-to-rank file loaders live in `ultr-core`, below the simulator (which does not link burn).
+pub use ultr_core::letor;
 pub mod logged_order_combination;
 pub mod logged_order_prior;
 pub mod logged_order_weight;

@@ -158,7 +158,7 @@ fn not_estimable(terms: &[RowTerms], positions: usize, delta: &[f32]) -> Vec<usi
 /// Appends the terms of `ex`'s training rows at positions 1..=`positions`, and each row's relevance
 /// (the part of its logit the tower gives) to `relevance`. With `keys`, a row's pair is its
 /// (query, document) numbered in `keys` (across chunks) and every weight is 1.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "the refit's per-row inputs, borrowed from the caller's several tables")]
 fn row_terms(
     trained: &Trained,
     ex: &Examples,

@@ -41,7 +41,7 @@ pub struct Outcome {
     pub state: PathBuf,
     pub config: PathBuf,
     /// The simulator's truth (the example's oracle reads it).
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "kept for a scenario's debugging; no assertion reads it")]
     pub truth: ultr::simulate::GroundTruth,
 }
 

@@ -313,7 +313,7 @@ pub fn train_config(opts: &Options, method: &Method, seed: u64) -> TrainConfig {
 }
 
 /// Trains one method on one simulated log and scores it.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "one run of the grid: each argument is one of its axes or a shared input")]
 pub fn run_one(opts: &Options, data: &Data, sim: &Simulated, mixture: &str, method: &Method, seed: u64, logging_ndcg5: f64) -> anyhow::Result<RunResult> {
     let cfg = train_config(opts, method, seed);
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
