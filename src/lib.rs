@@ -3,8 +3,9 @@
 //!
 //! The crates follow the data flow: `ultr-core` (session contract, sources, sinks, windows and
 //! `sql/`, state, identifiability) → `ultr-train` (models, fit, checkpoints, export, evaluation) →
-//! `ultr-simulate` (the click simulator, a source) → this library: the assembled pipeline config,
-//! the always-on service with its monitor, and scale-out. The binary's command line (`src/cli/`)
+//! `ultr-simulate` (the click simulator, a source, over `ultr-core` alone) → this library: the
+//! assembled pipeline config and the always-on service with its monitor (scale-out lives in
+//! `ultr-core`'s `scale_out`). The binary's command line (`src/cli/`)
 //! calls it; the reproduced experiments (`ultr-lab`) are wired in there and by the tests, not here.
 //! The lower crates are re-exported under their stage names, so `ultr::window`, `ultr::train` and
 //! `ultr::simulate` name one thing each.
@@ -19,8 +20,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Opts the process out of transparent huge pages (Linux; elsewhere, and where the kernel refuses,
 /// nothing changes). mimalloc reserves its arena with `MADV_HUGEPAGE` and hands 64 KiB pieces of it
 /// back to the kernel as they fall free; the next touch of such a piece then faults in, and zeroes,
-/// a whole 2 MiB page. Ingest spent about a fifth of its samples zeroing pages that way
-/// (`docs/benchmarks.md`, issue 58 step 4); with 4 KiB pages it touches only what it uses.
+/// a whole huge page. Ingest's profile showed much of its time zeroing pages that way
+/// (`docs/benchmarks.md`); with base pages it touches only what it uses.
 pub fn opt_out_of_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     {

@@ -176,7 +176,7 @@ impl<S: RecordSource> Ingest<S> {
 
     /// Decodes each poll in `n` stretches side by side (1: in order, on the caller's thread), each
     /// stretch handed out as a batch of its own. A poll still reads `batch_records` records: polling
-    /// `n` times as many measured 50–80 MB more peak memory with 2 (docs/benchmarks.md).
+    /// `n` times as many measured more peak memory (docs/benchmarks.md).
     pub fn decoders(mut self, n: usize) -> Self {
         self.siblings = if n > 1 { (0..n).map(|_| self.decoder.sibling()).collect() } else { Vec::new() };
         self

@@ -181,7 +181,7 @@ impl Coordinator {
             tracing::info!(target: "ultr::story", "resuming from the checkpoint at offsets {}", serde_json::to_string(&resume).unwrap_or_default());
         }
         // One decoder per worker: with one, decoding already overlaps the worker (`ReadAhead`), and a
-        // second decoder measured slower (docs/benchmarks.md, issue 58 step 5).
+        // second decoder measured slower (docs/benchmarks.md).
         // The codec first: a schema registry that does not answer stops the run before any record is read.
         let codec = crate::session::codec::open(&config.decode.codec())?;
         let mut ingest = Ingest::new(open_reader(&resume)?, config.decode.clone(), config.batch_records).decoders(workers.len()).codec(codec);
@@ -718,7 +718,7 @@ impl Shard {
             for letter in &batch.dead_letters {
                 // A lookup that leaves `covered` as it is: the letters of a batch come before its
                 // sessions, and a letter past the crash point must not end the skipping of the
-                // sessions before it (they were counted again as duplicates: issue 56's kill test).
+                // sessions before it (they were counted again as duplicates: the kill test, tests/deployment/kill_restart.rs).
                 if self.covered.holds(&letter.position.stream, letter.position.partition, letter.position.offset) {
                     continue;
                 }

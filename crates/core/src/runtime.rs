@@ -18,7 +18,7 @@ pub struct RuntimeConfig {
     /// state's merged view, where each is written once (a window per worker at a time). Each worker
     /// holds its own open windows' partials and buffers (about `window.reduce_rows` rows), so more
     /// workers cost memory. Default: the cores this process may use, at most 2 — the most measured
-    /// faster than one fewer (docs/benchmarks.md, issue 58); set more to try. A state keeps the count
+    /// faster than one fewer (docs/benchmarks.md); set more to try. A state keeps the count
     /// it was created with.
     pub workers: Option<usize>,
 }
@@ -49,7 +49,7 @@ impl RuntimeConfig {
 const DEFAULT_WORKER_THREADS: usize = 2;
 
 /// The most ingest workers measured faster than one fewer, each on as many cores: 2 beat 1 on 2
-/// cores, 1 beat 2 on 1 (docs/benchmarks.md, issue 58).
+/// cores, 1 beat 2 on 1 (docs/benchmarks.md).
 const MEASURED_WORKERS: usize = 2;
 
 static WORKER_THREADS: AtomicUsize = AtomicUsize::new(DEFAULT_WORKER_THREADS);
@@ -77,7 +77,7 @@ pub fn current_thread() -> std::io::Result<Runtime> {
 /// `f` over `items` on `threads` long-lived threads (`ultr-work-<i>`, one pool per count, kept for
 /// the process), results in `items`' order; 1 thread or 1 item: in order on the caller's thread.
 /// Long-lived, so each thread's allocator heap is reused rather than abandoned at every call (threads
-/// started per call held more memory: docs/benchmarks.md, issue 58 step 5).
+/// started per call held more memory: docs/benchmarks.md).
 pub fn in_threads<T: Send, R: Send>(items: Vec<T>, threads: usize, f: impl Fn(T) -> R + Sync + Send) -> Vec<R> {
     use rayon::prelude::*;
     if threads <= 1 || items.len() <= 1 {

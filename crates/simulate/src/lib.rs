@@ -104,7 +104,7 @@ pub struct SimConfig {
     pub sessions_per_second: Option<f64>,
     /// Probability that a page lists one document twice: a uniformly chosen position k ≥ 2 shows
     /// again the document of a uniformly chosen earlier position (as logs that merge result
-    /// sources do; issue 55's held-out log had 2.8% such pages). The repeat is examined and
+    /// sources do). The repeat is examined and
     /// clicked like any other item. 0 draws nothing, so streams without repeats are unchanged.
     pub duplicate_rate: f64,
     /// Randomize a share of the sessions with a swap design (unset: none), as a team running the

@@ -85,7 +85,7 @@ impl PropensitySource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct IpsConfig {
-    /// Weight each impression by 1/π(d,k|q) (off by default since issue 87: with θ from the swap
+    /// Weight each impression by 1/π(d,k|q) (off by default: with θ from the swap
     /// pairs the weights added variance and no ranking, docs/benchmarks.md). Not applied with
     /// `tower = "embedding"`: a free γ per
     /// (query, document) already conditions on the document the logging policy placed, so the
@@ -287,7 +287,7 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
-    /// The defaults before issue 87, with which the paper replications (`ultr experiment`) and their
+    /// The defaults before θ came from the swap pairs, with which the paper replications (`ultr experiment`) and their
     /// recorded figures were measured: an MLP tower, IPS weights on, θ trained with the tower and
     /// refit, early stopping on sessions. The papers' estimators are these, so the experiments keep them.
     pub fn paper_replication() -> TrainConfig {

@@ -128,7 +128,7 @@ pub struct TeamRanking<'a> {
     pub eval: &'a crate::eval::config::EvalConfig,
 }
 
-/// The gate's checks against the team's own ranking, after `gate` (issue 89): the combination's
+/// The gate's checks against the team's own ranking, after `gate`: the combination's
 /// held-out clicks beside the logged order alone's (recorded; a combination below it is refused),
 /// and with `judged` (editors' labels) the shipped ranking's nDCG@10 less the logged order's,
 /// paired over queries: refused when its 95% interval lies below 0. `force` promotes regardless.

@@ -256,7 +256,7 @@ const PAIR_PRECISION: f64 = 1.0;
 const SWAP_PAIR_PRECISION: f64 = 0.1;
 /// The prior on θ of the profiled refit, a Gaussian random walk over the positions seen in training:
 /// θ_k − θ_{k'} ~ N(0, 1) for adjacent seen positions k' < k (θ_1 pinned). Stated before it was
-/// tried on any log (issue 55): one unit of log-odds per position step is weak where a position's
+/// tried on any log: one unit of log-odds per position step is weak where a position's
 /// swap pairs carry tens of clicks (their curvature Σ w·n·p(1−p) is tens to thousands), yet keeps a
 /// position whose swap pairs carry no click near its neighbours instead of at −∞ (θ_5 − θ_1 = −834
 /// on a real log), and gives a position with no swap pair at all its neighbours' mean: the
@@ -484,7 +484,7 @@ mod tests {
         assert!((observed - expected).abs() < 1e-3 * observed, "{observed} vs {expected}");
     }
 
-    /// Regression (issue 55): a position whose swap pairs carry no clicks has no maximum-likelihood
+    /// Regression: a position whose swap pairs carry no clicks has no maximum-likelihood
     /// θ, and the profiled refit ran it to −∞ (θ_5 − θ_1 = −834 on a real log, 2,000 rounds of
     /// Newton steps of −1). Now the random-walk prior holds it finite, below its neighbour (its
     /// swap pairs were never clicked there: −7 with 300 impressions a row) and above −20, it is reported

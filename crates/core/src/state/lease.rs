@@ -59,7 +59,7 @@ pub fn holder(remote: &Remote, now_ms: i64) -> anyhow::Result<Option<String>> {
 mod tests {
     use super::*;
 
-    /// Regression (a mutation of the holder comparison survived the tests, issue 90): a lease that
+    /// Regression (a mutation of the holder comparison survived the tests): a lease that
     /// another instance holds and that has not expired is refused, and the record still names its
     /// holder; the first instance took it on an empty store.
     #[test]

@@ -437,7 +437,7 @@ pub(crate) mod tests {
         Remote::open(&config).unwrap()
     }
 
-    /// Regression (a mutation of `list` to return nothing survived the tests, issue 90): `list`
+    /// Regression (a mutation of `list` to return nothing survived the tests): `list`
     /// returns every object under the folder asked for, by its path relative to the store's prefix,
     /// and nothing under a sibling folder whose name starts the same.
     #[test]

@@ -11,8 +11,8 @@ use super::inputs::{BatchTensors, Dimensions, TowerKind};
 /// ELU with α = 1 (the Flax default Hager's code uses) as relu(x) + exp(min(x, 0)) − 1, with
 /// min(x, 0) = x − relu(x): equal bit for bit to burn's `elu(x, 1.0)` and its gradient (1 at x = 0,
 /// as burn's), but built from branch-free ops. burn's `elu` selects with `mask_where`, whose
-/// data-dependent branch mispredicts on half the hidden units: a quarter of a training step in
-/// issue 11's profile.
+/// data-dependent branch mispredicts on half the hidden units, a large share of a training step's
+/// profile (docs/benchmarks.md).
 pub fn elu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let positive = relu(x.clone());
     let negative = x - positive.clone();
