@@ -219,48 +219,48 @@ pub struct SimArgs {
     /// SVMlight/LETOR or LightGBM data file(s); none = synthetic features.
     #[arg(long = "data")]
     data: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "svmlight")]
+    #[arg(long, value_enum, default_value_t = SimConfig::default().format)]
     format: DataFormat,
     /// LightGBM group file (default `<data>.query`).
     #[arg(long)]
     query_file: Option<PathBuf>,
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = SyntheticData::default().queries)]
     synthetic_queries: usize,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = SyntheticData::default().docs_per_query)]
     synthetic_docs: usize,
-    #[arg(long, default_value_t = 46)]
+    #[arg(long, default_value_t = SyntheticData::default().features)]
     synthetic_features: usize,
     /// labels | linear | mlp (default: labels with a data file, linear without).
     #[arg(long, value_enum)]
     relevance: Option<RelevanceKind>,
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = SimConfig::default().noise)]
     noise: f64,
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = SimConfig::default().top_n)]
     top_n: usize,
-    #[arg(long, value_enum, default_value = "mlp")]
+    #[arg(long, value_enum, default_value_t = PolicyConfig::default().ranker)]
     ranker: RankerKind,
-    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = PolicyConfig::default().alpha, allow_hyphen_values = true)]
     alpha: f64,
-    #[arg(long, value_enum, default_value = "epsilon-greedy")]
+    #[arg(long, value_enum, default_value_t = PolicyConfig::default().sampling)]
     sampling: Sampling,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = PolicyConfig::default().tau)]
     tau: f64,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = PolicyConfig::default().pl_temperature)]
     pl_temperature: f64,
-    #[arg(long, default_value = "logging-v1")]
+    #[arg(long, default_value_t = PolicyConfig::default().policy_id)]
     policy_id: String,
-    #[arg(long, value_enum, default_value = "additive-pbm")]
+    #[arg(long, value_enum, default_value_t = ClickModel::default().kind)]
     click_model: ClickModelKind,
     /// Mixture weights RCM:RCTR:DCTR:PBM.
-    #[arg(long, default_value = "0:1:1:0")]
+    #[arg(long, default_value_t = ClickModel::mixture_text(&ClickModel::default().mixture))]
     mixture: String,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = ClickModel::default().eta)]
     eta: f64,
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = SimConfig::default().sessions)]
     sessions: u64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = SimConfig::default().seed)]
     seed: u64,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = SimConfig::default().interval_ms)]
     interval_ms: i64,
     #[arg(long)]
     no_features: bool,
@@ -270,7 +270,7 @@ pub struct SimArgs {
     #[arg(long)]
     logged_tau: Option<f64>,
     /// Probability that a page lists one document twice (a repeat at a later position).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = SimConfig::default().duplicate_rate)]
     duplicate_rate: f64,
     /// Randomize a share of sessions with a swap design: adjacent_swaps or rand_pair (unset: none).
     #[arg(long)]

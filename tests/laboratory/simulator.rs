@@ -231,3 +231,23 @@ fn logged_propensities_match_epsilon_greedy() {
         }
     }
 }
+
+/// `ultr simulate` with only `--sessions` simulates `SimConfig::default()` with that many sessions:
+/// its flags' defaults are read from the simulator's, and the ground truth it writes records the
+/// config it ran, which equals the library's default field for field.
+#[test]
+fn ultr_simulate_without_flags_runs_the_simulators_default_config() {
+    use crate::common::OutputWithin;
+
+    let dir = tempfile::tempdir().unwrap();
+    let truth = dir.path().join("truth.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ultr"))
+        .args(["simulate", "--sessions", "20", "--out"])
+        .arg(dir.path().join("sessions.jsonl"))
+        .arg("--truth")
+        .arg(&truth)
+        .output_within(crate::common::CHILD_DEADLINE)
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(GroundTruth::load(&truth).unwrap().config, SimConfig { sessions: 20, ..SimConfig::default() });
+}

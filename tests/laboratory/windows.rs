@@ -481,6 +481,73 @@ fn a_partition_behind_its_high_watermark_does_not_go_idle() {
     }
 }
 
+/// Regression (kill test, CI: after a crash between the shards' checkpoints the merged view kept two
+/// windows with one shard's share): a clock depends on how the reader interleaved the partitions,
+/// since one session moves its partition's clock at most `max_clock_jump` past the watermark of the
+/// moment. Shard A checkpointed after sessions a, b, a2, c, d, e, f; shard B only after a, b. The
+/// restart replays from B's checkpoint with the partitions interleaved anew (e, f, a2, c, d): A
+/// skips them as covered (its counters do not move), B counts its own, then both read g, h, i. Kept
+/// with its own clocks, A's watermark leaves B's (the old behaviour, asserted so the test tells the
+/// two apart); rewound to B's clocks (`rewind_clock`, what the coordinator does at a restart), A's
+/// watermark equals B's after every session, so both close each window at the same session.
+#[test]
+fn a_shard_restored_ahead_and_rewound_to_the_earliest_clock_keeps_its_watermark_with_the_shard_replaying() {
+    use ultr::window::operator::Role;
+
+    let minute = 60_000;
+    let spec = WindowSpec { size_ms: 10 * minute, slide_ms: 10 * minute, allowed_lateness_ms: 0, idle_timeout_ms: 3_600_000 };
+    let operator = || WindowOperator::new(spec).with_max_clock_jump(Some(10 * minute));
+    let restored = |op: &WindowOperator| {
+        let filters = op.open_starts().into_iter().map(|s| (s, Vec::new())).collect();
+        WindowOperator::restore(spec, op.snapshot(), filters).with_max_clock_jump(Some(10 * minute))
+    };
+    // (partition, minute, owner): shard 0 is A, shard 1 is B.
+    let (a, b, a2, c, d, e, f) = ((0, 1, 0), (1, 1, 1), (0, 15, 0), (0, 40, 0), (0, 41, 0), (1, 30, 1), (1, 31, 1));
+    let (g, h, i) = ((1, 32, 1), (0, 42, 0), (1, 45, 1));
+    let step = |op: &mut WindowOperator, (partition, at, owner): (i32, i64, usize), me: usize, covered: bool| {
+        let role = if covered {
+            Role::Covered
+        } else if owner == me {
+            Role::Mine
+        } else {
+            Role::Others
+        };
+        op.process_shard(&partition_batch(partition, &[at * minute]), Instant::now(), |_| role);
+    };
+    let mut diverged = Vec::new();
+    for rewind in [false, true] {
+        let (mut first_a, mut first_b) = (operator(), operator());
+        for s in [a, b] {
+            step(&mut first_a, s, 0, false);
+            step(&mut first_b, s, 1, false);
+        }
+        let mut behind = restored(&first_b);
+        for s in [a2, c, d, e, f] {
+            step(&mut first_a, s, 0, false);
+        }
+        let mut ahead = restored(&first_a);
+        let counts = |op: &WindowOperator| (op.counters().sessions, op.counters().duplicate_sessions, op.counters().late_sessions);
+        let counted = counts(&ahead);
+        if rewind {
+            ahead.rewind_clock(&behind.snapshot());
+        }
+        let mut apart = Vec::new();
+        for s in [e, f, a2, c, d] {
+            step(&mut ahead, s, 0, true);
+            step(&mut behind, s, 1, false);
+            apart.push(ahead.watermark() != behind.watermark());
+        }
+        assert_eq!(counts(&ahead), counted, "rewind {rewind}: covered sessions are not counted again (sessions, duplicates, late)");
+        for s in [g, h, i] {
+            step(&mut ahead, s, 0, false);
+            step(&mut behind, s, 1, false);
+            apart.push(ahead.watermark() != behind.watermark());
+        }
+        diverged.push(apart.iter().any(|x| *x));
+    }
+    assert_eq!(diverged, [true, false], "watermarks apart at some session: [own clocks, rewound]");
+}
+
 /// The merge reads partials as sorted runs (issue 11: an open window's merge holds a key at a time,
 /// not a hash table of every key plus a sort of the result). Every reduce and merge output is sorted
 /// by its table's order, the merges' plans sort nothing, and a partial that is not sorted (an older

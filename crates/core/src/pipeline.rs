@@ -170,8 +170,22 @@ impl Coordinator {
             }
         }
         // Every shard checkpoints at the same record; after a crash between two shards' checkpoints
-        // the reader goes back to the earliest, and the shards ahead skip what they hold.
+        // the reader goes back to the earliest, and the shards ahead skip what they hold. Every shard
+        // takes the earliest's clocks, so all of them close each window at the same session of the
+        // replay (`WindowOperator::rewind_clock`).
         let resume = shards::earliest(states.iter().map(|d| &d.resume));
+        if workers.len() > 1 {
+            let clock = Arc::new(states[shards::earliest_shard(states.iter().map(|d| &d.resume))].clock.clone());
+            for w in &mut workers {
+                w.send(Order::Rewind(clock.clone()))?;
+            }
+            for w in &mut workers {
+                match w.recv()? {
+                    Reply::Rewound => {}
+                    _ => anyhow::bail!("a worker answered out of turn"),
+                }
+            }
+        }
         let decoder = shards::earliest_decoder(states.iter().map(|d| &d.decoder));
         // Where this run starts, for the operator after a crash (and the kill test, which checks that
         // a restart starts at its checkpoint, not at the stream's start).
@@ -468,6 +482,8 @@ struct Broadcast {
 
 enum Order {
     Describe,
+    /// Take these clocks (the earliest shard's) before the first batch.
+    Rewind(Arc<crate::window::operator::OperatorSnapshot>),
     Batch(Arc<Broadcast>),
     /// The source ended: close every window.
     Flush,
@@ -478,6 +494,7 @@ enum Order {
 
 enum Reply {
     Described(Described),
+    Rewound,
     /// Whether windows closed since the last checkpoint, and the bytes of their computed statistics.
     Processed {
         closed: bool,
@@ -493,6 +510,8 @@ struct Described {
     resume: ResumeOffsets,
     decoder: crate::ingest::DecoderState,
     dead_letters: BTreeMap<String, u64>,
+    /// Its operator's clocks, watermark and counters.
+    clock: crate::window::operator::OperatorSnapshot,
 }
 
 /// What one shard's checkpoint reports.
@@ -662,8 +681,15 @@ impl Shard {
 
     fn handle(&mut self, order: Order) -> anyhow::Result<Reply> {
         match order {
-            Order::Describe => {
-                Ok(Reply::Described(Described { resume: self.resume.clone(), decoder: self.decoder.clone(), dead_letters: self.dead_letters.clone() }))
+            Order::Describe => Ok(Reply::Described(Described {
+                resume: self.resume.clone(),
+                decoder: self.decoder.clone(),
+                dead_letters: self.dead_letters.clone(),
+                clock: self.operator.snapshot(),
+            })),
+            Order::Rewind(clock) => {
+                self.operator.rewind_clock(&clock);
+                Ok(Reply::Rewound)
             }
             Order::Batch(b) => {
                 self.process(&b)?;

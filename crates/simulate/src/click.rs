@@ -67,6 +67,11 @@ impl ClickModel {
         (1.0 / position as f64).powf(self.eta)
     }
 
+    /// Mixture weights as `parse_mixture` reads them (`0:1:1:0`).
+    pub fn mixture_text(weights: &[f64; 4]) -> String {
+        weights.iter().map(f64::to_string).collect::<Vec<_>>().join(":")
+    }
+
     /// Parses `a:b:c:d` mixture weights.
     pub fn parse_mixture(text: &str) -> anyhow::Result<[f64; 4]> {
         let parts: Vec<f64> = text

@@ -106,6 +106,14 @@ pub fn earliest<'a>(mut resumes: impl Iterator<Item = &'a ResumeOffsets>) -> Res
     out
 }
 
+/// The shard whose checkpoint is earliest: the fewest records read, summed over its offsets (every
+/// shard checkpoints at the same record, so one shard is behind or level with every other); the
+/// lowest index among equals.
+pub fn earliest_shard<'a>(resumes: impl Iterator<Item = &'a ResumeOffsets>) -> usize {
+    let read = |r: &ResumeOffsets| -> i128 { r.0.values().flat_map(|parts| parts.values()).map(|&o| i128::from(o)).sum() };
+    resumes.enumerate().min_by_key(|(i, r)| (read(r), *i)).map_or(0, |(i, _)| i)
+}
+
 /// The decoder state to resume with: the locked dimensions (every shard's agree), and each stream's
 /// clock at the earliest shard, so a re-read record is judged as it was the first time.
 pub fn earliest_decoder<'a>(mut states: impl Iterator<Item = &'a DecoderState>) -> DecoderState {
@@ -169,6 +177,14 @@ mod tests {
         assert_eq!(e.get("f", 0), Some(300));
         assert_eq!(e.get("k", 0), Some(7));
         assert_eq!(e.get("k", 1), None, "shard b never read k[1]");
+    }
+
+    #[test]
+    fn the_earliest_shard_has_read_the_fewest_records_and_the_first_among_equals_wins() {
+        let at = |a: i64, b: i64| ResumeOffsets([("k".to_string(), BTreeMap::from([(0, a), (1, b)]))].into());
+        assert_eq!(earliest_shard([at(10, 7), at(9, 3), at(10, 7)].iter()), 1);
+        assert_eq!(earliest_shard([at(5, 5), at(5, 5)].iter()), 0);
+        assert_eq!(earliest_shard([at(5, 5), ResumeOffsets::default()].iter()), 1, "a shard that never checkpointed is the earliest");
     }
 
     #[test]

@@ -61,14 +61,17 @@ mod tests {
 
     /// Regression (a mutation of the holder comparison survived the tests): a lease that
     /// another instance holds and that has not expired is refused, and the record still names its
-    /// holder; the first instance took it on an empty store.
+    /// holder; the first instance took it on an empty store; `holder` names a until the lease
+    /// expires, and no one after.
     #[test]
-    fn an_unexpired_lease_is_refused_to_another_holder() {
+    fn an_unexpired_lease_is_refused_to_another_holder_and_names_its_holder_until_it_expires() {
         let root = tempfile::tempdir().unwrap();
         let remote = crate::state::remote::tests::local_remote(&root.path().join("store"));
         assert!(try_acquire(&remote, "a", 1_000, 0).unwrap(), "an empty store's lease is free");
         assert!(!try_acquire(&remote, "b", 1_000, 500).unwrap(), "b took a's unexpired lease");
         let record: LeaseRecord = serde_json::from_slice(&remote.get(LEASE).unwrap().unwrap()).unwrap();
         assert_eq!(record, LeaseRecord { holder: "a".into(), expires_unix_ms: 1_000 });
+        assert_eq!(holder(&remote, 999).unwrap().as_deref(), Some("a"), "a holds the lease until it expires");
+        assert_eq!(holder(&remote, 1_000).unwrap(), None, "an expired lease has no holder");
     }
 }

@@ -269,3 +269,79 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         seconds: started.elapsed().as_secs_f64(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::operator::WindowCounters;
+
+    const SPEC: WindowSpec = WindowSpec { size_ms: 600_000, slide_ms: 600_000, allowed_lateness_ms: 0, idle_timeout_ms: 60_000 };
+    const HOLDOUT: Holdout = Holdout { validation: 0.1, evaluation: 0.1 };
+
+    /// One checkpoint of a part that holds no closed window: `sessions` counted, its partition
+    /// `partition` read to `offset`, `letters` dead letters, and the windows `open` open (partials
+    /// without rows).
+    fn part_checkpoint(store: &mut StateStore, partition: i32, sessions: u64, offset: i64, letters: u64, open: &[i64]) {
+        let counters = WindowCounters { sessions, impressions: 10 * sessions, ..WindowCounters::default() };
+        store
+            .checkpoint(Checkpoint {
+                closed: Vec::new(),
+                open_partials: open.iter().map(|s| (*s, Vec::new())).collect(),
+                admitted: Vec::new(),
+                late: Vec::new(),
+                operator: OperatorSnapshot { partitions: BTreeMap::new(), watermark: i64::MIN, counters, event_watermark: None },
+                open_windows: open.iter().copied().collect(),
+                resume: crate::sources::ResumeOffsets([("k".to_string(), BTreeMap::from([(partition, offset)]))].into()),
+                dead_letters: if letters > 0 { BTreeMap::from([("invalid_json".to_string(), letters)]) } else { BTreeMap::new() },
+                dead_letter_file_bytes: None,
+                retention_ms: None,
+                decoder: Default::default(),
+            })
+            .unwrap();
+    }
+
+    /// Compaction of two parts holding no closed window: the view's counters, offsets, dead letters
+    /// and open windows follow each part's change of any one of them alone, each change is a new
+    /// manifest (its sequence number grows), and a compaction with nothing changed writes none.
+    #[test]
+    fn compaction_follows_each_kind_of_change_in_a_part_and_writes_nothing_when_none_changed() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = [root.path().join("a"), root.path().join("b")];
+        let mut a = StateStore::open(&dirs[0], "src", SPEC, HOLDOUT).unwrap();
+        let mut b = StateStore::open(&dirs[1], "src", SPEC, HOLDOUT).unwrap();
+        part_checkpoint(&mut a, 0, 3, 30, 0, &[]);
+        part_checkpoint(&mut b, 1, 4, 40, 0, &[]);
+        let target = MergeTarget { source: "src".into(), window: SPEC, holdout: HOLDOUT, retention_ms: None, bounds: Default::default(), threads: 1 };
+        let view_dir = root.path().join("view");
+        let mut view = StateStore::open(&view_dir, "src", SPEC, HOLDOUT).unwrap();
+        let compact_seq = |view: &mut StateStore| {
+            compact_into(&dirs, view, &target).unwrap();
+            view.manifest().seq
+        };
+        let mut seq = compact_seq(&mut view);
+        assert_eq!(view.manifest().operator.counters.sessions, 7);
+        assert_eq!(compact_seq(&mut view), seq, "nothing changed: no new manifest");
+
+        let mut step = |view: &mut StateStore, what: &str| {
+            let next = compact_seq(view);
+            assert!(next > seq, "{what}: the view wrote no new manifest");
+            seq = next;
+        };
+        part_checkpoint(&mut a, 0, 3, 30, 0, &[600_000]);
+        step(&mut view, "a window opened in a part");
+        assert_eq!(view.manifest().open_window_starts(), BTreeSet::from([600_000]));
+        part_checkpoint(&mut b, 1, 9, 40, 0, &[]);
+        step(&mut view, "a part's counters moved");
+        assert_eq!(view.manifest().operator.counters.sessions, 12);
+        part_checkpoint(&mut b, 1, 9, 45, 0, &[]);
+        step(&mut view, "a part's offsets moved");
+        assert_eq!((view.manifest().resume.get("k", 0), view.manifest().resume.get("k", 1)), (Some(30), Some(45)));
+        part_checkpoint(&mut a, 0, 3, 30, 2, &[600_000]);
+        step(&mut view, "a part wrote dead letters");
+        assert_eq!(view.manifest().dead_letters.get("invalid_json"), Some(&2));
+        part_checkpoint(&mut a, 0, 3, 30, 2, &[]);
+        step(&mut view, "a part's window closed with no rows");
+        assert!(view.manifest().open_window_starts().is_empty());
+        assert_eq!(compact_seq(&mut view), seq, "nothing changed: no new manifest");
+    }
+}

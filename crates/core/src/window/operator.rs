@@ -88,7 +88,10 @@ pub enum Role {
     Mine,
     /// Another shard's: it only moves the clocks.
     Others,
-    /// Counted by this shard before a restart (below its resume offset): ignored.
+    /// Counted by this shard before a restart (below its resume offset): not counted again, but it
+    /// moves the clocks as another shard's session does. A shard restored ahead of the others is
+    /// rewound to the earliest shard's clock (`rewind_clock`), and the replay then moves every
+    /// shard's clock through the same sessions, so all of them close each window at the same session.
     Covered,
 }
 
@@ -180,6 +183,20 @@ impl WindowOperator {
         op
     }
 
+    /// Sets the clocks and the watermark to `to`'s (the earliest shard's after a crash between the
+    /// shards' checkpoints), keeping this shard's open windows and counters. A clock is not a
+    /// function of the offsets read alone: one session moves its partition's clock at most
+    /// `max_clock_jump` past the watermark of the moment, so the clocks depend on how the reader
+    /// interleaved the partitions, and a replay interleaves them anew. A shard ahead that kept its
+    /// own clocks closed windows at other sessions than the shards replaying, and the merged view,
+    /// which writes a window once, kept a window with only the first shards' shares.
+    pub fn rewind_clock(&mut self, to: &OperatorSnapshot) {
+        let now = Instant::now();
+        self.partitions = to.partitions.iter().map(|(k, c)| (k.clone(), PartitionClock { max_event_ms: c.max_event_ms, last_seen: Some(now) })).collect();
+        self.watermark = to.watermark;
+        self.event_watermark = to.event_watermark.unwrap_or(to.watermark);
+    }
+
     pub fn snapshot(&self) -> OperatorSnapshot {
         OperatorSnapshot {
             partitions: self.partitions.clone(),
@@ -229,7 +246,8 @@ impl WindowOperator {
 
     /// Assigns the sessions of `batch` whose role is `Mine`; sessions of other shards only move the
     /// clocks, so every shard of a stream closes the same windows at the same session as one
-    /// operator over all of it would. `Covered` sessions were counted before a restart.
+    /// operator over all of it would. `Covered` sessions were counted before a restart and also only
+    /// move the clocks.
     pub fn process_shard(&mut self, batch: &DecodedBatch, now: Instant, role: impl Fn(usize) -> Role) -> Processed {
         let mut out = Processed::default();
         let rb = &batch.impressions;
@@ -246,11 +264,7 @@ impl WindowOperator {
             let t = times.value(row);
             let first = row;
             row += origin.rows;
-            let role = role(i);
-            if role == Role::Covered {
-                continue;
-            }
-            if role == Role::Mine {
+            if role(i) == Role::Mine {
                 let targets: Vec<i64> = self.spec.windows_for(t).filter(|s| s + self.spec.size_ms > self.watermark).collect();
                 let key = session_key(ids.value(first));
                 if targets.is_empty() {
