@@ -75,6 +75,9 @@ enum Command {
     /// Print the configuration reference (every key, its type, default and meaning) as Markdown:
     /// `ultr config-reference > docs/configuration.md`.
     ConfigReference,
+    /// Print the shipped Prometheus alert rules, generated from the signals catalog:
+    /// `ultr alert-rules > pipelines/alerts.yml`.
+    AlertRules,
     /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
     #[command(subcommand)]
     Experiment(train::ExperimentCommand),
@@ -498,6 +501,10 @@ pub fn main() -> ExitCode {
         Command::Import(args) => import(&args),
         Command::ConfigReference => {
             print!("{}", ultr::config_reference::render());
+            Ok(())
+        }
+        Command::AlertRules => {
+            print!("{}", ultr::monitor::signals::alerts_yaml());
             Ok(())
         }
         Command::Consume(args) => consume(&args),

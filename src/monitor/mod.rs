@@ -7,6 +7,7 @@ pub mod drift;
 pub mod metrics;
 pub mod residuals;
 pub mod rules_time;
+pub mod signals;
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -503,9 +504,10 @@ impl Monitor {
         let tower = label.as_str();
         m.misspecification_assessable.with_label_values(&[tower]).set(test.assessable as i64);
         m.misspecification_z.with_label_values(&[tower]).set(test.z);
-        let high = test.z > 4.0;
+        let limit = signals::threshold::MISSPECIFICATION_Z;
+        let high = test.z > limit;
         if test.assessable && self.told.misspecification_high != Some(high) {
-            let verdict = if high { "residuals depend on the logging policy (z > 4)" } else { "no sign (z ≤ 4)" };
+            let verdict = if high { format!("residuals depend on the logging policy (z > {limit})") } else { format!("no sign (z ≤ {limit})") };
             tracing::info!(target: "ultr::story", "misspecification: z = {:+.2} on window {}: {verdict}", test.z, span_in_short(w.start_ms, w.end_ms));
             self.told.misspecification_high = Some(high);
         }

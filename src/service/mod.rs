@@ -3,7 +3,6 @@
 //! over HTTP, scheduled retraining, and a graceful stop on SIGTERM/SIGINT (checkpoint, commit,
 //! exit 0).
 
-pub mod alert_rules;
 pub mod config;
 pub mod http;
 pub mod schedule;

@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::alert_rules::AlertRules;
 use crate::monitor::board::{BoardState, GraphCard};
+use crate::monitor::metrics::name;
+use crate::monitor::signals::{self, threshold};
 
 /// How often the page reloads itself.
 pub const REFRESH_SECONDS: u32 = 10;
@@ -138,79 +139,80 @@ pub struct Condition {
 }
 
 /// The rules' conditions, each written as its `expr` reads, on the series `/metrics` exports, with
-/// the thresholds, spans and severities of the shipped `pipelines/alerts.yml` (`alert_rules`: one
-/// source for them). `IngestErrorsHigh`'s rate comes from the board's counter samples.
+/// the signals catalog's thresholds and severities (`monitor::signals`, from which
+/// `pipelines/alerts.yml` is generated). `IngestErrorsHigh`'s rate comes from the board's counter
+/// samples.
 pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<Condition> {
-    conditions_under(AlertRules::shipped(), series, board, now_unix_s)
-}
-
-/// [`conditions`] under the given rules.
-pub fn conditions_under(rules: &AlertRules, series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<Condition> {
     let mut out = Vec::new();
-    let mut add = |alert: &'static str, detail: String| out.push(Condition { alert, severity: rules.severity(alert).to_string(), detail });
-    let t = |alert: &str, i: usize| rules.threshold(alert, i);
+    let mut add = |alert: &'static str, detail: String| out.push(Condition { alert, severity: signals::severity(alert).as_str().to_string(), detail });
     let model = |s: &Sample| s.labels.get("model").cloned().unwrap_or_default();
-    for s in series.all("ultr_identified").filter(|s| s.value == t("IdentifiabilityLost", 0)) {
-        add("IdentifiabilityLost", format!("ultr_identified{{model=\"{}\"}} = {}", model(s), s.value));
+    for s in series.all(name::IDENTIFIED).filter(|s| s.value == threshold::NOT_IDENTIFIED) {
+        add("IdentifiabilityLost", format!("{}{{model=\"{}\"}} = {}", name::IDENTIFIED, model(s), s.value));
     }
-    for s in series.all("ultr_weakly_identified").filter(|s| s.value == t("IdentifiabilityLost", 1)) {
-        add("IdentifiabilityLost", format!("ultr_weakly_identified{{model=\"{}\"}} = {}: a θ_k interval wider than max_theta_interval", model(s), s.value));
+    for s in series.all(name::WEAKLY_IDENTIFIED).filter(|s| s.value == threshold::WEAKLY_IDENTIFIED) {
+        add(
+            "IdentifiabilityLost",
+            format!("{}{{model=\"{}\"}} = {}: a θ_k interval wider than max_theta_interval", name::WEAKLY_IDENTIFIED, model(s), s.value),
+        );
     }
-    if let Some(b) = series.get("ultr_overlap_bottleneck", &[]).filter(|b| *b < t("FeatureOverlapLow", 0)) {
-        add("FeatureOverlapLow", format!("overlap bottleneck {b:.3} < {}", t("FeatureOverlapLow", 0)));
+    if let Some(b) = series.get(name::OVERLAP_BOTTLENECK, &[]).filter(|b| *b < threshold::OVERLAP_BOTTLENECK) {
+        add("FeatureOverlapLow", format!("overlap bottleneck {b:.3} < {}", threshold::OVERLAP_BOTTLENECK));
     }
-    for s in series.all("ultr_misspecification_z").filter(|s| s.value > t("MisspecificationSuspected", 0)) {
-        add("MisspecificationSuspected", format!("z = {:.2} > {} ({})", s.value, t("MisspecificationSuspected", 0), model(s)));
+    for s in series.all(name::MISSPECIFICATION_Z).filter(|s| s.value > threshold::MISSPECIFICATION_Z) {
+        add("MisspecificationSuspected", format!("z = {:.2} > {} ({})", s.value, threshold::MISSPECIFICATION_Z, model(s)));
     }
-    for s in series.all("ultr_misspecification_assessable").filter(|s| s.value == t("MisspecificationUnassessable", 0)) {
-        add("MisspecificationUnassessable", format!("ultr_misspecification_assessable{{model=\"{}\"}} = {}", model(s), s.value));
+    for s in series.all(name::MISSPECIFICATION_ASSESSABLE).filter(|s| s.value == threshold::NOT_ASSESSABLE) {
+        add("MisspecificationUnassessable", format!("{}{{model=\"{}\"}} = {}", name::MISSPECIFICATION_ASSESSABLE, model(s), s.value));
     }
-    if let Some(n) = series.get("ultr_logged_propensity_disagrees", &[]).filter(|n| *n > t("LoggedPropensityMismatch", 0)) {
+    if let Some(n) = series.get(name::LOGGED_PROPENSITY_DISAGREES, &[]).filter(|n| *n > threshold::LOGGED_PROPENSITY_DISAGREES) {
         add("LoggedPropensityMismatch", format!("{n} policy(ies) disagree"));
     }
-    let psi = series.get("ultr_residual_psi", &[]).unwrap_or(0.0);
-    let ph = series.get("ultr_residual_page_hinkley", &[]).unwrap_or(0.0);
-    if psi > t("ResidualDrift", 0) || ph > t("ResidualDrift", 1) {
+    let psi = series.get(name::RESIDUAL_PSI, &[]).unwrap_or(0.0);
+    let ph = series.get(name::RESIDUAL_PAGE_HINKLEY, &[]).unwrap_or(0.0);
+    if psi > threshold::RESIDUAL_PSI || ph > threshold::RESIDUAL_PAGE_HINKLEY {
         add("ResidualDrift", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
     }
     let judged = |s: &&Sample| {
-        s.value < t("JudgedRankingBelowBaseline", 0) && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper")
+        s.value < threshold::JUDGED_NDCG10_UPPER && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper")
     };
-    for s in series.all("ultr_judged_ndcg_difference").filter(judged) {
+    for s in series.all(name::JUDGED_NDCG_DIFFERENCE).filter(judged) {
         let label = |l: &str| s.labels.get(l).cloned().unwrap_or_default();
         add(
             "JudgedRankingBelowBaseline",
             format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value),
         );
     }
-    match series.get("ultr_current_model_created_timestamp_seconds", &[]) {
-        Some(created) if now_unix_s - created > t("TrainingStale", 0) => {
-            add("TrainingStale", format!("model {:.1} h old > {:.0} h", (now_unix_s - created) / 3600.0, t("TrainingStale", 0) / 3600.0));
+    let stale_s = f64::from(threshold::TRAINING_STALE_HOURS) * 3600.0;
+    match series.get(name::CURRENT_MODEL_CREATED_TIMESTAMP_SECONDS, &[]) {
+        Some(created) if now_unix_s - created > stale_s => {
+            add("TrainingStale", format!("model {:.1} h old > {} h", (now_unix_s - created) / 3600.0, threshold::TRAINING_STALE_HOURS));
         }
         Some(_) => {}
         None => {
-            if let Some(started) = series.get("ultr_start_timestamp_seconds", &[]).filter(|s| now_unix_s - s > t("ModelMissing", 0)) {
+            let missing_s = f64::from(threshold::MODEL_MISSING_HOURS) * 3600.0;
+            if let Some(started) = series.get(name::START_TIMESTAMP_SECONDS, &[]).filter(|s| now_unix_s - s > missing_s) {
                 add("ModelMissing", format!("no current model {:.1} h after start", (now_unix_s - started) / 3600.0));
             }
         }
     }
-    let span = rules.range_s("IngestErrorsHigh", 0);
+    let span = f64::from(threshold::INGEST_ERROR_RATE_SPAN_MINUTES) * 60.0;
     if let (Some(bad), Some(records)) = (board.rate(span, |c| c.bad_records), board.rate(span, |c| c.records)) {
-        if bad / records.max(1e-9) > t("IngestErrorsHigh", 0) {
+        if bad / records.max(1e-9) > threshold::INGEST_ERROR_RATE {
             add("IngestErrorsHigh", format!("{:.1}% of records dead-lettered over {:.0} min", 100.0 * bad / records.max(1e-9), span / 60.0));
         }
     }
-    for s in series.all("ultr_kafka_consumer_lag_messages").filter(|s| s.value > t("ConsumerLagHigh", 0)) {
+    for s in series.all(name::KAFKA_CONSUMER_LAG_MESSAGES).filter(|s| s.value > threshold::CONSUMER_LAG_MESSAGES) {
         add("ConsumerLagHigh", format!("{} messages behind on {}", s.value, s.labels.get("topic").cloned().unwrap_or_default()));
     }
-    if let Some(up) = series.get("ultr_source_up", &[]).filter(|up| *up == t("KafkaSourceDown", 0)) {
-        add("KafkaSourceDown", format!("ultr_source_up = {up}"));
+    if let Some(up) = series.get(name::SOURCE_UP, &[]).filter(|up| *up == threshold::SOURCE_DOWN) {
+        add("KafkaSourceDown", format!("{} = {up}", name::SOURCE_UP));
     }
     // increase(ultr_monitor_errors_total[span]) > 0 is: an error within the span, which the last
     // error's time says without the counter's history.
-    let last_ok = series.get("ultr_monitor_last_success_timestamp_seconds", &[]).unwrap_or(0.0);
-    let last_error = series.get("ultr_monitor_last_error_timestamp_seconds", &[]).unwrap_or(f64::NEG_INFINITY);
-    if now_unix_s - last_ok > t("MonitorFailing", 0) && now_unix_s - last_error <= rules.range_s("MonitorFailing", 0) {
+    let failing_s = f64::from(threshold::MONITOR_FAILING_MINUTES) * 60.0;
+    let last_ok = series.get(name::MONITOR_LAST_SUCCESS_TIMESTAMP_SECONDS, &[]).unwrap_or(0.0);
+    let last_error = series.get(name::MONITOR_LAST_ERROR_TIMESTAMP_SECONDS, &[]).unwrap_or(f64::NEG_INFINITY);
+    if now_unix_s - last_ok > failing_s && now_unix_s - last_error <= failing_s {
         add(
             "MonitorFailing",
             format!("no monitor pass for {:.0} min, the last error {:.0} min ago", (now_unix_s - last_ok) / 60.0, (now_unix_s - last_error) / 60.0),
@@ -331,13 +333,13 @@ pub fn render(exposition: &str, board: &BoardState, now_unix_s: f64) -> String {
 
 fn verdicts(h: &mut String, series: &Series, board: &BoardState, now: f64) {
     h.push_str("<section id=\"verdicts\"><h2>Verdicts</h2><table>");
-    let identified: Vec<&Sample> = series.all("ultr_identified").collect();
+    let identified: Vec<&Sample> = series.all(name::IDENTIFIED).collect();
     if identified.is_empty() {
         h.push_str("<tr><th>Identifiability</th><td id=\"verdict-identified\" data-value=\"\">not judged yet (no closed window)</td></tr>");
     }
     for s in identified {
         let model = s.labels.get("model").cloned().unwrap_or_default();
-        let weak = series.get("ultr_weakly_identified", &[("model", model.as_str())]) == Some(1.0);
+        let weak = series.get(name::WEAKLY_IDENTIFIED, &[("model", model.as_str())]) == Some(1.0);
         let (class, text) = match (s.value == 1.0, weak) {
             (true, false) => ("ok", "IDENTIFIED"),
             (true, true) => ("warn", "WEAKLY IDENTIFIED (a θ_k interval wider than max_theta_interval)"),
@@ -352,7 +354,7 @@ fn verdicts(h: &mut String, series: &Series, board: &BoardState, now: f64) {
             escape(&needs)
         );
     }
-    let z: Vec<&Sample> = series.all("ultr_misspecification_z").collect();
+    let z: Vec<&Sample> = series.all(name::MISSPECIFICATION_Z).collect();
     let blind = board.graph.as_ref().and_then(|g| g.misspecification_blind.clone());
     if z.is_empty() {
         let why = blind.clone().unwrap_or_else(|| "no window scored under a model yet".into());
@@ -363,15 +365,15 @@ fn verdicts(h: &mut String, series: &Series, board: &BoardState, now: f64) {
         let cell = if s.value.is_nan() {
             format!("<span class=\"warn\">cannot be assessed</span>: {}", escape(blind.as_deref().unwrap_or("the policy does not vary within positions")))
         } else {
-            let (class, word) = if s.value > 4.0 { ("bad", "residuals depend on the logging policy") } else { ("ok", "no sign") };
+            let (class, word) = if s.value > threshold::MISSPECIFICATION_Z { ("bad", "residuals depend on the logging policy") } else { ("ok", "no sign") };
             format!("<span class=\"{class}\">z = {:.2}</span> ({word}; alert above 4)", s.value)
         };
         let _ = write!(h, "<tr><th>Misspecification ({})</th><td id=\"verdict-misspecification\">{cell}</td></tr>", escape(&model));
     }
-    let bottleneck = series.get("ultr_overlap_bottleneck", &[]);
+    let bottleneck = series.get(name::OVERLAP_BOTTLENECK, &[]);
     let _ = write!(h, "<tr><th>Overlap bottleneck</th><td>{}</td></tr>", number(bottleneck, 3));
-    let disagree = series.get("ultr_logged_propensity_disagrees", &[]);
-    let dispersion = series.get("ultr_logged_propensity_dispersion", &[]);
+    let disagree = series.get(name::LOGGED_PROPENSITY_DISAGREES, &[]);
+    let dispersion = series.get(name::LOGGED_PROPENSITY_DISPERSION, &[]);
     let logged = match disagree {
         Some(d) if d > 0.0 => format!("<span class=\"bad\">{d} policy(ies) disagree</span> (dispersion {})", number(dispersion, 2)),
         _ if dispersion.is_some_and(|d| d > 0.0) => format!("<span class=\"ok\">agree</span> (dispersion {})", number(dispersion, 2)),
@@ -393,9 +395,9 @@ fn verdicts(h: &mut String, series: &Series, board: &BoardState, now: f64) {
 /// θ_k − θ_1 with its interval as an SVG plot, and the same values as a table.
 fn model(h: &mut String, series: &Series, board: &BoardState) {
     h.push_str("<section id=\"model\"><h2>Current model</h2>");
-    let theta = series.by_position("ultr_theta", &[]);
-    let lower = series.by_position("ultr_theta_interval", &[("bound", "lower")]);
-    let upper = series.by_position("ultr_theta_interval", &[("bound", "upper")]);
+    let theta = series.by_position(name::THETA, &[]);
+    let lower = series.by_position(name::THETA_INTERVAL, &[("bound", "lower")]);
+    let upper = series.by_position(name::THETA_INTERVAL, &[("bound", "upper")]);
     match &board.current_model {
         Some(m) => {
             let range = m.data_range_ms.map_or("unknown".to_string(), |(s, e)| crate::monitor::span_in_short(s, e));
@@ -435,7 +437,7 @@ fn model(h: &mut String, series: &Series, board: &BoardState) {
         Some(method) => format!("Points: the model's θ (as trained and shipped). Bars: the bootstrap interval of the converged estimate ({method})."),
         None => "Points: the model's θ. No intervals: enable [train.uncertainty] for bootstrap intervals.".into(),
     };
-    let estimable = series.by_position("ultr_theta_estimable", &[]);
+    let estimable = series.by_position(name::THETA_ESTIMABLE, &[]);
     let _ = write!(
         h,
         "<p class=\"muted\">{}</p><table id=\"theta-table\"><tr><th>k</th><th>θ<sub>k</sub> − θ<sub>1</sub></th><th>interval</th></tr>",
@@ -493,7 +495,7 @@ fn theta_plot(h: &mut String, theta: &BTreeMap<u32, f64>, lower: &BTreeMap<u32, 
 fn swap_graph(h: &mut String, series: &Series, graph: Option<&GraphCard>) {
     h.push_str("<section id=\"graph\"><h2>Swap graph</h2>");
     let edges: Vec<(u32, u32, f64)> = series
-        .all("ultr_swap_pairs")
+        .all(name::SWAP_PAIRS)
         .filter_map(|s| Some((s.labels.get("position_a")?.parse().ok()?, s.labels.get("position_b")?.parse().ok()?, s.value)))
         .collect();
     let mut nodes: Vec<u32> = graph.map(|g| g.components.iter().flatten().copied().collect()).unwrap_or_default();
@@ -552,7 +554,7 @@ fn swap_graph(h: &mut String, series: &Series, graph: Option<&GraphCard>) {
 /// width from the swap pairs beside its row: at 20 or 50 positions, where the circle is a grey disc,
 /// a weak link is a pale cell and a wide interval a long bar.
 fn swap_heatmap(h: &mut String, series: &Series, nodes: &[u32], edges: &[(u32, u32, f64)], heaviest: f64) {
-    let widths = series.by_position("ultr_theta_interval_width", &[]);
+    let widths = series.by_position(name::THETA_INTERVAL_WIDTH, &[]);
     let pairs: BTreeMap<(u32, u32), f64> = edges.iter().flat_map(|&(a, b, n)| [((a, b), n), ((b, a), n)]).collect();
     let k = nodes.len() as f64;
     let (margin, bar) = (22.0, 90.0);
@@ -617,8 +619,8 @@ fn randomization_plan(h: &mut String, series: &Series, plan: Option<&ultr_core::
         100.0 * r.fraction,
         plan.sessions_in_horizon
     );
-    let needed = series.by_position("ultr_randomization_sessions_needed", &[]);
-    let eta = series.by_position("ultr_randomization_eta_seconds", &[]);
+    let needed = series.by_position(name::RANDOMIZATION_SESSIONS_NEEDED, &[]);
+    let eta = series.by_position(name::RANDOMIZATION_ETA_SECONDS, &[]);
     h.push_str("<table><tr><th>position</th><th>±target</th><th>sessions needed</th><th>time</th></tr>");
     for p in &plan.positions {
         let Some(&n) = needed.get(&p.position) else { continue };
@@ -723,17 +725,17 @@ fn combination(h: &mut String, c: &ultr_train::logged_order_combination::Combina
 
 fn stream(h: &mut String, series: &Series, board: &BoardState) {
     let rate = board.rate(60.0, |c| c.sessions);
-    let lag = series.sum("ultr_kafka_consumer_lag_messages");
+    let lag = series.sum(name::KAFKA_CONSUMER_LAG_MESSAGES);
     let rows = [
         ("Sessions/s (last minute)", number(rate, 1)),
-        ("Sessions", number(series.get("ultr_sessions_total", &[]), 0)),
-        ("Records read", number(series.get("ultr_records_total", &[]), 0)),
-        ("Windows open", number(series.get("ultr_windows_open", &[]), 0)),
-        ("Windows closed", number(series.get("ultr_windows_closed_total", &[]), 0)),
-        ("Late sessions", number(series.get("ultr_late_sessions_total", &[]), 0)),
-        ("Duplicate sessions", number(series.get("ultr_duplicate_sessions_total", &[]), 0)),
+        ("Sessions", number(series.get(name::SESSIONS_TOTAL, &[]), 0)),
+        ("Records read", number(series.get(name::RECORDS_TOTAL, &[]), 0)),
+        ("Windows open", number(series.get(name::WINDOWS_OPEN, &[]), 0)),
+        ("Windows closed", number(series.get(name::WINDOWS_CLOSED_TOTAL, &[]), 0)),
+        ("Late sessions", number(series.get(name::LATE_SESSIONS_TOTAL, &[]), 0)),
+        ("Duplicate sessions", number(series.get(name::DUPLICATE_SESSIONS_TOTAL, &[]), 0)),
         ("Consumer lag (messages)", number(lag, 0)),
-        ("Watermark", series.get("ultr_watermark_timestamp_seconds", &[]).map_or("—".into(), unix_time)),
+        ("Watermark", series.get(name::WATERMARK_TIMESTAMP_SECONDS, &[]).map_or("—".into(), unix_time)),
     ];
     h.push_str("<section id=\"stream\"><h2>Stream</h2><table>");
     for (k, v) in rows {
@@ -745,7 +747,7 @@ fn stream(h: &mut String, series: &Series, board: &BoardState) {
 fn dead_letters(h: &mut String, series: &Series, board: &BoardState) {
     h.push_str("<section id=\"dead-letters\"><h2>Dead letters</h2><table><tr><th>reason</th><th>count</th></tr>");
     let mut any = false;
-    for s in series.all("ultr_bad_records_total") {
+    for s in series.all(name::BAD_RECORDS_TOTAL) {
         any = true;
         let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", escape(s.labels.get("reason").map_or("", String::as_str)), s.value);
     }
@@ -882,33 +884,26 @@ mod tests {
         assert!(conditions(&Series::new(vec![]), &board, now).is_empty());
     }
 
-    /// The page judges with the alerts file's numbers: the same series fire once a rule's threshold
-    /// or span is edited in the YAML, and the severity shown is the file's.
+    /// The page judges at the signals catalog's thresholds, from which `pipelines/alerts.yml` is
+    /// generated: a series just past a threshold fires its alert with the catalog's severity, one
+    /// just short of it does not; MonitorFailing needs an error within its span.
     #[test]
-    fn edited_rules_move_the_page() {
+    fn the_page_fires_at_the_catalogs_thresholds_and_not_short_of_them() {
+        use crate::monitor::signals::threshold;
         let now = 2.0e9;
-        let series = Series::new(parse_exposition("ultr_overlap_bottleneck 0.3\nultr_misspecification_z{model=\"m\"} 3\n"));
-        let judged = |yaml: &str| {
-            let rules = AlertRules::parse(yaml, "edited.yml").unwrap();
-            conditions_under(&rules, &series, &BoardState::default(), now).into_iter().map(|c| (c.alert, c.severity)).collect::<Vec<_>>()
+        let judged = |text: String| {
+            conditions(&Series::new(parse_exposition(&text)), &BoardState::default(), now).into_iter().map(|c| (c.alert, c.severity)).collect::<Vec<_>>()
         };
-        assert!(judged(super::super::alert_rules::SHIPPED).is_empty());
-        let edited = super::super::alert_rules::SHIPPED
-            .replace("(ultr_overlap_bottleneck) < 0.25", "(ultr_overlap_bottleneck) < 0.35")
-            .replace("ultr_misspecification_z > 4", "ultr_misspecification_z > 2.5");
-        assert_eq!(judged(&edited), vec![("FeatureOverlapLow", "info".to_string()), ("MisspecificationSuspected", "warning".to_string())]);
-        // MonitorFailing's span: an error 40 min ago is outside [30m], inside [1h].
-        let failing = Series::new(parse_exposition(&format!(
-            "ultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_last_error_timestamp_seconds {}\n",
-            now - 7200.0,
-            now - 2400.0
-        )));
-        let monitor = |yaml: &str| conditions_under(&AlertRules::parse(yaml, "edited.yml").unwrap(), &failing, &BoardState::default(), now).len();
-        assert_eq!(monitor(super::super::alert_rules::SHIPPED), 0);
-        assert_eq!(
-            monitor(&super::super::alert_rules::SHIPPED.replace("increase(ultr_monitor_errors_total[30m])", "increase(ultr_monitor_errors_total[1h])")),
-            1
-        );
+        let (b, z) = (threshold::OVERLAP_BOTTLENECK, threshold::MISSPECIFICATION_Z);
+        let text = |b: f64, z: f64| format!("ultr_overlap_bottleneck {b}\nultr_misspecification_z{{model=\"m\"}} {z}\n");
+        assert_eq!(judged(text(b - 0.01, z + 0.01)), vec![("FeatureOverlapLow", "info".to_string()), ("MisspecificationSuspected", "warning".to_string())]);
+        assert!(judged(text(b + 0.01, z - 0.01)).is_empty());
+        let span = f64::from(threshold::MONITOR_FAILING_MINUTES) * 60.0;
+        let failing = |error_ago: f64| {
+            judged(format!("ultr_monitor_last_success_timestamp_seconds {}\nultr_monitor_last_error_timestamp_seconds {}\n", now - 2.0 * span, now - error_ago))
+                .len()
+        };
+        assert_eq!((failing(span + 60.0), failing(span - 60.0)), (0, 1), "an error outside the span, then inside it");
     }
 
     #[test]

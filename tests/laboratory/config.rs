@@ -115,3 +115,19 @@ fn the_configuration_reference_is_generated_and_current() {
         assert!(body.contains(&format!("| `{key}` |")) || generated.contains(&format!("## `{full}`")), "{full} is not in the reference");
     }
 }
+
+/// `pipelines/alerts.yml` is what `ultr alert-rules` writes from the signals catalog today: a rule
+/// or threshold changed in the catalog without regenerating the file fails here (promtool's test and
+/// the deployment's Prometheus read the file). `ULTR_BLESS=1` rewrites it and fails the test all the
+/// same, as for the configuration reference.
+#[test]
+fn the_alert_rules_file_is_generated_from_the_signals_catalog_and_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/alerts.yml");
+    let generated = ultr::monitor::signals::alerts_yaml();
+    if std::env::var_os("ULTR_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+        panic!("ULTR_BLESS: pipelines/alerts.yml rewritten; this run does not pass, run the test again without it");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(committed == generated, "pipelines/alerts.yml is stale: run `ultr alert-rules > pipelines/alerts.yml`");
+}
