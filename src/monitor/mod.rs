@@ -4,6 +4,7 @@
 
 pub mod board;
 pub mod drift;
+pub mod exposition;
 pub mod metrics;
 pub mod residuals;
 pub mod rules_time;

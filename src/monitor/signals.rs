@@ -1,11 +1,14 @@
 //! The signals catalog: every alert the service ships, one typed entry each (its expression over
 //! the metrics' names from `metrics::name`, its thresholds, `for:`, severity, summary and runbook).
 //! `pipelines/alerts.yml` is generated from it (`ultr alert-rules`; a test fails when the file is
-//! stale), and the monitor and the status page judge with the same `threshold` constants, so a
-//! threshold is written once.
+//! stale), each rule's condition on the exported values is its `holds` judge (the status page's
+//! verdicts), and the monitor judges with the same `threshold` constants, so a threshold is
+//! written once.
 
 use std::sync::OnceLock;
 
+use super::board::BoardState;
+use super::exposition::{Sample, Series};
 use super::metrics::name;
 
 /// The numbers the alert rules compare against; the monitor and the status page use these too.
@@ -75,6 +78,113 @@ pub struct AlertRule {
     pub summary: &'static str,
     /// The runbook annotation: what the alert means and what to do.
     pub runbook: String,
+    /// The rule's condition on exported values, as its `expr` reads (the status page's verdicts):
+    /// one line per series for which it holds now (its `for:` is Prometheus's to wait out).
+    pub holds: Judge,
+}
+
+/// What a rule's condition reads: the exported series, the board's counter samples (rates), and the
+/// time now (Unix seconds).
+pub type Judge = fn(&Series, &BoardState, f64) -> Vec<String>;
+
+fn model(s: &Sample) -> String {
+    s.labels.get("model").cloned().unwrap_or_default()
+}
+
+fn identifiability_lost(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let lost = series.all(name::IDENTIFIED).filter(|s| s.value == threshold::NOT_IDENTIFIED);
+    let weak = series.all(name::WEAKLY_IDENTIFIED).filter(|s| s.value == threshold::WEAKLY_IDENTIFIED);
+    lost.map(|s| format!("{}{{model=\"{}\"}} = {}", name::IDENTIFIED, model(s), s.value))
+        .chain(weak.map(|s| format!("{}{{model=\"{}\"}} = {}: a θ_k interval wider than max_theta_interval", name::WEAKLY_IDENTIFIED, model(s), s.value)))
+        .collect()
+}
+
+fn feature_overlap_low(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let low = series.get(name::OVERLAP_BOTTLENECK, &[]).filter(|b| *b < threshold::OVERLAP_BOTTLENECK);
+    low.map(|b| format!("overlap bottleneck {b:.3} < {}", threshold::OVERLAP_BOTTLENECK)).into_iter().collect()
+}
+
+fn misspecification_suspected(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let high = series.all(name::MISSPECIFICATION_Z).filter(|s| s.value > threshold::MISSPECIFICATION_Z);
+    high.map(|s| format!("z = {:.2} > {} ({})", s.value, threshold::MISSPECIFICATION_Z, model(s))).collect()
+}
+
+fn misspecification_unassessable(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let blind = series.all(name::MISSPECIFICATION_ASSESSABLE).filter(|s| s.value == threshold::NOT_ASSESSABLE);
+    blind.map(|s| format!("{}{{model=\"{}\"}} = {}", name::MISSPECIFICATION_ASSESSABLE, model(s), s.value)).collect()
+}
+
+fn logged_propensity_mismatch(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let n = series.get(name::LOGGED_PROPENSITY_DISAGREES, &[]).filter(|n| *n > threshold::LOGGED_PROPENSITY_DISAGREES);
+    n.map(|n| format!("{n} policy(ies) disagree")).into_iter().collect()
+}
+
+fn residual_drift(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let psi = series.get(name::RESIDUAL_PSI, &[]).unwrap_or(0.0);
+    let ph = series.get(name::RESIDUAL_PAGE_HINKLEY, &[]).unwrap_or(0.0);
+    if psi > threshold::RESIDUAL_PSI || ph > threshold::RESIDUAL_PAGE_HINKLEY {
+        vec![format!("PSI {psi:.3}, Page-Hinkley {ph:.3}")]
+    } else {
+        Vec::new()
+    }
+}
+
+fn judged_ranking_below_baseline(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let label = |s: &Sample, l: &str| s.labels.get(l).cloned().unwrap_or_default();
+    series
+        .all(name::JUDGED_NDCG_DIFFERENCE)
+        .filter(|s| s.value < threshold::JUDGED_NDCG10_UPPER && label(s, "k") == "10" && label(s, "bound") == "upper")
+        .map(|s| format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label(s, "model"), label(s, "baseline"), s.value))
+        .collect()
+}
+
+fn model_missing(series: &Series, _: &BoardState, now_unix_s: f64) -> Vec<String> {
+    if series.get(name::CURRENT_MODEL_CREATED_TIMESTAMP_SECONDS, &[]).is_some() {
+        return Vec::new();
+    }
+    let missing_s = f64::from(threshold::MODEL_MISSING_HOURS) * 3600.0;
+    let started = series.get(name::START_TIMESTAMP_SECONDS, &[]).filter(|s| now_unix_s - s > missing_s);
+    started.map(|s| format!("no current model {:.1} h after start", (now_unix_s - s) / 3600.0)).into_iter().collect()
+}
+
+fn training_stale(series: &Series, _: &BoardState, now_unix_s: f64) -> Vec<String> {
+    let stale_s = f64::from(threshold::TRAINING_STALE_HOURS) * 3600.0;
+    let created = series.get(name::CURRENT_MODEL_CREATED_TIMESTAMP_SECONDS, &[]).filter(|c| now_unix_s - c > stale_s);
+    created.map(|c| format!("model {:.1} h old > {} h", (now_unix_s - c) / 3600.0, threshold::TRAINING_STALE_HOURS)).into_iter().collect()
+}
+
+/// The rate comes from the board's counter samples over the rule's span.
+fn ingest_errors_high(_: &Series, board: &BoardState, _: f64) -> Vec<String> {
+    let span = f64::from(threshold::INGEST_ERROR_RATE_SPAN_MINUTES) * 60.0;
+    match (board.rate(span, |c| c.bad_records), board.rate(span, |c| c.records)) {
+        (Some(bad), Some(records)) if bad / records.max(1e-9) > threshold::INGEST_ERROR_RATE => {
+            vec![format!("{:.1}% of records dead-lettered over {:.0} min", 100.0 * bad / records.max(1e-9), span / 60.0)]
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn consumer_lag_high(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let behind = series.all(name::KAFKA_CONSUMER_LAG_MESSAGES).filter(|s| s.value > threshold::CONSUMER_LAG_MESSAGES);
+    behind.map(|s| format!("{} messages behind on {}", s.value, s.labels.get("topic").cloned().unwrap_or_default())).collect()
+}
+
+fn kafka_source_down(series: &Series, _: &BoardState, _: f64) -> Vec<String> {
+    let down = series.get(name::SOURCE_UP, &[]).filter(|up| *up == threshold::SOURCE_DOWN);
+    down.map(|up| format!("{} = {up}", name::SOURCE_UP)).into_iter().collect()
+}
+
+/// `increase(ultr_monitor_errors_total[span]) > 0` is: an error within the span, which the last
+/// error's time says without the counter's history.
+fn monitor_failing(series: &Series, _: &BoardState, now_unix_s: f64) -> Vec<String> {
+    let failing_s = f64::from(threshold::MONITOR_FAILING_MINUTES) * 60.0;
+    let last_ok = series.get(name::MONITOR_LAST_SUCCESS_TIMESTAMP_SECONDS, &[]).unwrap_or(0.0);
+    let last_error = series.get(name::MONITOR_LAST_ERROR_TIMESTAMP_SECONDS, &[]).unwrap_or(f64::NEG_INFINITY);
+    if now_unix_s - last_ok > failing_s && now_unix_s - last_error <= failing_s {
+        vec![format!("no monitor pass for {:.0} min, the last error {:.0} min ago", (now_unix_s - last_ok) / 60.0, (now_unix_s - last_error) / 60.0)]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Every shipped alert, in the order of `pipelines/alerts.yml`.
@@ -89,6 +199,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the lookback horizon {{ if eq $value 1.0 }}identifies θ_k of the {{ $labels.model }} tower only weakly (a 95% interval wider than max_theta_interval){{ else }}no longer identifies θ_k of the {{ $labels.model }} tower{{ end }}"#,
             runbook: r#"`ultr identifiability --state DIR --config PIPELINE` says which graph the tower needs (swaps for a per-document embedding tower; swaps or adjacent-position feature overlap for a feature tower), how precisely the swap pairs determine each θ_k (`ultr_theta_interval_width`), which links rest on few pairs, and which position pairs to randomise (swap them for a small share of traffic, or add ε-greedy τ > 0). Until it is identified again, do not promote models whose θ_k matter."#.into(),
+            holds: identifiability_lost,
         },
         AlertRule {
             name: "FeatureOverlapLow",
@@ -97,6 +208,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Info,
             summary: r#"the weakest link between positions is thin (overlap bottleneck {{ $value }}): feature identification is at risk"#,
             runbook: format!(r#"A feature tower is identified through swaps and overlapping feature distributions of adjacent positions (Hager Thm 4.1); the weakest needed link scores below {} (1 = the classifier cannot tell the positions apart, 0 = it always can; below 0.1 the link is cut). Check for a new business rule or a more deterministic policy; randomise the weakest adjacent pair (`ultr identifiability` lists the scores)."#, threshold::OVERLAP_BOTTLENECK),
+            holds: feature_overlap_low,
         },
         AlertRule {
             name: "MisspecificationSuspected",
@@ -105,6 +217,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"held-out residuals of the {{ $labels.model }} tower depend on the logging policy (z = {{ $value | printf "%.1f" }}): the additive model is misspecified"#,
             runbook: format!(r#"z is a score test of each window's held-out residuals against π(d,k|q), beyond the model's own logit, cluster-robust by (query, document); it is N(0,1) for a well-specified model at any traffic (z > {}: 3·10⁻⁵ per window by chance). Look for features the production ranker uses that the model lacks, a tower too simple for the relevance (linear on non-linear), non-additive click behaviour (a click-model mixture), a model that stopped training before it fit (flattened θ; see the training's epochs and stop reason), or a changed UI; enable IPS (`[train.ips] enabled = true`) to dampen the policy's amplification meanwhile."#, threshold::MISSPECIFICATION_Z),
+            holds: misspecification_suspected,
         },
         AlertRule {
             name: "MisspecificationUnassessable",
@@ -113,6 +226,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Info,
             summary: r#"misspecification of the {{ $labels.model }} tower cannot be assessed: the logging policy does not vary within positions"#,
             runbook: r#"A deterministic policy puts each document at one position for its query (π ≡ 1), so residuals cannot be tested against it: a silent MisspecificationSuspected means nothing here. `ultr identifiability` prints the policy's variation; randomise a small share of traffic (ε-greedy or pairwise swaps) to make the model testable."#.into(),
+            holds: misspecification_unassessable,
         },
         AlertRule {
             name: "LoggedPropensityMismatch",
@@ -121,6 +235,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"a logging policy's logged propensities disagree with what it was seen to do"#,
             runbook: r#"For a policy that logs its own propensity per item, the counted display frequencies of its (query, document, position) cells should be binomial around the logged π (dispersion ≈ 1). Far above means the logs or the policy changed: a stale exploration rate, another policy's propensities under this policy_id, a logging bug, or a new ranker. `ultr identifiability` names the policy. Until fixed, train with `[train.ips] source = "empirical"` for it (`policies = { "<policy_id>" = "empirical" }`)."#.into(),
+            holds: logged_propensity_mismatch,
         },
         AlertRule {
             name: "ResidualDrift",
@@ -129,6 +244,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"residual distribution drifted from the reference window (PSI/Page-Hinkley {{ $value }})"#,
             runbook: r#"User behaviour or the item mix changed since the current model was promoted. Check the dashboard's residual-by-position panel, then retrain (`ultr train --state DIR --config PIPELINE`) and let the promotion gate decide."#.into(),
+            holds: residual_drift,
         },
         AlertRule {
             name: "JudgedRankingBelowBaseline",
@@ -137,6 +253,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the current {{ $labels.model }} model ranks below the {{ $labels.baseline }} order on the editors' labels (nDCG@10 difference, 95% upper bound {{ $value | printf "%.3f" }})"#,
             runbook: r#"With `[eval] qrels`, the monitor scores the current model, the logged order (each document's mean shown position) and naive click-through against the labels over the lookback horizon; the whole 95% bootstrap interval of (model − baseline) lies below 0. `ultr eval --qrels FILE --state DIR --config PIPELINE` prints every ranker and metric. Below the logged order, removing position also removed what the production ranker knew (Hager et al.'s confounding): do not ship the model's ranking as is. Below naive click-through, check `ultr_training_converged`, `ultr_identified` and the θ intervals before trusting the model's debiasing."#.into(),
+            holds: judged_ranking_below_baseline,
         },
         AlertRule {
             name: "ModelMissing",
@@ -145,6 +262,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"no model has been promoted in the {{ $value | humanizeDuration }} this instance has run"#,
             runbook: r#"The models directory has no current model (`ultr models --dir DIR` lists its checkpoints), a day after start. Either no training ran (no `[train] schedule` and no external CronJob) or every one failed or was rejected: see `ultr_trainings_total` by result and the log's training lines. A first model needs clicks and, with IPS, propensities; `ultr train` by hand prints the reason."#.into(),
+            holds: model_missing,
         },
         AlertRule {
             name: "TrainingStale",
@@ -153,6 +271,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the current model was trained {{ $value | humanizeDuration }} ago"#,
             runbook: r#"No model was promoted for over a day (read from the models directory, so restarts and external schedulers count; with no model at all, ModelMissing speaks instead). See `ultr_trainings_total` by result and the service or CronJob log; run `ultr train` by hand to see the error (no clicks, missing propensities, no new windows) or whether the gate keeps rejecting candidates."#.into(),
+            holds: training_stale,
         },
         AlertRule {
             name: "IngestErrorsHigh",
@@ -161,6 +280,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"{{ $value | humanizePercentage }} of records are dead-lettered"#,
             runbook: r#"Read the dead-letter output (reason and original bytes per record); `ultr_bad_records_total` by reason says which producer contract is broken. Fix the producer; the pipeline keeps valid records."#.into(),
+            holds: ingest_errors_high,
         },
         AlertRule {
             name: "ConsumerLagHigh",
@@ -169,6 +289,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"consumer is {{ $value }} messages behind on {{ $labels.topic }}"#,
             runbook: r#"Check `ultr_window_close_seconds` and CPU; a long training on the same host can starve ingest. Add instances with `[state.object_store]` (docs/scale-out.md: one consumer group, the topic keyed by query_id, at most one instance per partition does work), add partitions, or move scheduled training to an external CronJob."#.into(),
+            holds: consumer_lag_high,
         },
         AlertRule {
             name: "KafkaSourceDown",
@@ -177,6 +298,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Critical,
             summary: r#"ultr cannot reach its Kafka brokers"#,
             runbook: r#"The service stays up and retries; nothing is lost (reading resumes at the state's offsets). `ultr_kafka_errors_total` by kind says why (all_brokers_down, transport, authentication, tls); `/healthz` lists the problem. Check the brokers, the network and the credentials."#.into(),
+            holds: kafka_source_down,
         },
         AlertRule {
             name: "MonitorFailing",
@@ -185,6 +307,7 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the monitor has not completed a pass for {{ $value | humanizeDuration }}"#,
             runbook: r#"Identifiability and residual metrics are stale. Read the service log ("monitor: ..."): an unreadable state file or an incompatible current model are the usual causes."#.into(),
+            holds: monitor_failing,
         },
         ]
     })

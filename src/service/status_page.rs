@@ -18,99 +18,7 @@ pub const REFRESH_SECONDS: u32 = 10;
 const DEAD_LETTERS_SHOWN: usize = 8;
 const DEAD_LETTER_TAIL_BYTES: u64 = 256 << 10;
 
-/// One series of the text exposition format.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
-}
-
-/// Parses Prometheus's text exposition format (what `Metrics::render` writes): comment lines are
-/// skipped, label values are unescaped (`\\`, `\"`, `\n`).
-pub fn parse_exposition(text: &str) -> Vec<Sample> {
-    text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<Sample> {
-    let name_end = line.find(['{', ' '])?;
-    let mut labels = BTreeMap::new();
-    let name = line[..name_end].to_string();
-    let mut rest = &line[name_end..];
-    if let Some(inner) = rest.strip_prefix('{') {
-        let mut chars = inner.char_indices();
-        let mut key = String::new();
-        loop {
-            let (i, c) = chars.next()?;
-            match c {
-                '}' => {
-                    rest = &inner[i + 1..];
-                    break;
-                }
-                ',' | ' ' => {}
-                '=' => {
-                    if chars.next()?.1 != '"' {
-                        return None;
-                    }
-                    let mut value = String::new();
-                    loop {
-                        match chars.next()?.1 {
-                            '\\' => match chars.next()?.1 {
-                                'n' => value.push('\n'),
-                                other => value.push(other),
-                            },
-                            '"' => break,
-                            other => value.push(other),
-                        }
-                    }
-                    labels.insert(std::mem::take(&mut key), value);
-                }
-                other => key.push(other),
-            }
-        }
-    }
-    let value = rest.split_whitespace().next()?;
-    let value = match value {
-        "NaN" => f64::NAN,
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
-    Some(Sample { name, labels, value })
-}
-
-/// The exported series, looked up by name and labels.
-pub struct Series(Vec<Sample>);
-
-impl Series {
-    pub fn new(samples: Vec<Sample>) -> Series {
-        Series(samples)
-    }
-
-    /// The value of the one series `name` whose labels include `labels`, if exported.
-    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        self.all(name).find(|s| labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))).map(|s| s.value)
-    }
-
-    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.0.iter().filter(move |s| s.name == name)
-    }
-
-    /// Sum over every series of `name`.
-    pub fn sum(&self, name: &str) -> Option<f64> {
-        let mut it = self.all(name).peekable();
-        it.peek()?;
-        Some(it.map(|s| s.value).sum())
-    }
-
-    /// Per-position values of a series labelled `position`, in position order.
-    pub fn by_position(&self, name: &str, extra: &[(&str, &str)]) -> BTreeMap<u32, f64> {
-        self.all(name)
-            .filter(|s| extra.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
-            .filter_map(|s| Some((s.labels.get("position")?.parse().ok()?, s.value)))
-            .collect()
-    }
-}
+pub use crate::monitor::exposition::{parse_exposition, Sample, Series};
 
 /// HTML-escapes text for element content and attribute values.
 pub fn escape(text: &str) -> String {
@@ -138,105 +46,21 @@ pub struct Condition {
     pub detail: String,
 }
 
-/// The rules' conditions, each written as its `expr` reads, on the series `/metrics` exports, with
-/// the signals catalog's thresholds and severities (`monitor::signals`, from which
-/// `pipelines/alerts.yml` is generated). `IngestErrorsHigh`'s rate comes from the board's counter
-/// samples.
+/// The shipped alert rules whose conditions hold on the series `/metrics` exports now: each
+/// rule's own judge in the signals catalog (`monitor::signals`, from which `pipelines/alerts.yml` is
+/// generated), with its severity.
 pub fn conditions(series: &Series, board: &BoardState, now_unix_s: f64) -> Vec<Condition> {
-    let mut out = Vec::new();
-    let mut add = |alert: &'static str, detail: String| out.push(Condition { alert, severity: signals::severity(alert).as_str().to_string(), detail });
-    let model = |s: &Sample| s.labels.get("model").cloned().unwrap_or_default();
-    for s in series.all(name::IDENTIFIED).filter(|s| s.value == threshold::NOT_IDENTIFIED) {
-        add("IdentifiabilityLost", format!("{}{{model=\"{}\"}} = {}", name::IDENTIFIED, model(s), s.value));
-    }
-    for s in series.all(name::WEAKLY_IDENTIFIED).filter(|s| s.value == threshold::WEAKLY_IDENTIFIED) {
-        add(
-            "IdentifiabilityLost",
-            format!("{}{{model=\"{}\"}} = {}: a θ_k interval wider than max_theta_interval", name::WEAKLY_IDENTIFIED, model(s), s.value),
-        );
-    }
-    if let Some(b) = series.get(name::OVERLAP_BOTTLENECK, &[]).filter(|b| *b < threshold::OVERLAP_BOTTLENECK) {
-        add("FeatureOverlapLow", format!("overlap bottleneck {b:.3} < {}", threshold::OVERLAP_BOTTLENECK));
-    }
-    for s in series.all(name::MISSPECIFICATION_Z).filter(|s| s.value > threshold::MISSPECIFICATION_Z) {
-        add("MisspecificationSuspected", format!("z = {:.2} > {} ({})", s.value, threshold::MISSPECIFICATION_Z, model(s)));
-    }
-    for s in series.all(name::MISSPECIFICATION_ASSESSABLE).filter(|s| s.value == threshold::NOT_ASSESSABLE) {
-        add("MisspecificationUnassessable", format!("{}{{model=\"{}\"}} = {}", name::MISSPECIFICATION_ASSESSABLE, model(s), s.value));
-    }
-    if let Some(n) = series.get(name::LOGGED_PROPENSITY_DISAGREES, &[]).filter(|n| *n > threshold::LOGGED_PROPENSITY_DISAGREES) {
-        add("LoggedPropensityMismatch", format!("{n} policy(ies) disagree"));
-    }
-    let psi = series.get(name::RESIDUAL_PSI, &[]).unwrap_or(0.0);
-    let ph = series.get(name::RESIDUAL_PAGE_HINKLEY, &[]).unwrap_or(0.0);
-    if psi > threshold::RESIDUAL_PSI || ph > threshold::RESIDUAL_PAGE_HINKLEY {
-        add("ResidualDrift", format!("PSI {psi:.3}, Page-Hinkley {ph:.3}"));
-    }
-    let judged = |s: &&Sample| {
-        s.value < threshold::JUDGED_NDCG10_UPPER && s.labels.get("k").is_some_and(|k| k == "10") && s.labels.get("bound").is_some_and(|b| b == "upper")
-    };
-    for s in series.all(name::JUDGED_NDCG_DIFFERENCE).filter(judged) {
-        let label = |l: &str| s.labels.get(l).cloned().unwrap_or_default();
-        add(
-            "JudgedRankingBelowBaseline",
-            format!("{} model below the {} order in nDCG@10 (95% upper bound {:.3})", label("model"), label("baseline"), s.value),
-        );
-    }
-    let stale_s = f64::from(threshold::TRAINING_STALE_HOURS) * 3600.0;
-    match series.get(name::CURRENT_MODEL_CREATED_TIMESTAMP_SECONDS, &[]) {
-        Some(created) if now_unix_s - created > stale_s => {
-            add("TrainingStale", format!("model {:.1} h old > {} h", (now_unix_s - created) / 3600.0, threshold::TRAINING_STALE_HOURS));
-        }
-        Some(_) => {}
-        None => {
-            let missing_s = f64::from(threshold::MODEL_MISSING_HOURS) * 3600.0;
-            if let Some(started) = series.get(name::START_TIMESTAMP_SECONDS, &[]).filter(|s| now_unix_s - s > missing_s) {
-                add("ModelMissing", format!("no current model {:.1} h after start", (now_unix_s - started) / 3600.0));
-            }
-        }
-    }
-    let span = f64::from(threshold::INGEST_ERROR_RATE_SPAN_MINUTES) * 60.0;
-    if let (Some(bad), Some(records)) = (board.rate(span, |c| c.bad_records), board.rate(span, |c| c.records)) {
-        if bad / records.max(1e-9) > threshold::INGEST_ERROR_RATE {
-            add("IngestErrorsHigh", format!("{:.1}% of records dead-lettered over {:.0} min", 100.0 * bad / records.max(1e-9), span / 60.0));
-        }
-    }
-    for s in series.all(name::KAFKA_CONSUMER_LAG_MESSAGES).filter(|s| s.value > threshold::CONSUMER_LAG_MESSAGES) {
-        add("ConsumerLagHigh", format!("{} messages behind on {}", s.value, s.labels.get("topic").cloned().unwrap_or_default()));
-    }
-    if let Some(up) = series.get(name::SOURCE_UP, &[]).filter(|up| *up == threshold::SOURCE_DOWN) {
-        add("KafkaSourceDown", format!("{} = {up}", name::SOURCE_UP));
-    }
-    // increase(ultr_monitor_errors_total[span]) > 0 is: an error within the span, which the last
-    // error's time says without the counter's history.
-    let failing_s = f64::from(threshold::MONITOR_FAILING_MINUTES) * 60.0;
-    let last_ok = series.get(name::MONITOR_LAST_SUCCESS_TIMESTAMP_SECONDS, &[]).unwrap_or(0.0);
-    let last_error = series.get(name::MONITOR_LAST_ERROR_TIMESTAMP_SECONDS, &[]).unwrap_or(f64::NEG_INFINITY);
-    if now_unix_s - last_ok > failing_s && now_unix_s - last_error <= failing_s {
-        add(
-            "MonitorFailing",
-            format!("no monitor pass for {:.0} min, the last error {:.0} min ago", (now_unix_s - last_ok) / 60.0, (now_unix_s - last_error) / 60.0),
-        );
-    }
-    out
+    signals::alert_rules()
+        .iter()
+        .flat_map(|rule| {
+            (rule.holds)(series, board, now_unix_s).into_iter().map(|detail| Condition {
+                alert: rule.name,
+                severity: rule.severity.as_str().to_string(),
+                detail,
+            })
+        })
+        .collect()
 }
-
-/// Alerts the page can judge (every rule in `pipelines/alerts.yml`; a test keeps them in step).
-pub const JUDGED_ALERTS: &[&str] = &[
-    "IdentifiabilityLost",
-    "FeatureOverlapLow",
-    "MisspecificationSuspected",
-    "MisspecificationUnassessable",
-    "LoggedPropensityMismatch",
-    "ResidualDrift",
-    "JudgedRankingBelowBaseline",
-    "ModelMissing",
-    "TrainingStale",
-    "IngestErrorsHigh",
-    "ConsumerLagHigh",
-    "KafkaSourceDown",
-    "MonitorFailing",
-];
 
 /// A dead letter as the page lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -819,22 +643,6 @@ mod tests {
         assert!(!e.contains(['<', '>', '"', '\'']));
     }
 
-    /// Every rule in the shipped alerts file has its condition on the page, and no other.
-    #[test]
-    fn the_page_judges_every_shipped_alert() {
-        let rules: serde_yaml::Value = serde_yaml::from_str(include_str!("../../pipelines/alerts.yml")).unwrap();
-        let mut shipped: Vec<String> = rules["groups"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .flat_map(|g| g["rules"].as_sequence().unwrap().iter().filter_map(|r| r["alert"].as_str().map(str::to_string)))
-            .collect();
-        shipped.sort();
-        let mut judged: Vec<String> = JUDGED_ALERTS.iter().map(|s| s.to_string()).collect();
-        judged.sort();
-        assert_eq!(shipped, judged);
-    }
-
     /// Each condition holds on values past its threshold and not on values short of it.
     #[test]
     fn conditions_follow_the_rules_thresholds() {
@@ -865,7 +673,8 @@ mod tests {
         let mut fired = page(&sick);
         fired.sort();
         // A model exists, so ModelMissing cannot hold beside TrainingStale.
-        let mut expected: Vec<&str> = JUDGED_ALERTS.iter().copied().filter(|a| *a != "IngestErrorsHigh" && *a != "ModelMissing").collect();
+        let mut expected: Vec<&str> =
+            crate::monitor::signals::alert_rules().iter().map(|r| r.name).filter(|a| *a != "IngestErrorsHigh" && *a != "ModelMissing").collect();
         expected.sort();
         assert_eq!(fired, expected);
         // No model: nothing a day after start, ModelMissing (not TrainingStale) after 26 h.
