@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests: locating the shared LTR data and collecting batches.
+// Both test binaries compile this module and each uses only some of its helpers.
 #![allow(dead_code)]
 
 pub mod brokers;
@@ -289,4 +290,12 @@ pub fn write_truth_qrels(config: &std::path::Path, out: &std::path::Path) {
         }
     }
     std::fs::write(out, qrels).unwrap();
+}
+
+/// Runs `ultr ingest --config CONFIG --state STATE` to its end; fails the test with its stderr if it
+/// fails.
+pub fn ultr_ingest(config: &std::path::Path, state: &std::path::Path) {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_ultr")).args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(CHILD_DEADLINE).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

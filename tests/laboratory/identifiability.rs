@@ -50,10 +50,7 @@ tau = {tau}
     path
 }
 
-fn ingest(config: &Path, state: &Path) {
-    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
+use crate::common::ultr_ingest as ingest;
 
 fn analyse(config: &Path, state: &Path) -> (i32, serde_json::Value) {
     let out =

@@ -33,10 +33,7 @@ fn run_json(cmd: &mut Command) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
-fn ingest(config: &Path, state: &Path) {
-    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
+use crate::common::ultr_ingest as ingest;
 
 /// θ_k − θ_1 and the smallest π the weights used, of `ultr train` with this config.
 fn train(config: &Path, state: &Path) -> (Vec<f64>, f64) {

@@ -171,10 +171,7 @@ tau = 0.0
     path
 }
 
-fn ingest(config: &Path, state: &Path) {
-    let out = ultr().args(["ingest", "--config"]).arg(config).arg("--state").arg(state).output_within(crate::common::CHILD_DEADLINE).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
+use crate::common::ultr_ingest as ingest;
 
 /// A deterministic logger leaves every position its own component (`ultr identifiability` exits 1).
 /// For each design, `ultr plan`
