@@ -1,7 +1,7 @@
 //! Pipeline configuration files (`pipelines/*.toml`): documented structs that reject unknown keys, and
 //! errors that name the file and the key.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -92,6 +92,15 @@ impl PipelineConfig {
     /// What a source kind may read of this config beyond `[source]`.
     pub fn source_context(&self) -> crate::sources::SourceContext<'_> {
         crate::sources::SourceContext { decode: &self.decode, simulator: &self.simulator }
+    }
+
+    /// The state directory of a command run with the pipeline file `config_path`: `--state`
+    /// (`flag`), else `[state] dir`, else `ultr-state/<the file's name without extension>`. One rule
+    /// for every command that writes a state (`ingest`, `run`, `compact`).
+    pub fn state_dir(&self, flag: Option<&Path>, config_path: &Path) -> PathBuf {
+        flag.map(Path::to_path_buf).or_else(|| self.state.dir.clone()).unwrap_or_else(|| {
+            PathBuf::from("ultr-state").join(config_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into()))
+        })
     }
 
     /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.

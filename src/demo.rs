@@ -82,8 +82,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         report.counters.duplicate_sessions,
         state.display()
     );
-    let manifest = ultr_core::state::read_manifest(&state)?;
-    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&state, &manifest, pipeline.state.lookback_ms()))?;
+    let cumulative = ultr_core::state::cumulative::of_state(&state, pipeline.state.lookback_ms())?;
     ultr_core::state::cumulative::write(&state, &cumulative)?;
     let analysis = ultr_train::identifiability(&cumulative, &pipeline.identifiability, &pipeline.train)?;
     print!("\n{}", analysis.render());

@@ -88,7 +88,7 @@ struct IngestArgs {
     /// Pipeline config (TOML).
     #[arg(long)]
     config: PathBuf,
-    /// State directory (overrides `[state].dir`).
+    /// State directory (default: `[state] dir`, else `ultr-state/<config name>`).
     #[arg(long)]
     state: Option<PathBuf>,
     #[arg(long)]
@@ -150,7 +150,8 @@ struct CompactArgs {
     /// Pipeline config (TOML) with `[state.object_store]`.
     #[arg(long)]
     config: PathBuf,
-    /// Local working directory; the merged view is written to `<state>/merged`.
+    /// Local working directory; the merged view is written to `<state>/merged` (default: `[state]
+    /// dir`, else `ultr-state/<config name>`).
     #[arg(long)]
     state: Option<PathBuf>,
     /// Give up when the lease is still held by another instance after this long.
@@ -617,11 +618,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
 
 fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
     let config = PipelineConfig::load(&args.config)?;
-    let state = args
-        .state
-        .clone()
-        .or_else(|| config.state.dir.clone())
-        .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
+    let state = config.state_dir(args.state.as_deref(), &args.config);
     let report = if config.state.object_store.is_some() {
         let report = ultr::scale_out::run(&config.core(), config.scale_out_source()?, &state, &mut ultr::pipeline::NoObserver)?;
         eprintln!("merged view (as of this instance's last compaction or fetch): {}", ultr::scale_out::merged_dir(&state).display());
@@ -680,11 +677,7 @@ fn rekey(args: &RekeyArgs) -> anyhow::Result<()> {
 fn compact(args: &CompactArgs) -> anyhow::Result<()> {
     let config = PipelineConfig::load(&args.config)?;
     let store = config.state.object_store.as_ref().with_context(|| format!("{}: no `[state.object_store]` to compact", args.config.display()))?;
-    let state = args
-        .state
-        .clone()
-        .or_else(|| config.state.dir.clone())
-        .with_context(|| format!("{}: no state directory (key `state.dir`, or --state)", args.config.display()))?;
+    let state = config.state_dir(args.state.as_deref(), &args.config);
     let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
     let report = ultr::scale_out::compact_holding_the_lease(&config.core(), store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
     if args.json {
@@ -705,9 +698,7 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
 
 fn run_service(args: &RunArgs) -> anyhow::Result<()> {
     let config = PipelineConfig::load(&args.config)?;
-    let state = args.state.clone().or_else(|| config.state.dir.clone()).unwrap_or_else(|| {
-        PathBuf::from("ultr-state").join(args.config.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "pipeline".into()))
-    });
+    let state = config.state_dir(args.state.as_deref(), &args.config);
     let report =
         ultr::service::run(&config, &ultr::service::ServiceOptions { state_dir: state, listen: args.listen.clone(), exit_when_done: args.exit_when_done })?;
     let c = &report.counters;
@@ -725,10 +716,7 @@ fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
         // Only the identifiability and training defaults matter here.
         None => PipelineConfig::parse("source = \"simulator\"", "(defaults)")?,
     };
-    let manifest = ultr_core::state::read_manifest(&args.state)?;
-    let runtime = ultr_core::runtime::multi_thread("ultr-identify")?;
-    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.state.lookback_ms()))?;
-    anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
+    let cumulative = ultr_core::state::cumulative::of_state(&args.state, config.state.lookback_ms())?;
     ultr_core::state::cumulative::write(&args.state, &cumulative)?;
     let report = ultr_train::identifiability(&cumulative, &config.identifiability, &config.train)?;
     if args.json {
@@ -759,10 +747,7 @@ fn plan(args: &PlanArgs) -> anyhow::Result<bool> {
         anyhow::ensure!((2..=positions).contains(&k), "--target `{t}`: position {k} is outside 2..={positions}");
         request.epsilon[k - 1] = e;
     }
-    let manifest = ultr_core::state::read_manifest(&args.state)?;
-    let runtime = ultr_core::runtime::multi_thread("ultr-plan")?;
-    let cumulative = runtime.block_on(ultr_core::state::cumulative::compute(&args.state, &manifest, config.state.lookback_ms()))?;
-    anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", args.state.display());
+    let cumulative = ultr_core::state::cumulative::of_state(&args.state, config.state.lookback_ms())?;
     let plan = plan_cumulative(&cumulative, &request).map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);

@@ -131,3 +131,16 @@ fn the_alert_rules_file_is_generated_from_the_signals_catalog_and_current() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(committed == generated, "pipelines/alerts.yml is stale: run `ultr alert-rules > pipelines/alerts.yml`");
 }
+
+/// Every command that writes a state finds its directory by one rule: `--state`, else `[state] dir`,
+/// else `ultr-state/<the pipeline file's name>`.
+#[test]
+fn the_state_directory_is_the_flag_else_the_key_else_one_named_after_the_pipeline_file() {
+    use std::path::{Path, PathBuf};
+    let bare = ultr::config::PipelineConfig::parse("source = \"simulator\"\n", "bare.toml").unwrap();
+    let keyed = ultr::config::PipelineConfig::parse("source = \"simulator\"\n[state]\ndir = \"/srv/ultr\"\n", "keyed.toml").unwrap();
+    let file = Path::new("conf/nightly.toml");
+    assert_eq!(bare.state_dir(None, file), PathBuf::from("ultr-state/nightly"));
+    assert_eq!(keyed.state_dir(None, file), PathBuf::from("/srv/ultr"));
+    assert_eq!(keyed.state_dir(Some(Path::new("here")), file), PathBuf::from("here"));
+}

@@ -8,7 +8,7 @@ use crate::units::{bytes, duration, ConfigBytes, ConfigDuration};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
-    /// State directory (the `--state` flag overrides it).
+    /// State directory (the `--state` flag overrides it; unset: `ultr-state/<pipeline file name>`).
     pub dir: Option<std::path::PathBuf>,
     /// Horizon of the cumulative views.
     pub lookback: ConfigDuration,

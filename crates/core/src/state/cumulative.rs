@@ -153,6 +153,17 @@ impl Inputs {
     }
 }
 
+/// The cumulative views of the state in `dir` over `horizon_ms`, for a one-shot command: reads the
+/// manifest, computes on a runtime of its own, and refuses a state with no closed window in the
+/// horizon, naming the directory.
+pub fn of_state(dir: &std::path::Path, horizon_ms: i64) -> anyhow::Result<Cumulative> {
+    let manifest = super::read_manifest(dir)?;
+    let runtime = crate::runtime::multi_thread("ultr-cumulative")?;
+    let cumulative = runtime.block_on(compute(dir, &manifest, horizon_ms))?;
+    anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", dir.display());
+    Ok(cumulative)
+}
+
 /// Computes the cumulative views from the state in `dir`, reading every window in the horizon.
 pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
     let windows = windows_in_horizon(manifest, horizon_ms);
