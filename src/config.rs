@@ -103,6 +103,13 @@ impl PipelineConfig {
         })
     }
 
+    /// The simulator's true θ_k − θ_1 when the source is the simulator (none for a real log, or a
+    /// simulator config that does not build): what training draws beside its θ intervals.
+    pub fn truth_theta(&self) -> Option<Vec<f64>> {
+        let truth = self.source.kind().ground_truth(&self.source_context()).ok().flatten()?;
+        Some(ultr_simulate::truth_theta(&truth))
+    }
+
     /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;

@@ -350,12 +350,8 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
         progress: !args.json,
         cancel: None,
         judged: qrels.as_ref().map(|qrels| ultr_train::gate::TeamRanking { qrels, eval: &config.eval }),
+        truth_theta: config.truth_theta().as_deref(),
     })?;
-    if let Some(t) = &outcome.theta_intervals {
-        let truth = ground_truth(&config, &None).ok().flatten().map(|g| truth_theta(&g));
-        let svg = t.svg(&format!("checkpoint {}", outcome.id), truth.as_deref());
-        std::fs::write(outcome.models_dir.join(&outcome.id).join("theta_intervals.svg"), svg)?;
-    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {

@@ -141,6 +141,7 @@ impl Scheduler {
                     continue;
                 }
                 metrics.training_in_progress.set(1);
+                let truth = config.truth_theta();
                 let outcome = train_from_state(&TrainRequest {
                     state_dir: &state_dir,
                     core: &config.core(),
@@ -151,6 +152,7 @@ impl Scheduler {
                     progress: false,
                     cancel: Some(&*stop_flag),
                     judged: qrels.as_ref().map(|qrels| ultr_train::gate::TeamRanking { qrels, eval: &config.eval }),
+                    truth_theta: truth.as_deref(),
                 });
                 metrics.training_in_progress.set(0);
                 let finished_unix_s = Utc::now().timestamp_millis() as f64 / 1000.0;
@@ -337,6 +339,7 @@ mod tests {
             progress: false,
             cancel: None,
             judged: None,
+            truth_theta: None,
         })
         .unwrap();
         assert!(outcome.decision.promoted && !outcome.theta.is_empty(), "{:?}", outcome.decision);

@@ -473,6 +473,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
                     progress: false,
                     cancel: None,
                     judged: None,
+                    truth_theta: None,
                 };
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;

@@ -153,6 +153,7 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
         progress: false,
         cancel: None,
         judged: None,
+        truth_theta: None,
     })
     .unwrap();
     assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);

@@ -34,6 +34,9 @@ pub struct TrainRequest<'a> {
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
     /// `[eval] qrels`: the gate also refuses a ranking below the logged order on editors' labels.
     pub judged: Option<crate::gate::TeamRanking<'a>>,
+    /// The simulator's true θ_k − θ_1 when the stream is simulated: drawn beside the θ intervals in
+    /// the checkpoint's `theta_intervals.svg`.
+    pub truth_theta: Option<&'a [f64]>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -146,6 +149,11 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         theta_intervals: theta_intervals.clone(),
     };
     let id = store.write(&trained, info)?;
+    // Written here, so `ultr train` and scheduled training leave the same files in a checkpoint.
+    if let Some(t) = &theta_intervals {
+        let path = store.dir().join(&id).join("theta_intervals.svg");
+        std::fs::write(&path, t.svg(&format!("checkpoint {id}"), req.truth_theta)).with_context(|| format!("writing {}", path.display()))?;
+    }
     let pruned = match cfg.keep_checkpoints {
         Some(keep) => store.prune(keep)?,
         None => Vec::new(),

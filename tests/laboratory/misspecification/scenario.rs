@@ -120,6 +120,7 @@ pub fn run(s: &Scenario, dir: &Path) -> Outcome {
                     progress: false,
                     cancel: None,
                     judged: None,
+                    truth_theta: None,
                 };
                 let outcome = ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;

@@ -658,3 +658,58 @@ pub fn read_parquet(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(f).with_context(|| format!("{} is not Parquet", path.display()))?.build()?;
     reader.map(|b| b.with_context(|| format!("reading {}", path.display()))).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::operator::WindowCounters;
+
+    /// A state holding one file of every kind — a closed window's table, an open window's partial, a
+    /// duplicate-filter segment and a late segment — names each of them in `named_files` with its
+    /// size on disk, and no file that is not there: what a copy of the state must carry.
+    #[test]
+    fn named_files_are_exactly_the_states_files_with_their_sizes() {
+        let root = tempfile::tempdir().unwrap();
+        let spec = WindowSpec { size_ms: 600_000, slide_ms: 600_000, allowed_lateness_ms: 0, idle_timeout_ms: 60_000 };
+        let mut store = StateStore::open(root.path(), "src", spec, crate::window::Holdout { validation: 0.1, evaluation: 0.1 }).unwrap();
+        let batch = |name: &str| {
+            let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1_i64, 2, 3])) as ArrayRef]).unwrap()
+        };
+        store
+            .checkpoint(Checkpoint {
+                closed: vec![ClosedOutput { start_ms: 0, end_ms: 600_000, tables: vec![("query_sessions", vec![batch("sessions")])], keys: None }],
+                open_partials: vec![(600_000, vec![("propensity_counts", vec![batch("impressions")])])],
+                admitted: vec![(600_000, 42)],
+                late: vec![batch("x")],
+                operator: OperatorSnapshot { partitions: BTreeMap::new(), watermark: 600_000, counters: WindowCounters::default(), event_watermark: None },
+                open_windows: BTreeSet::from([600_000]),
+                resume: ResumeOffsets::default(),
+                dead_letters: BTreeMap::new(),
+                dead_letter_file_bytes: None,
+                retention_ms: None,
+                decoder: Default::default(),
+            })
+            .unwrap();
+        fn walk(dir: &Path, base: &Path, out: &mut BTreeMap<String, u64>) {
+            for e in fs::read_dir(dir).unwrap().flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    walk(&path, base, out);
+                } else {
+                    out.insert(path.strip_prefix(base).unwrap().to_string_lossy().into_owned(), e.metadata().unwrap().len());
+                }
+            }
+        }
+        let mut on_disk = BTreeMap::new();
+        walk(root.path(), root.path(), &mut on_disk);
+        on_disk.retain(|name, _| name != MANIFEST && name != ".lock");
+        let named = store.manifest().named_files();
+        assert_eq!(named.len(), 4, "{named:?}");
+        for (name, bytes) in &named {
+            let size = on_disk.get(name).unwrap_or_else(|| panic!("{name} is named but not on disk: {on_disk:?}"));
+            assert!(bytes.is_none_or(|b| b == *size), "{name}: named with {bytes:?} bytes, {size} on disk");
+        }
+        assert_eq!(on_disk.len(), named.len(), "files on disk that the manifest does not name: {on_disk:?}");
+    }
+}
