@@ -103,9 +103,13 @@ impl PipelineConfig {
         })
     }
 
-    /// The simulator's true θ_k − θ_1 when the source is the simulator (none for a real log, or a
-    /// simulator config that does not build): what training draws beside its θ intervals.
+    /// The simulator's true θ_k − θ_1, which training draws beside its θ intervals: only when
+    /// `[train.uncertainty]` is on and the source is the simulator (building the simulator's truth
+    /// is skipped otherwise; none for a real log or a simulator config that does not build).
     pub fn truth_theta(&self) -> Option<Vec<f64>> {
+        if !self.train.uncertainty.enabled {
+            return None;
+        }
         let truth = self.source.kind().ground_truth(&self.source_context()).ok().flatten()?;
         Some(ultr_simulate::truth_theta(&truth))
     }
