@@ -104,14 +104,15 @@ fn explore_mixture_oracle() {
     let id = store.current_id().unwrap().unwrap();
     let trained = store.load(&id, &device).unwrap();
     let data_end = store.info(&id).unwrap().data_range_ms.unwrap().1;
-    let rt = ultr_core::runtime::current_thread().unwrap();
+    let context = config.context();
+    let rt = context.runner("explore").unwrap();
     let total: f64 = mixture.iter().sum();
     if let ultr::train::models::AnyModel::MixEm(mix) = &trained.model {
         // Session NLL (the EM's objective) of the truth and of the fitted mixture, on the sessions
         // of the training hour and on the held-out ones: overfitting, or an optimum not reached?
-        let cumulative = rt.block_on(ultr::state::cumulative::compute(&o.state, &manifest, i64::MAX)).unwrap();
-        let pi = rt.block_on(ultr::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &config.train.ips)).unwrap();
-        let ex = rt.block_on(ultr::train::data::examples_for_windows(&o.state, &manifest.windows, pi, trained.meta.architecture.max_positions)).unwrap();
+        let cumulative = rt.run(ultr::state::cumulative::compute(&context, &o.state, &manifest, i64::MAX)).unwrap();
+        let pi = rt.run(ultr::train::ips_propensity::ips_propensity(&context, cumulative.policy_propensity.clone(), &config.train.ips)).unwrap();
+        let ex = rt.run(ultr::train::data::examples_for_windows(&context, &o.state, &manifest.windows, pi, trained.meta.architecture.max_positions)).unwrap();
         let relevance = trained.relevance_of_rows(&ex, &device);
         let mut r_of: std::collections::HashMap<(String, String), f32> = Default::default();
         for (row, r) in ex.rows.iter().zip(&relevance) {
@@ -170,9 +171,10 @@ fn explore_mixture_oracle() {
     for w in manifest.windows.iter().filter(|w| w.start_ms >= data_end) {
         let mut seen = manifest.clone();
         seen.windows.retain(|x| x.end_ms <= w.end_ms);
-        let cumulative = rt.block_on(ultr::state::cumulative::compute(&o.state, &seen, config.state.lookback_ms())).unwrap();
-        let pi = rt.block_on(ultr::train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &config.train.ips)).unwrap();
-        let ex = rt.block_on(ultr::train::data::examples_for_windows(&o.state, std::slice::from_ref(w), pi, trained.meta.architecture.max_positions)).unwrap();
+        let cumulative = rt.run(ultr::state::cumulative::compute(&context, &o.state, &seen, config.state.lookback_ms())).unwrap();
+        let pi = rt.run(ultr::train::ips_propensity::ips_propensity(&context, cumulative.policy_propensity.clone(), &config.train.ips)).unwrap();
+        let ex =
+            rt.run(ultr::train::data::examples_for_windows(&context, &o.state, std::slice::from_ref(w), pi, trained.meta.architecture.max_positions)).unwrap();
         let model_logits = trained.logits(&ex, &device);
         let truth_logits: Vec<f32> = ex
             .rows

@@ -84,6 +84,17 @@ impl PipelineConfig {
         }
     }
 
+    /// How many records the configured source holds, where it knows (files, the simulator): a
+    /// progress bar's total.
+    pub fn expected_records(&self) -> Option<u64> {
+        self.source.kind().expected_records(&self.source_context())
+    }
+
+    /// The ground truth of a simulated source (`None` for a real log).
+    pub fn ground_truth(&self) -> anyhow::Result<Option<ultr_simulate::GroundTruth>> {
+        self.source.kind().ground_truth(&self.source_context())
+    }
+
     /// A stable name for the configured source, recorded in the manifest.
     pub fn source_identity(&self) -> String {
         self.source.kind().identity(&self.source_context())
@@ -110,16 +121,22 @@ impl PipelineConfig {
         if !self.train.uncertainty.enabled {
             return None;
         }
-        let truth = self.source.kind().ground_truth(&self.source_context()).ok().flatten()?;
+        let truth = self.ground_truth().ok().flatten()?;
         Some(ultr_simulate::truth_theta(&truth))
     }
 
-    /// Reads and checks the file, and applies its `[runtime]` to the runtimes built after it.
+    /// Reads and checks the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        let config = Self::parse(&text, &path.display().to_string())?;
-        ultr_core::runtime::configure(&config.runtime);
-        Ok(config)
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// A pipeline context with this file's settings: `[runtime] worker_threads` for its runtimes,
+    /// `[state] query_memory_limit` for its queries' memory pool. One per pipeline: the service's
+    /// ingest, monitor and training share one.
+    pub fn context(&self) -> ultr_core::context::PipelineContext {
+        let limit = self.state.query_memory_limit_bytes().unwrap_or(ultr_core::window::DEFAULT_QUERY_MEMORY_LIMIT);
+        ultr_core::context::PipelineContext::new(self.runtime.worker_threads, limit)
     }
 
     /// Parses config text; `origin` names the file in errors.

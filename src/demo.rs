@@ -49,8 +49,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     print!("{}", summary.render());
     println!("simulate + decode: {:.2}s ({:.0} impressions/s)", elapsed, summary.impressions as f64 / elapsed);
 
-    let runtime = ultr_core::runtime::multi_thread("ultr-demo")?;
-    let ctr = runtime.block_on(position_ctr(batches))?;
+    let context = ultr_core::context::PipelineContext::default();
+    let ctr = context.block_on("ultr-demo", position_ctr(context.statements(), batches))??;
     let expected = sim.truth().expected_position_ctr().unwrap_or_default();
     println!("\nposition  impressions   ctr     expected  z");
     for b in &ctr {
@@ -82,7 +82,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         report.counters.duplicate_sessions,
         state.display()
     );
-    let cumulative = ultr_core::state::cumulative::of_state(&state, pipeline.state.lookback_ms())?;
+    let cumulative = ultr_core::state::cumulative::of_state(&context, &state, pipeline.state.lookback_ms())?;
     ultr_core::state::cumulative::write(&state, &cumulative)?;
     let analysis = ultr_train::identifiability(&cumulative, &pipeline.identifiability, &pipeline.train)?;
     print!("\n{}", analysis.render());

@@ -33,7 +33,7 @@ pub fn opt_out_of_transparent_huge_pages() {
     }
 }
 
-pub use ultr_core::{identify, ingest, progress, scale_out, session, sinks, state, units, window};
+pub use ultr_core::{context, identify, ingest, progress, scale_out, session, sinks, state, units, window};
 pub use ultr_simulate as simulate;
 pub use ultr_train as train;
 pub use ultr_train::eval;
@@ -41,6 +41,7 @@ pub use ultr_train::eval;
 pub mod config;
 pub mod config_reference;
 pub mod demo;
+pub mod evaluation;
 pub mod monitor;
 pub mod pipeline;
 pub mod score;

@@ -58,7 +58,17 @@ pub fn main(args: &[String]) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lookback = config.state.lookback_ms();
     let t = Instant::now();
-    let agg = rt.block_on(load_from_state(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
+    let agg = rt
+        .block_on(load_from_state(
+            &ultr::context::PipelineContext::default(),
+            dir.path(),
+            &manifest,
+            lookback,
+            Horizon::Lookback(lookback),
+            50,
+            &Default::default(),
+        ))
+        .unwrap();
     let load_agg_s = t.elapsed().as_secs_f64();
     let rss_after_agg = peak_rss_mb();
     println!(
@@ -82,8 +92,19 @@ pub fn main(args: &[String]) {
             reset_peak();
             let t = Instant::now();
             let spill = dir.path().join("spill");
-            let data =
-                rt.block_on(load_training_data(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default(), limit, &spill)).unwrap();
+            let data = rt
+                .block_on(load_training_data(
+                    &ultr::context::PipelineContext::default(),
+                    dir.path(),
+                    &manifest,
+                    lookback,
+                    Horizon::Lookback(lookback),
+                    50,
+                    &Default::default(),
+                    limit,
+                    &spill,
+                ))
+                .unwrap();
             let load_s = t.elapsed().as_secs_f64();
             let (model, r) = fit_chunks(data.chunks(), &cfg, None, false, None).unwrap();
             figures.push((limit, r.train_chunks, load_s, per_epoch(&r), r.best_validation_loss, peak_rss_mb(), model.position_bias()));

@@ -256,7 +256,7 @@ fn merged_view(window: &str, sessions: u64, dir: &std::path::Path) {
     let manifest = ultr::state::read_manifest(&merged).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let t = Instant::now();
-    let c = rt.block_on(ultr::state::cumulative::compute(&merged, &manifest, i64::MAX / 4)).unwrap();
+    let c = rt.block_on(ultr::state::cumulative::compute(&ultr::context::PipelineContext::default(), &merged, &manifest, i64::MAX / 4)).unwrap();
     let query = t.elapsed().as_secs_f64();
     println!(
         "windows of {window}: {records} sessions, {} partition window files -> {} merged windows; compaction (fresh, from the store) {:.2} s; cumulative π + swap graph query {:.3} s ({} π rows)",

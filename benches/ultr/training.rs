@@ -29,7 +29,17 @@ pub fn main(args: &[String]) {
     let manifest = ultr::state::read_manifest(dir.path()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lookback = config.state.lookback_ms();
-    let ex = rt.block_on(load_from_state(dir.path(), &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
+    let ex = rt
+        .block_on(load_from_state(
+            &ultr::context::PipelineContext::default(),
+            dir.path(),
+            &manifest,
+            lookback,
+            Horizon::Lookback(lookback),
+            50,
+            &Default::default(),
+        ))
+        .unwrap();
     println!(
         "{} sessions, {} impressions, {} distinct feature rows ({:.1}s to simulate, window and load); RAYON_NUM_THREADS={}",
         ex.sessions.len(),

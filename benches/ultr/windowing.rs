@@ -103,7 +103,14 @@ pub fn main(_args: &[String]) {
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let t = Instant::now();
-    let tables = rt.block_on(ultr::window::window_statistics(&batches, ultr::train::config::TrainConfig::default().holdout(), &Default::default())).unwrap();
+    let tables = rt
+        .block_on(ultr::window::window_statistics(
+            ultr::context::PipelineContext::default().statements(),
+            &batches,
+            ultr::train::config::TrainConfig::default().holdout(),
+            &Default::default(),
+        ))
+        .unwrap();
     println!("closing one window of {rows} impressions (all sql/ statistics, 46 features): {:.2}s", t.elapsed().as_secs_f64());
     drop(tables);
 

@@ -76,8 +76,13 @@ enum Command {
     /// `ultr config-reference > docs/configuration.md`.
     ConfigReference,
     /// Print the shipped Prometheus alert rules, generated from the signals catalog:
-    /// `ultr alert-rules > pipelines/alerts.yml`.
-    AlertRules,
+    /// `ultr alert-rules > pipelines/alerts.yml`; with `--tests`, their promtool unit tests:
+    /// `ultr alert-rules --tests > pipelines/alerts.test.yml`.
+    AlertRules {
+        /// Print the promtool unit tests of the rules instead of the rules.
+        #[arg(long)]
+        tests: bool,
+    },
     /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
     #[command(subcommand)]
     Experiment(train::ExperimentCommand),
@@ -504,8 +509,8 @@ pub fn main() -> ExitCode {
             print!("{}", ultr::config_reference::render());
             Ok(())
         }
-        Command::AlertRules => {
-            print!("{}", ultr::monitor::signals::alerts_yaml());
+        Command::AlertRules { tests } => {
+            print!("{}", if tests { ultr::monitor::signals::alerts_test_yaml() } else { ultr::monitor::signals::alerts_yaml() });
             Ok(())
         }
         Command::Consume(args) => consume(&args),
@@ -588,12 +593,7 @@ fn decode(args: &DecodeArgs) -> anyhow::Result<()> {
     let mut total = IngestSummary::default();
     for file in &args.files {
         let mut ingest = Ingest::new(FileSource::open(file, 0)?.framed(codec.file_framing()), limits.clone(), 4096).codec(codec.clone());
-        let s = ingest.drain(&mut dead, |_| {})?;
-        total.records += s.records;
-        total.sessions += s.sessions;
-        total.impressions += s.impressions;
-        total.clicks += s.clicks;
-        total.feature_dim = total.feature_dim.or(s.feature_dim);
+        total.absorb(ingest.drain(&mut dead, |_| {})?);
     }
     total.dead_letters = dead.counts().clone();
     print_summary(&total, args.json)
@@ -619,17 +619,13 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<()> {
 fn ingest(args: &IngestArgs) -> anyhow::Result<()> {
     let config = PipelineConfig::load(&args.config)?;
     let state = config.state_dir(args.state.as_deref(), &args.config);
-    let report = if config.state.object_store.is_some() {
-        let report = ultr::scale_out::run(&config.core(), config.scale_out_source()?, &state, &mut ultr::pipeline::NoObserver)?;
-        eprintln!("merged view (as of this instance's last compaction or fetch): {}", ultr::scale_out::merged_dir(&state).display());
-        report
-    } else {
-        let total = config.source.kind().expected_records(&config.source_context());
-        let mut progress = IngestProgress(ultr_core::progress::bar(total, "records"));
-        let report = ultr::pipeline::run_to_state(&config, &state, &mut progress)?;
-        progress.0.finish_and_clear();
-        report
-    };
+    let mut progress = IngestProgress(ultr_core::progress::bar(config.expected_records(), "records"));
+    let ingested = ultr::pipeline::ingest(&config.context(), &config, &state, &mut progress)?;
+    progress.0.finish_and_clear();
+    if let Some(merged) = &ingested.merged_view {
+        eprintln!("merged view (as of this instance's last compaction or fetch): {}", merged.display());
+    }
+    let report = ingested.report;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -679,7 +675,8 @@ fn compact(args: &CompactArgs) -> anyhow::Result<()> {
     let store = config.state.object_store.as_ref().with_context(|| format!("{}: no `[state.object_store]` to compact", args.config.display()))?;
     let state = config.state_dir(args.state.as_deref(), &args.config);
     let wait = ultr_core::units::parse_duration_ms(&args.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
-    let report = ultr::scale_out::compact_holding_the_lease(&config.core(), store, &state, std::time::Duration::from_millis(wait.max(0) as u64))?;
+    let wait = std::time::Duration::from_millis(wait.max(0) as u64);
+    let report = ultr::scale_out::compact_holding_the_lease(&config.context(), &config.core(), store, &state, wait)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -716,7 +713,7 @@ fn identifiability(args: &IdentifiabilityArgs) -> anyhow::Result<bool> {
         // Only the identifiability and training defaults matter here.
         None => PipelineConfig::parse("source = \"simulator\"", "(defaults)")?,
     };
-    let cumulative = ultr_core::state::cumulative::of_state(&args.state, config.state.lookback_ms())?;
+    let cumulative = ultr_core::state::cumulative::of_state(&config.context(), &args.state, config.state.lookback_ms())?;
     ultr_core::state::cumulative::write(&args.state, &cumulative)?;
     let report = ultr_train::identifiability(&cumulative, &config.identifiability, &config.train)?;
     if args.json {
@@ -747,7 +744,7 @@ fn plan(args: &PlanArgs) -> anyhow::Result<bool> {
         anyhow::ensure!((2..=positions).contains(&k), "--target `{t}`: position {k} is outside 2..={positions}");
         request.epsilon[k - 1] = e;
     }
-    let cumulative = ultr_core::state::cumulative::of_state(&args.state, config.state.lookback_ms())?;
+    let cumulative = ultr_core::state::cumulative::of_state(&config.context(), &args.state, config.state.lookback_ms())?;
     let plan = plan_cumulative(&cumulative, &request).map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);

@@ -7,13 +7,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use ultr::config::PipelineConfig;
-use ultr_simulate::{dataset, GroundTruth};
-use ultr_simulate::{labels_from_truth, truth_theta};
 use ultr_train::checkpoint::ModelStore;
-use ultr_train::data::{load_from_state, split_of, Examples, Horizon, Split};
 use ultr_train::device::BackendKind;
-use ultr_train::eval::{evaluate, Labels};
-use ultr_train::{models_dir, train_from_state, TrainOutcome, TrainRequest};
+use ultr_train::{train_from_state, TrainRequest};
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -351,142 +347,23 @@ pub fn train(args: &TrainArgs) -> anyhow::Result<bool> {
         cancel: None,
         judged: qrels.as_ref().map(|qrels| ultr_train::gate::TeamRanking { qrels, eval: &config.eval }),
         truth_theta: config.truth_theta().as_deref(),
+        context: &config.context(),
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {
-        print!("{}", render_outcome(&outcome));
+        print!("{}", outcome.render());
     }
     Ok(outcome.decision.promoted)
 }
 
-/// `ultr train`'s report on the console.
-fn render_outcome(outcome: &TrainOutcome) -> String {
-    let f = &outcome.fit;
-    let mut s = String::new();
-    s.push_str(&format!("checkpoint {} in {}\n", outcome.id, outcome.models_dir.display()));
-    s.push_str(&f.trained_line());
-    if !f.converged && f.stop == ultr_train::fit::StopReason::MaxEpochs {
-        s.push_str(&format!(
-            "  NOT CONVERGED: max_epochs ({}) ran out with the validation loss still falling; θ is flattened toward 0 (raise [train] max_epochs)\n",
-            f.epochs.len()
-        ));
-    }
-    if let Some(last) = f.epochs.last() {
-        s.push_str(&format!(
-            "  last epoch: train loss {:.5}, validation loss {:.5}, {:.0} impressions/s\n",
-            last.train_loss, last.validation_loss, last.impressions_per_second
-        ));
-    }
-    let w = &f.weights;
-    s.push_str(&format!(
-        "  IPS {}: min π {:.4}, max weight {:.2}, clipped {:.2}%, effective sample size {:.0} ({:.1}%)\n",
-        if w.enabled { "on" } else { "off" },
-        w.min_propensity,
-        w.max_weight,
-        100.0 * w.clipped_fraction,
-        w.effective_sample_size,
-        100.0 * w.effective_sample_fraction
-    ));
-    if let Some(r) = &f.position_refit {
-        let moved = r.before.iter().zip(&r.after).map(|(b, a)| (a - b).abs()).fold(0.0, f64::max);
-        if r.method == ultr_train::refit::RefitMethod::SwapPairs {
-            s.push_str(&format!(
-                "  θ from the swap pairs before training, then held fixed ([train] position_bias = \"swap_pairs\"): {} positions\n",
-                r.positions
-            ));
-        } else {
-            s.push_str(&format!(
-                "  θ refit after early stopping ([train] refit_position_bias): {} positions, θ_k − θ_1 moved by up to {moved:.3}\n",
-                r.positions
-            ));
-        }
-        if !r.not_estimable.is_empty() {
-            let list = r.not_estimable.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ");
-            s.push_str(&format!(
-                "  NOT ESTIMABLE: θ at position(s) {list}: their swap pairs carry no click (or only clicks), so they keep the early-stopped θ\n"
-            ));
-        }
-    }
-    if let Some(p) = &f.logged_order_prior {
-        let tried = p.candidates.iter().map(|(l, ll)| format!("{l} → {ll:.5}")).collect::<Vec<_>>().join(", ");
-        let prior = p.prior.iter().map(|(k, r)| format!("{k}: {r:+.2}")).collect::<Vec<_>>().join(" ");
-        s.push_str(&format!(
-            "  γ of {} pairs around the logged-order prior ([train] logged_order_prior): λ = {} chosen by validation clicks per impression ({tried})\n",
-            p.pairs, p.strength
-        ));
-        s.push_str(&format!("    ρ by mean logged position: {prior}\n"));
-    }
-    if let Some(c) = &f.logged_order_combination {
-        s.push_str("  ");
-        s.push_str(ultr_train::logged_order_combination::describe(c).replace('\n', "\n  ").trim_end_matches(' '));
-    }
-    s.push_str("  θ_k − θ_1: ");
-    s.push_str(&outcome.theta.iter().take(10).map(|t| format!("{t:+.3}")).collect::<Vec<_>>().join(" "));
-    s.push('\n');
-    if let Some(t) = &outcome.theta_intervals {
-        s.push_str(&format!("  θ_k − θ_1 with {:.0}% intervals ({} bootstrap replicates of the converged estimator):\n", 100.0 * t.level, t.replicates));
-        s.push_str("      k   early-stopped   shipped   converged   interval\n");
-        for k in 1..t.converged.len() {
-            let shipped = t.shipped.get(k).copied().unwrap_or(f64::NAN);
-            let within = if t.lower[k] <= shipped && shipped <= t.upper[k] { "" } else { "   shipped θ outside the interval" };
-            s.push_str(&format!(
-                "    {:3}   {:+13.3}   {:+7.3}   {:+9.3}   [{:+.3}, {:+.3}]{within}\n",
-                k + 1,
-                t.early_stopped[k],
-                shipped,
-                t.converged[k],
-                t.lower[k],
-                t.upper[k]
-            ));
-        }
-    }
-    if let Some(h) = &outcome.decision.held_out_clicks {
-        s.push_str(&format!("  {}\n", h.line()));
-    }
-    s.push_str(&format!("  {}: {}\n", if outcome.decision.promoted { "PROMOTED" } else { "REJECTED" }, outcome.decision.reason));
-    if let Some(c) = &outcome.cold_comparison {
-        s.push_str(&format!(
-            "  warm vs cold retrain on the whole horizon ({} impressions): evaluation loss {:.6} vs {:.6}, {:.1}s vs {:.1}s, max |Δθ| {:.4}\n",
-            c.cold_train_impressions, c.warm_evaluation_loss, c.cold_evaluation_loss, c.warm_seconds, c.cold_seconds, c.max_theta_difference
-        ));
-    }
-    if let Some(n) = &outcome.note {
-        s.push_str(&format!("  note: {n}\n"));
-    }
-    if !outcome.pruned.is_empty() {
-        s.push_str(&format!("  deleted {} old checkpoint(s) (train.keep_checkpoints): {}\n", outcome.pruned.len(), outcome.pruned.join(", ")));
-    }
-    s
-}
-
-/// The ground truth for a state built from the simulator, or from a file.
-fn ground_truth(config: &PipelineConfig, file: &Option<PathBuf>) -> anyhow::Result<Option<GroundTruth>> {
-    if let Some(f) = file {
-        return Ok(Some(GroundTruth::load(f)?));
-    }
-    config.source.kind().ground_truth(&config.source_context())
-}
-
-fn labels_from_svmlight(files: &[PathBuf]) -> anyhow::Result<Labels> {
-    let data = dataset::load_svmlight(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
-    Ok(data.queries.iter().flat_map(|q| q.docs.iter().filter_map(move |d| d.label.map(|l| ((q.query_id.clone(), d.doc_id.clone()), l as f64)))).collect())
-}
-
 pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
-    if let Some(qrels) = &args.qrels {
-        return eval_judged(args, qrels);
-    }
     let config = load_config(&args.config)?;
-    let (id, trained, all) = model_and_horizon(args, &config)?;
-    let device = config.train.backend.device()?;
-    // The evaluation slice: sessions the model's optimizer, early stopping and promotion gate never chose by.
-    let heldout = all.filter_sessions(|s| split_of(s, config.train.holdout()) == Split::Evaluation);
-    let truth = ground_truth(&config, &args.truth)?;
-    let labels = if !args.labels.is_empty() { Some(labels_from_svmlight(&args.labels)?) } else { truth.as_ref().map(labels_from_truth) };
-    let theta = truth.as_ref().map(truth_theta);
-    let mut report = evaluate(&trained, &heldout, labels.as_ref(), theta.as_deref(), args.positions, &device);
-    report.misspecification = Some(ultr_train::misspecification::of_model(&trained, &heldout, config.identifiability.min_policy_variation, &device));
+    if let Some(qrels) = &args.qrels {
+        return eval_judged(args, &config, qrels);
+    }
+    let refs = ultr::evaluation::References { truth: args.truth.clone(), labels: args.labels.clone(), positions: args.positions };
+    let (id, report) = ultr::evaluation::on_held_out_clicks(&config, &args.state, args.model.as_deref(), &refs)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "report": report }))?);
     } else {
@@ -496,46 +373,19 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The model `ultr eval` scores (`--model`, or CURRENT), checked against the stream's schema, and
-/// every row of the state's lookback horizon.
-fn model_and_horizon(args: &EvalArgs, config: &PipelineConfig) -> anyhow::Result<(String, ultr_train::artefact::Trained, Examples)> {
-    let store = ModelStore::open(&models_dir(&config.train, &args.state))?;
-    let id = match &args.model {
-        Some(id) => id.clone(),
-        None => store.current_id()?.with_context(|| format!("{}: no current model (train one first)", store.dir().display()))?,
-    };
-    let trained = store.load(&id, &config.train.backend.device()?)?;
-    trained.check_feature_schema(config.decode.feature_schema.as_ref()).with_context(|| format!("model {id}"))?;
-    let manifest = ultr_core::state::read_manifest(&args.state)?;
-    let rt = ultr_core::runtime::multi_thread("ultr-eval")?;
-    let lookback = config.state.lookback_ms();
-    let all = rt.block_on(load_from_state(
-        &args.state,
-        &manifest,
-        lookback,
-        Horizon::Lookback(lookback),
-        trained.meta.architecture.max_positions,
-        &config.train.ips,
-    ))?;
-    trained.check_compatible(&all)?;
-    Ok((id, trained, all))
-}
-
 /// `ultr eval --qrels`: every ranking from the same state, scored against editors' labels.
-fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
-    use ultr_train::eval::judged::{evaluate as evaluate_judged, standard_rankings, Qrels, Unjudged};
+fn eval_judged(args: &EvalArgs, config: &PipelineConfig, qrels_path: &Path) -> anyhow::Result<()> {
+    use ultr_train::eval::judged::{Qrels, Unjudged};
     let qrels = Qrels::read(qrels_path)?;
-    let config = load_config(&args.config)?;
-    let (id, trained, all) = model_and_horizon(args, &config)?;
-    eprintln!("eval: training the biased model on the same {} rows", all.rows.len());
-    let rankings = standard_rankings(&all, &trained, &config.train)?;
     let unjudged = match args.unjudged {
         UnjudgedArg::Zero => Unjudged::Zero,
         UnjudgedArg::Drop => Unjudged::Drop,
     };
-    let report = evaluate_judged(&qrels, &rankings, unjudged, args.bootstrap, args.seed)?;
+    let judged = ultr::evaluation::on_editors_labels(config, &args.state, args.model.as_deref(), &qrels, unjudged, args.bootstrap, args.seed)?;
+    let id = &judged.id;
     if let Some(path) = &args.run_out {
-        let ranking = rankings
+        let ranking = judged
+            .rankings
             .iter()
             .find(|r| r.ranker == args.run_ranker)
             .with_context(|| format!("--run-ranker {}: one of model, logged, naive_ctr, biased, combined", args.run_ranker))?;
@@ -545,10 +395,10 @@ fn eval_judged(args: &EvalArgs, qrels_path: &Path) -> anyhow::Result<()> {
         out.flush()?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "judged": report }))?);
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "model": id, "judged": judged.report }))?);
     } else {
         println!("model {id}");
-        print!("{}", report.render());
+        print!("{}", judged.report.render());
     }
     Ok(())
 }
@@ -588,14 +438,7 @@ pub fn experiment(cmd: &ExperimentCommand) -> anyhow::Result<bool> {
         ExperimentCommand::ThetaCoverage(t) => return theta_coverage(t),
         ExperimentCommand::PropensitySmoothing(p) => return propensity_smoothing(p),
     };
-    let data_dir = match &a.data {
-        Some(d) => d.clone(),
-        None => ultr_simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --data DIR (with S1.txt … S5.txt)")?,
-    };
-    let data: Vec<PathBuf> = (1..=5).map(|i| data_dir.join(format!("S{i}.txt"))).collect();
-    for f in &data {
-        anyhow::ensure!(ultr_simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
-    }
+    let data = ultr_lab::experiment::mq2008_folds(a.data.as_deref()).context("--data")?;
     let summary = ultr_lab::experiment::hager2025::run(&ultr_lab::experiment::hager2025::Options {
         out: a.out.clone(),
         data,
@@ -619,7 +462,7 @@ impl LtrExperimentArgs {
     /// MQ2008 fold 1 (train, validation, test) and, when found or named, LightGBM's rank data.
     fn datasets(&self) -> anyhow::Result<Vec<ultr_lab::experiment::yan2022::Data>> {
         use ultr_lab::experiment::yan2022 as y;
-        let (mq, rank) = data_dirs(&self.mq2008, &self.lightgbm_rank)?;
+        let (mq, rank) = ultr_lab::experiment::data_dirs(self.mq2008.as_deref(), self.lightgbm_rank.as_deref()).context("--mq2008")?;
         let mut datasets = vec![y::mq2008(&mq)?];
         if let Some(dir) = rank {
             datasets.push(y::lightgbm_rank(&dir)?);
@@ -752,24 +595,9 @@ fn yan2022(a: &Yan2022Args) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// MQ2008's directory (named or found) and LightGBM's rank directory: named, `none` for none, or found
-/// beside MQ2008's.
-fn data_dirs(mq2008: &Option<PathBuf>, lightgbm_rank: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
-    let mq = match mq2008 {
-        Some(d) => d.clone(),
-        None => ultr_simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass --mq2008 DIR (with S1.txt … S5.txt)")?,
-    };
-    let rank = match lightgbm_rank {
-        Some(d) if d.as_os_str() == "none" => None,
-        Some(d) => Some(d.clone()),
-        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| ultr_simulate::dataset::data_file_exists(&d.join("rank.train"))),
-    };
-    Ok((mq, rank))
-}
-
 fn zhang2023(a: &Zhang2023Args) -> anyhow::Result<bool> {
     use ultr_lab::experiment::zhang2023 as z;
-    let (mq, rank) = data_dirs(&a.mq2008, &a.lightgbm_rank)?;
+    let (mq, rank) = ultr_lab::experiment::data_dirs(a.mq2008.as_deref(), a.lightgbm_rank.as_deref()).context("--mq2008")?;
     let mut datasets = vec![z::mq2008(&mq)?];
     if let Some(dir) = rank {
         datasets.push(z::lightgbm_rank(&dir)?);

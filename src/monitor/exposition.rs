@@ -1,5 +1,6 @@
-//! Prometheus's text exposition format read back: the series `/metrics` serves, looked up by name
-//! and labels, as the alert conditions and the status page read them.
+//! The exported series looked up by name and labels, as the alert conditions and the status page read
+//! them (from the registry's typed values, `Metrics::series`), and Prometheus's text exposition format
+//! read back into them (scraped text; the tests' fixtures).
 
 use std::collections::BTreeMap;
 
@@ -70,6 +71,11 @@ pub struct Series(Vec<Sample>);
 impl Series {
     pub fn new(samples: Vec<Sample>) -> Series {
         Series(samples)
+    }
+
+    /// Every sample, in the order they were given.
+    pub fn samples(&self) -> &[Sample] {
+        &self.0
     }
 
     /// The value of the one series `name` whose labels include `labels`, if exported.

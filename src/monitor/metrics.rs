@@ -3,7 +3,11 @@
 //! bounded (reason, graph, position ≤ `MAX_POSITION_LABELS`, topic/partition, result) — never query or
 //! document ids.
 
+use std::collections::BTreeMap;
+
 use prometheus::{Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use super::exposition::{Sample, Series};
 
 /// Every metric's name: the one place a name is written. The alert rules (`super::signals`), the
 /// status page and the tests read them from here.
@@ -373,6 +377,52 @@ impl Metrics {
             board: Default::default(),
             registry: r,
         }
+    }
+
+    /// Every exported series as typed values, read from the registry's metric families: what
+    /// `render` writes as text (a histogram as its `_bucket`, `_sum` and `_count` series), for the
+    /// status page and the alert conditions to judge without parsing text back.
+    pub fn series(&self) -> Series {
+        use prometheus::proto::MetricType;
+        let mut out = Vec::new();
+        for family in self.registry.gather() {
+            let name = family.name();
+            for m in family.get_metric() {
+                let labels: BTreeMap<String, String> = m.get_label().iter().map(|l| (l.name().to_string(), l.value().to_string())).collect();
+                let mut push = |suffix: &str, extra: Option<(&str, String)>, value: f64| {
+                    let mut labels = labels.clone();
+                    if let Some((k, v)) = extra {
+                        labels.insert(k.to_string(), v);
+                    }
+                    out.push(Sample { name: format!("{name}{suffix}"), labels, value });
+                };
+                match family.get_field_type() {
+                    MetricType::COUNTER => push("", None, m.get_counter().get_value()),
+                    MetricType::GAUGE => push("", None, m.get_gauge().get_value()),
+                    MetricType::HISTOGRAM => {
+                        let h = m.get_histogram();
+                        let mut infinite = false;
+                        for b in h.get_bucket() {
+                            let bound = b.upper_bound();
+                            infinite |= bound == f64::INFINITY;
+                            push(
+                                "_bucket",
+                                Some(("le", if bound == f64::INFINITY { "+Inf".to_string() } else { bound.to_string() })),
+                                b.cumulative_count() as f64,
+                            );
+                        }
+                        if !infinite {
+                            push("_bucket", Some(("le", "+Inf".to_string())), h.get_sample_count() as f64);
+                        }
+                        push("_sum", None, h.get_sample_sum());
+                        push("_count", None, h.get_sample_count() as f64);
+                    }
+                    // Not registered here (no summaries or untyped metrics): nothing to judge.
+                    _ => {}
+                }
+            }
+        }
+        Series::new(out)
     }
 
     /// The text exposition format.

@@ -45,6 +45,8 @@ pub struct ScoredWindow {
 
 /// What the monitor remembers between checkpoints.
 pub struct Monitor {
+    /// What its queries run on.
+    context: ultr_core::context::PipelineContext,
     pub metrics: Arc<Metrics>,
     config: PipelineConfig,
     models_dir: PathBuf,
@@ -101,7 +103,8 @@ pub fn span_in_short(start_ms: i64, end_ms: i64) -> String {
 }
 
 impl Monitor {
-    pub fn new(metrics: Arc<Metrics>, config: &PipelineConfig, state_dir: &Path) -> Monitor {
+    /// A monitor of the state in `state_dir`, whose queries run on `context` (the pipeline's).
+    pub fn new(context: &ultr_core::context::PipelineContext, metrics: Arc<Metrics>, config: &PipelineConfig, state_dir: &Path) -> Monitor {
         metrics.up_since.set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
         let models_dir = ultr_train::models_dir(&config.train, state_dir);
         // TrainingStale reads this: restored from the models directory at start, not from this process.
@@ -114,6 +117,7 @@ impl Monitor {
             }
         }
         Monitor {
+            context: context.clone(),
             metrics,
             config: config.clone(),
             models_dir,
@@ -286,7 +290,7 @@ impl Monitor {
         if manifest.windows.is_empty() {
             return Ok(());
         }
-        let rt = ultr_core::runtime::current_thread()?;
+        let rt = self.context.runner("ultr-monitor")?;
         // Each step's time, in a debug line per look (`ULTR_LOG=ultr::monitor=debug`).
         let mut clock = std::time::Instant::now();
         let mut lap = || {
@@ -294,12 +298,12 @@ impl Monitor {
             clock = std::time::Instant::now();
             ms
         };
-        let cumulative = rt.block_on(self.cumulative.update(dir, manifest, self.config.state.lookback_ms()))?;
+        let cumulative = rt.run(self.cumulative.update(&self.context, dir, manifest, self.config.state.lookback_ms()))?;
         let views_ms = lap();
         let id = ultr_train::identifiability(&cumulative, &self.config.identifiability, &self.config.train)?;
         self.report_identifiability(&id, &cumulative);
         let identifiability_ms = lap();
-        let ips_pi = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &self.config.train.ips))?;
+        let ips_pi = rt.run(ultr_train::ips_propensity::ips_propensity(&self.context, cumulative.policy_propensity.clone(), &self.config.train.ips))?;
         if let Some(p) = propensity_min(&ips_pi) {
             self.metrics.propensity_min.set(p);
         }
@@ -463,7 +467,7 @@ impl Monitor {
         &mut self,
         dir: &Path,
         manifest: &Manifest,
-        rt: &tokio::runtime::Runtime,
+        rt: &ultr_core::context::Runner,
         ips_pi: &[datafusion::arrow::array::RecordBatch],
     ) -> anyhow::Result<()> {
         let mut new: Vec<_> = manifest.windows.iter().filter(|w| w.end_ms > self.scored_until).cloned().collect();
@@ -471,7 +475,7 @@ impl Monitor {
         new.drain(..skip);
         for w in new {
             let Some((_, model)) = &self.model else { return Ok(()) };
-            let ex = rt.block_on(examples_for_windows(dir, std::slice::from_ref(&w), ips_pi.to_vec(), model.meta.architecture.max_positions))?;
+            let ex = rt.run(examples_for_windows(&self.context, dir, std::slice::from_ref(&w), ips_pi.to_vec(), model.meta.architecture.max_positions))?;
             self.scored_until = self.scored_until.max(w.end_ms);
             if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
                 continue;
@@ -534,11 +538,11 @@ impl Monitor {
         dir: &Path,
         horizon: &[ultr_core::state::WindowEntry],
         ips_pi: Vec<datafusion::arrow::array::RecordBatch>,
-        rt: &tokio::runtime::Runtime,
+        rt: &ultr_core::context::Runner,
     ) -> anyhow::Result<()> {
         use ultr_train::eval::judged::{evaluate, seen_by_query, Ranking};
         let (Some(qrels), Some((id, model))) = (&self.qrels, &self.model) else { return Ok(()) };
-        let ex = rt.block_on(examples_for_windows(dir, horizon, ips_pi, model.meta.architecture.max_positions))?;
+        let ex = rt.run(examples_for_windows(&self.context, dir, horizon, ips_pi, model.meta.architecture.max_positions))?;
         if ex.rows.is_empty() || model.check_compatible(&ex).is_err() {
             return Ok(());
         }

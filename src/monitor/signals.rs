@@ -78,9 +78,49 @@ pub struct AlertRule {
     pub summary: &'static str,
     /// The runbook annotation: what the alert means and what to do.
     pub runbook: String,
+    /// promtool unit tests of the rule (`pipelines/alerts.test.yml` is generated from them): input
+    /// series, and when the rule must be silent or firing with which labels and summary. Where it
+    /// fires, the rule's `holds` must hold on the same values (a unit test here), so the PromQL and
+    /// the status page's judge are checked against each other.
+    pub scenarios: Vec<Scenario>,
+    /// What the rule does 27 h into the shared fresh-start scenario (`fresh_start_inputs`: a healthy
+    /// instance without a model beside one that trains every minute); `None`: silent, as every rule
+    /// must be 26 h in.
+    pub fresh_start: Option<Fired>,
     /// The rule's condition on exported values, as its `expr` reads (the status page's verdicts):
     /// one line per series for which it holds now (its `for:` is Prometheus's to wait out).
     pub holds: Judge,
+}
+
+/// One promtool test case of a rule: the input series (one value per minute) and the checks.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub series: Vec<Input>,
+    /// (evaluation time as promtool reads it, e.g. `40m` or `26h5m`; the alert then: none, or firing).
+    pub checks: Vec<(&'static str, Option<Fired>)>,
+}
+
+/// One input series of a scenario.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// Why this series (a comment line in the generated file); may be empty.
+    pub comment: &'static str,
+    /// `name{labels}`.
+    pub series: String,
+    /// promtool's expanding notation: `1x20 0x40`, `0+1000x60`, `NaN`.
+    pub values: String,
+}
+
+fn input(comment: &'static str, name: &str, labels: &str, values: &str) -> Input {
+    Input { comment, series: format!("{name}{{{labels}}}"), values: values.to_string() }
+}
+
+/// A firing alert as a scenario expects it: its labels beside `severity`, and its summary as
+/// Prometheus expands the template (the runbook is the rule's own).
+#[derive(Debug, Clone)]
+pub struct Fired {
+    pub labels: &'static [(&'static str, &'static str)],
+    pub summary: &'static str,
 }
 
 /// What a rule's condition reads: the exported series, the board's counter samples (rates), and the
@@ -199,6 +239,36 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the lookback horizon {{ if eq $value 1.0 }}identifies θ_k of the {{ $labels.model }} tower only weakly (a 95% interval wider than max_theta_interval){{ else }}no longer identifies θ_k of the {{ $labels.model }} tower{{ end }}"#,
             runbook: r#"`ultr identifiability --state DIR --config PIPELINE` says which graph the tower needs (swaps for a per-document embedding tower; swaps or adjacent-position feature overlap for a feature tower), how precisely the swap pairs determine each θ_k (`ultr_theta_interval_width`), which links rest on few pairs, and which position pairs to randomise (swap them for a small share of traffic, or add ε-greedy τ > 0). Until it is identified again, do not promote models whose θ_k matter."#.into(),
+            scenarios: vec![
+                Scenario {
+                    series: vec![
+                        input("The swap graph is split all along (a deterministic policy); only `identified` counts.", name::GRAPH_COMPONENTS, r#"instance="u", graph="swap""#, "3x60"),
+                        input("", name::IDENTIFIED, r#"instance="u", model="linear""#, "1x20 0x40"),
+                    ],
+                    checks: vec![
+                        ("20m", None),
+                        ("30m", None),
+                        ("40m", Some(Fired { labels: &[("instance", "u"), ("model", "linear")], summary: "the lookback horizon no longer identifies θ_k of the linear tower" })),
+                    ],
+                },
+                Scenario {
+                    series: vec![
+                        input("Connected all along; the swap pairs' information thins out after 20 minutes.", name::IDENTIFIED, r#"instance="w", model="embedding""#, "1x60"),
+                        input("", name::WEAKLY_IDENTIFIED, r#"instance="w", model="embedding""#, "0x20 1x40"),
+                    ],
+                    checks: vec![
+                        ("30m", None),
+                        (
+                            "40m",
+                            Some(Fired {
+                                labels: &[("instance", "w"), ("model", "embedding")],
+                                summary: "the lookback horizon identifies θ_k of the embedding tower only weakly (a 95% interval wider than max_theta_interval)",
+                            }),
+                        ),
+                    ],
+                },
+            ],
+            fresh_start: None,
             holds: identifiability_lost,
         },
         AlertRule {
@@ -208,6 +278,14 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Info,
             summary: r#"the weakest link between positions is thin (overlap bottleneck {{ $value }}): feature identification is at risk"#,
             runbook: format!(r#"A feature tower is identified through swaps and overlapping feature distributions of adjacent positions (Hager Thm 4.1); the weakest needed link scores below {} (1 = the classifier cannot tell the positions apart, 0 = it always can; below 0.1 the link is cut). Check for a new business rule or a more deterministic policy; randomise the weakest adjacent pair (`ultr identifiability` lists the scores)."#, threshold::OVERLAP_BOTTLENECK),
+            scenarios: vec![Scenario {
+                series: vec![input("", name::OVERLAP_BOTTLENECK, r#"instance="u""#, "0.4x30 0.02x60")],
+                checks: vec![
+                    ("45m", None),
+                    ("75m", Some(Fired { labels: &[("instance", "u")], summary: "the weakest link between positions is thin (overlap bottleneck 0.02): feature identification is at risk" })),
+                ],
+            }],
+            fresh_start: None,
             holds: feature_overlap_low,
         },
         AlertRule {
@@ -217,6 +295,28 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"held-out residuals of the {{ $labels.model }} tower depend on the logging policy (z = {{ $value | printf "%.1f" }}): the additive model is misspecified"#,
             runbook: format!(r#"z is a score test of each window's held-out residuals against π(d,k|q), beyond the model's own logit, cluster-robust by (query, document); it is N(0,1) for a well-specified model at any traffic (z > {}: 3·10⁻⁵ per window by chance). Look for features the production ranker uses that the model lacks, a tower too simple for the relevance (linear on non-linear), non-additive click behaviour (a click-model mixture), a model that stopped training before it fit (flattened θ; see the training's epochs and stop reason), or a changed UI; enable IPS (`[train.ips] enabled = true`) to dampen the policy's amplification meanwhile."#, threshold::MISSPECIFICATION_Z),
+            scenarios: vec![Scenario {
+                series: vec![
+                    input(
+                        "A window every 10 minutes: z of a well-specified model (N(0,1) draws), then a misspecified one.",
+                        name::MISSPECIFICATION_Z,
+                        r#"instance="u", model="linear""#,
+                        "0.4x9 -1.3x9 2.1x9 0.2x9 9.5x40",
+                    ),
+                    input("Blind (deterministic policy): NaN is never above the threshold.", name::MISSPECIFICATION_Z, r#"instance="b", model="linear""#, &["NaN"; 90].join(" ")),
+                ],
+                checks: vec![
+                    ("39m", None),
+                    (
+                        "42m",
+                        Some(Fired {
+                            labels: &[("instance", "u"), ("model", "linear")],
+                            summary: "held-out residuals of the linear tower depend on the logging policy (z = 9.5): the additive model is misspecified",
+                        }),
+                    ),
+                ],
+            }],
+            fresh_start: None,
             holds: misspecification_suspected,
         },
         AlertRule {
@@ -226,6 +326,20 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Info,
             summary: r#"misspecification of the {{ $labels.model }} tower cannot be assessed: the logging policy does not vary within positions"#,
             runbook: r#"A deterministic policy puts each document at one position for its query (π ≡ 1), so residuals cannot be tested against it: a silent MisspecificationSuspected means nothing here. `ultr identifiability` prints the policy's variation; randomise a small share of traffic (ε-greedy or pairwise swaps) to make the model testable."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![input("", name::MISSPECIFICATION_ASSESSABLE, r#"instance="u", model="linear""#, "1x30 0x90")],
+                checks: vec![
+                    ("80m", None),
+                    (
+                        "100m",
+                        Some(Fired {
+                            labels: &[("instance", "u"), ("model", "linear")],
+                            summary: "misspecification of the linear tower cannot be assessed: the logging policy does not vary within positions",
+                        }),
+                    ),
+                ],
+            }],
+            fresh_start: None,
             holds: misspecification_unassessable,
         },
         AlertRule {
@@ -235,6 +349,17 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"a logging policy's logged propensities disagree with what it was seen to do"#,
             runbook: r#"For a policy that logs its own propensity per item, the counted display frequencies of its (query, document, position) cells should be binomial around the logged π (dispersion ≈ 1). Far above means the logs or the policy changed: a stale exploration rate, another policy's propensities under this policy_id, a logging bug, or a new ranker. `ultr identifiability` names the policy. Until fixed, train with `[train.ips] source = "empirical"` for it (`policies = { "<policy_id>" = "empirical" }`)."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![
+                    input("A right log (dispersion ≈ 1), then a stale logger from minute 20.", name::LOGGED_PROPENSITY_DISAGREES, r#"instance="u""#, "0x20 1x60"),
+                    input("", name::LOGGED_PROPENSITY_DISPERSION, r#"instance="u""#, "1.02x20 37x60"),
+                ],
+                checks: vec![
+                    ("45m", None),
+                    ("55m", Some(Fired { labels: &[("instance", "u")], summary: "a logging policy's logged propensities disagree with what it was seen to do" })),
+                ],
+            }],
+            fresh_start: None,
             holds: logged_propensity_mismatch,
         },
         AlertRule {
@@ -244,6 +369,14 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"residual distribution drifted from the reference window (PSI/Page-Hinkley {{ $value }})"#,
             runbook: r#"User behaviour or the item mix changed since the current model was promoted. Check the dashboard's residual-by-position panel, then retrain (`ultr train --state DIR --config PIPELINE`) and let the promotion gate decide."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![input("", name::RESIDUAL_PSI, r#"instance="u""#, "0.02x30 0.5x60"), input("", name::RESIDUAL_PAGE_HINKLEY, r#"instance="u""#, "0x90")],
+                checks: vec![
+                    ("40m", None),
+                    ("75m", Some(Fired { labels: &[("instance", "u")], summary: "residual distribution drifted from the reference window (PSI/Page-Hinkley 0.5)" })),
+                ],
+            }],
+            fresh_start: None,
             holds: residual_drift,
         },
         AlertRule {
@@ -253,6 +386,30 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the current {{ $labels.model }} model ranks below the {{ $labels.baseline }} order on the editors' labels (nDCG@10 difference, 95% upper bound {{ $value | printf "%.3f" }})"#,
             runbook: r#"With `[eval] qrels`, the monitor scores the current model, the logged order (each document's mean shown position) and naive click-through against the labels over the lookback horizon; the whole 95% bootstrap interval of (model − baseline) lies below 0. `ultr eval --qrels FILE --state DIR --config PIPELINE` prints every ranker and metric. Below the logged order, removing position also removed what the production ranker knew (Hager et al.'s confounding): do not ship the model's ranking as is. Below naive click-through, check `ultr_training_converged`, `ultr_identified` and the θ intervals before trusting the model's debiasing."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![
+                    input(
+                        "Judged evaluations: the model's interval against the logged order straddles 0, then lies below it; against naive click-through it stays above. Another k is not the rule's.",
+                        name::JUDGED_NDCG_DIFFERENCE,
+                        r#"instance="u", model="mlp", baseline="logged", k="10", bound="upper""#,
+                        "0.01x30 -0.02x90",
+                    ),
+                    input("", name::JUDGED_NDCG_DIFFERENCE, r#"instance="u", model="mlp", baseline="naive_ctr", k="10", bound="upper""#, "0.05x120"),
+                    input("", name::JUDGED_NDCG_DIFFERENCE, r#"instance="u", model="mlp", baseline="naive_ctr", k="1", bound="upper""#, "-0.1x120"),
+                ],
+                checks: vec![
+                    ("30m", None),
+                    ("85m", None),
+                    (
+                        "95m",
+                        Some(Fired {
+                            labels: &[("instance", "u"), ("model", "mlp"), ("baseline", "logged")],
+                            summary: "the current mlp model ranks below the logged order on the editors' labels (nDCG@10 difference, 95% upper bound -0.020)",
+                        }),
+                    ),
+                ],
+            }],
+            fresh_start: None,
             holds: judged_ranking_below_baseline,
         },
         AlertRule {
@@ -262,6 +419,8 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"no model has been promoted in the {{ $value | humanizeDuration }} this instance has run"#,
             runbook: r#"The models directory has no current model (`ultr models --dir DIR` lists its checkpoints), a day after start. Either no training ran (no `[train] schedule` and no external CronJob) or every one failed or was rejected: see `ultr_trainings_total` by result and the log's training lines. A first model needs clicks and, with IPS, propensities; `ultr train` by hand prints the reason."#.into(),
+            scenarios: Vec::new(),
+            fresh_start: Some(Fired { labels: &[("instance", "fresh")], summary: "no model has been promoted in the 1d 3h 0m 0s this instance has run" }),
             holds: model_missing,
         },
         AlertRule {
@@ -271,6 +430,16 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the current model was trained {{ $value | humanizeDuration }} ago"#,
             runbook: r#"No model was promoted for over a day (read from the models directory, so restarts and external schedulers count; with no model at all, ModelMissing speaks instead). See `ultr_trainings_total` by result and the service or CronJob log; run `ultr train` by hand to see the error (no clicks, missing propensities, no new windows) or whether the gate keeps rejecting candidates."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![input(
+                    "The current model was trained at t = 0 (timestamp 0 s), then none was promoted.",
+                    name::CURRENT_MODEL_CREATED_TIMESTAMP_SECONDS,
+                    r#"instance="u""#,
+                    "0x1800",
+                )],
+                checks: vec![("25h", None), ("28h", Some(Fired { labels: &[("instance", "u")], summary: "the current model was trained 1d 4h 0m 0s ago" }))],
+            }],
+            fresh_start: None,
             holds: training_stale,
         },
         AlertRule {
@@ -280,6 +449,11 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"{{ $value | humanizePercentage }} of records are dead-lettered"#,
             runbook: r#"Read the dead-letter output (reason and original bytes per record); `ultr_bad_records_total` by reason says which producer contract is broken. Fix the producer; the pipeline keeps valid records."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![input("", name::RECORDS_TOTAL, r#"instance="u""#, "0+1000x60"), input("", name::BAD_RECORDS_TOTAL, r#"instance="u", reason="bad_json""#, "0+1x30 30+100x30")],
+                checks: vec![("30m", None), ("55m", Some(Fired { labels: &[("instance", "u")], summary: "10% of records are dead-lettered" }))],
+            }],
+            fresh_start: None,
             holds: ingest_errors_high,
         },
         AlertRule {
@@ -289,6 +463,17 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"consumer is {{ $value }} messages behind on {{ $labels.topic }}"#,
             runbook: r#"Check `ultr_window_close_seconds` and CPU; a long training on the same host can starve ingest. Add instances with `[state.object_store]` (docs/scale-out.md: one consumer group, the topic keyed by query_id, at most one instance per partition does work), add partitions, or move scheduled training to an external CronJob."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![
+                    input("", name::KAFKA_CONSUMER_LAG_MESSAGES, r#"instance="u", topic="sessions", partition="0""#, "10x20 500000x40"),
+                    input("", name::KAFKA_CONSUMER_LAG_MESSAGES, r#"instance="u", topic="sessions", partition="1""#, "10x60"),
+                ],
+                checks: vec![
+                    ("25m", None),
+                    ("50m", Some(Fired { labels: &[("instance", "u"), ("topic", "sessions")], summary: "consumer is 500000 messages behind on sessions" })),
+                ],
+            }],
+            fresh_start: None,
             holds: consumer_lag_high,
         },
         AlertRule {
@@ -298,6 +483,15 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Critical,
             summary: r#"ultr cannot reach its Kafka brokers"#,
             runbook: r#"The service stays up and retries; nothing is lost (reading resumes at the state's offsets). `ultr_kafka_errors_total` by kind says why (all_brokers_down, transport, authentication, tls); `/healthz` lists the problem. Check the brokers, the network and the credentials."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![input("", name::SOURCE_UP, r#"instance="u""#, "1x10 0x20 1x10")],
+                checks: vec![
+                    ("13m", None),
+                    ("20m", Some(Fired { labels: &[("instance", "u")], summary: "ultr cannot reach its Kafka brokers" })),
+                    ("38m", None),
+                ],
+            }],
+            fresh_start: None,
             holds: kafka_source_down,
         },
         AlertRule {
@@ -307,6 +501,15 @@ pub fn alert_rules() -> &'static [AlertRule] {
             severity: Severity::Warning,
             summary: r#"the monitor has not completed a pass for {{ $value | humanizeDuration }}"#,
             runbook: r#"Identifiability and residual metrics are stale. Read the service log ("monitor: ..."): an unreadable state file or an incompatible current model are the usual causes."#.into(),
+            scenarios: vec![Scenario {
+                series: vec![
+                    input("The last successful pass at t = 600 s, failures from then on.", name::MONITOR_LAST_SUCCESS_TIMESTAMP_SECONDS, r#"instance="u""#, "0x10 600x50"),
+                    input("", name::MONITOR_ERRORS_TOTAL, r#"instance="u""#, "0x10 0+1x50"),
+                    input("", name::MONITOR_LAST_ERROR_TIMESTAMP_SECONDS, r#"instance="u""#, "0x10 600+60x50"),
+                ],
+                checks: vec![("35m", None), ("50m", Some(Fired { labels: &[("instance", "u")], summary: "the monitor has not completed a pass for 40m 0s" }))],
+            }],
+            fresh_start: None,
             holds: monitor_failing,
         },
         ]
@@ -353,6 +556,87 @@ fn fold(text: &str, indent: &str, width: usize) -> String {
     out
 }
 
+/// The shared fresh-start scenario's series: an instance with no model, no closed window and a
+/// simulator source (no `ultr_source_up`), records flowing, nothing dead-lettered (only what a running
+/// process knows is exported), beside an instance that trains every minute.
+fn fresh_start_inputs() -> Vec<Input> {
+    vec![
+        input("A fresh start: only what a running process knows is exported.", name::START_TIMESTAMP_SECONDS, r#"instance="fresh""#, "0x1700"),
+        input("", name::RECORDS_TOTAL, r#"instance="fresh""#, "0+100x1700"),
+        input("", name::BAD_RECORDS_TOTAL, r#"instance="fresh", reason="invalid_json""#, "0x1700"),
+        input("", name::MONITOR_LAST_SUCCESS_TIMESTAMP_SECONDS, r#"instance="fresh""#, "0x1700"),
+        input("", name::MONITOR_ERRORS_TOTAL, r#"instance="fresh""#, "0x1700"),
+        input("", name::LOGGED_PROPENSITY_DISAGREES, r#"instance="fresh""#, "0x1700"),
+        input(
+            "Another instance that trains every minute: never ModelMissing, never TrainingStale.",
+            name::START_TIMESTAMP_SECONDS,
+            r#"instance="trained""#,
+            "0x1700",
+        ),
+        input("", name::CURRENT_MODEL_CREATED_TIMESTAMP_SECONDS, r#"instance="trained""#, "0+60x1700"),
+    ]
+}
+
+/// When the fresh-start scenario is checked: every rule silent at the first, `fresh_start` at the second.
+const FRESH_START_CHECKS: [&str; 2] = ["26h", "27h"];
+
+const TEST_HEADER: &str = "\
+# promtool unit tests of pipelines/alerts.yml, generated by `ultr alert-rules --tests >
+# pipelines/alerts.test.yml` from the signals catalog's scenarios (src/monitor/signals.rs): edit the
+# catalog, not this file. Each alert fires on its condition and not before; on a fresh start nothing
+# fires but ModelMissing, a day in. Run: `promtool test rules pipelines/alerts.test.yml`.
+";
+
+/// A string in YAML's double quotes.
+fn quoted(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// One `tests:` entry: the inputs, then each (time, rule, expectation).
+fn test_case(series: &[Input], checks: &[(&str, &AlertRule, Option<&Fired>)]) -> String {
+    let mut out = String::from("  - interval: 1m\n    input_series:\n");
+    for i in series {
+        if !i.comment.is_empty() {
+            out.push_str(&format!("      # {}\n", i.comment));
+        }
+        out.push_str(&format!("      - series: '{}'\n        values: '{}'\n", i.series, i.values));
+    }
+    out.push_str("    alert_rule_test:\n");
+    for (at, rule, fired) in checks {
+        out.push_str(&format!("      - eval_time: {at}\n        alertname: {}\n", rule.name));
+        match fired {
+            None => out.push_str("        exp_alerts: []\n"),
+            Some(f) => {
+                let labels: Vec<String> =
+                    std::iter::once(format!("severity: {}", rule.severity.as_str())).chain(f.labels.iter().map(|(k, v)| format!("{k}: {v}"))).collect();
+                out.push_str(&format!("        exp_alerts:\n          - exp_labels: {{ {} }}\n", labels.join(", ")));
+                out.push_str(&format!(
+                    "            exp_annotations:\n              summary: {}\n              runbook: {}\n",
+                    quoted(f.summary),
+                    quoted(&rule.runbook)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `pipelines/alerts.test.yml`: every rule's scenarios, then the fresh start checked against every
+/// rule, as promtool's unit-test file.
+pub fn alerts_test_yaml() -> String {
+    let mut cases = Vec::new();
+    for rule in alert_rules() {
+        for s in &rule.scenarios {
+            let checks: Vec<_> = s.checks.iter().map(|(at, f)| (*at, rule, f.as_ref())).collect();
+            cases.push(test_case(&s.series, &checks));
+        }
+    }
+    let [quiet, later] = FRESH_START_CHECKS;
+    let checks: Vec<_> = alert_rules().iter().map(|r| (quiet, r, None)).chain(alert_rules().iter().map(|r| (later, r, r.fresh_start.as_ref()))).collect();
+    cases.push(test_case(&fresh_start_inputs(), &checks));
+    format!("{TEST_HEADER}rule_files:\n  - alerts.yml\nevaluation_interval: 1m\ntests:\n{}", cases.join("\n"))
+}
+
 /// `pipelines/alerts.yml`: the catalog in Prometheus's rule-file format.
 pub fn alerts_yaml() -> String {
     let mut out = String::from(HEADER);
@@ -393,5 +677,105 @@ mod tests {
         assert_eq!(expr("ResidualDrift"), "ultr_residual_psi > 0.2 or ultr_residual_page_hinkley > 0.5");
         assert_eq!(expr("ConsumerLagHigh"), "max by (instance, topic) (ultr_kafka_consumer_lag_messages) > 100000");
         assert_eq!(severity("KafkaSourceDown"), Severity::Critical);
+    }
+
+    /// promtool's expanding notation, one value per minute: `a`, `axn` and `a+bxn` / `a-bxn` (n + 1
+    /// values), `_` (no sample) and `_xn` (n of them).
+    fn expand(values: &str) -> Vec<Option<f64>> {
+        let mut out = Vec::new();
+        for token in values.split_whitespace() {
+            let (head, times) = match token.split_once('x') {
+                Some((h, n)) => (h, Some(n.parse::<usize>().unwrap())),
+                None => (token, None),
+            };
+            if head == "_" {
+                out.extend(std::iter::repeat_n(None, times.unwrap_or(1)));
+                continue;
+            }
+            let split = head.char_indices().skip(1).find(|(_, c)| *c == '+' || *c == '-').map(|(i, _)| i);
+            let (start, step) = match split {
+                Some(i) => (head[..i].parse::<f64>().unwrap(), head[i..].parse::<f64>().unwrap()),
+                None => (head.parse::<f64>().unwrap(), 0.0),
+            };
+            out.extend((0..=times.unwrap_or(0)).map(|k| Some(start + step * k as f64)));
+        }
+        out
+    }
+
+    /// The value an instant query sees at `minute`: the last sample at or before it, within
+    /// Prometheus's 5-minute lookback.
+    fn value_at(values: &[Option<f64>], minute: usize) -> Option<f64> {
+        (minute.saturating_sub(5)..=minute).rev().find_map(|m| values.get(m).copied().flatten())
+    }
+
+    /// `40m`, `28h`, `26h5m` in minutes.
+    fn minutes(at: &str) -> usize {
+        let (hours, rest) = at.split_once('h').map_or((0, at), |(h, r)| (h.parse::<usize>().unwrap(), r));
+        hours * 60 + rest.strip_suffix('m').map_or(0, |m| m.parse::<usize>().unwrap())
+    }
+
+    /// What `instance` exports at `minute` of `inputs` (its `instance` label dropped, as the service
+    /// exports it), and its board of counter samples over the minutes before (the rates' input).
+    fn exported(inputs: &[Input], instance: &str, minute: usize) -> (Series, BoardState) {
+        let ours: Vec<(Sample, Vec<Option<f64>>)> = inputs
+            .iter()
+            .map(|i| {
+                let mut parsed = super::super::exposition::parse_exposition(&format!("{} 0", i.series)).remove(0);
+                let mine = parsed.labels.remove("instance").as_deref() == Some(instance);
+                (mine, parsed, expand(&i.values))
+            })
+            .filter(|(mine, _, _)| *mine)
+            .map(|(_, s, v)| (s, v))
+            .collect();
+        let at = |m: usize| ours.iter().filter_map(|(s, v)| value_at(v, m).map(|value| Sample { value, ..s.clone() })).collect::<Vec<_>>();
+        let total = |m: usize, metric: &str| at(m).iter().filter(|s| s.name == metric).map(|s| s.value as u64).sum::<u64>();
+        let mut board = BoardState::default();
+        let span = threshold::INGEST_ERROR_RATE_SPAN_MINUTES as usize;
+        for m in minute.saturating_sub(span)..=minute {
+            let (records, bad_records) = (total(m, name::RECORDS_TOTAL), total(m, name::BAD_RECORDS_TOTAL));
+            board.samples.push_back(super::super::board::CounterSample { unix_s: m as f64 * 60.0, records, sessions: records, bad_records });
+        }
+        (Series::new(at(minute)), board)
+    }
+
+    /// Where a rule's promtool scenario has it firing, its judge (the status page's verdict) holds on
+    /// the same values at the same time; on the fresh start, every judge but those of the rules
+    /// expected to fire there is silent on both instances. So each rule's PromQL and its Rust judge
+    /// agree on every case the generated tests run.
+    #[test]
+    fn each_rules_judge_holds_where_its_promtool_scenario_fires() {
+        let mut checked = 0;
+        for rule in alert_rules() {
+            let before = checked;
+            for scenario in &rule.scenarios {
+                for (at, fired) in &scenario.checks {
+                    let Some(fired) = fired else { continue };
+                    let instance = fired.labels.iter().find(|(k, _)| *k == "instance").map(|(_, v)| *v).unwrap();
+                    let (series, board) = exported(&scenario.series, instance, minutes(at));
+                    let now = minutes(at) as f64 * 60.0;
+                    assert!(!(rule.holds)(&series, &board, now).is_empty(), "{} fires at {at} in promtool's scenario; its judge does not hold", rule.name);
+                    checked += 1;
+                }
+            }
+            assert!(checked > before || rule.fresh_start.is_some(), "{} has no case in which it fires", rule.name);
+            let later = minutes(FRESH_START_CHECKS[1]);
+            for instance in ["fresh", "trained"] {
+                let (series, board) = exported(&fresh_start_inputs(), instance, later);
+                let fires = rule.fresh_start.as_ref().is_some_and(|f| f.labels.contains(&("instance", instance)));
+                let holds = !(rule.holds)(&series, &board, later as f64 * 60.0).is_empty();
+                assert_eq!(holds, fires, "{} on the fresh start's {instance} instance", rule.name);
+            }
+        }
+    }
+
+    /// The expanding notation as promtool documents it.
+    #[test]
+    fn promtool_values_expand_as_documented() {
+        assert_eq!(expand("1x2 0+10x2 5-1x1 _x2 NaN").len(), 3 + 3 + 2 + 2 + 1);
+        assert_eq!(expand("0+10x2")[2], Some(20.0));
+        assert_eq!(expand("5-1x1")[1], Some(4.0));
+        assert_eq!(value_at(&expand("1x2 _x3"), 4), Some(1.0));
+        assert_eq!(value_at(&expand("1x2 _x10"), 9), None);
+        assert_eq!((minutes("40m"), minutes("28h"), minutes("26h5m")), (40, 1680, 1565));
     }
 }

@@ -109,7 +109,7 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::
     let listener = std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr} (key `service.listen`): {e}"))?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    let runtime = ultr_core::runtime::with_threads("ultr-http", 1)?;
+    let runtime = ultr_core::context::Runner::with_threads("ultr-http", 1)?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let app = Router::new()
         .route("/", get(status_page))
@@ -122,7 +122,7 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> anyhow::
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(10)))
         .with_state(AppState { metrics, health });
     let handle = std::thread::Builder::new().name("ultr-http".into()).spawn(move || {
-        runtime.block_on(async move {
+        runtime.run(async move {
             let listener = match tokio::net::TcpListener::from_std(listener) {
                 Ok(l) => l,
                 Err(e) => {
@@ -158,7 +158,7 @@ async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn status_page(State(s): State<AppState>) -> impl IntoResponse {
-    let page = super::status_page::render(&s.metrics.render(), &s.metrics.board.snapshot(), now_ms() as f64 / 1000.0);
+    let page = super::status_page::render(&s.metrics.series(), &s.metrics.board.snapshot(), now_ms() as f64 / 1000.0);
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], page)
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::config::PipelineConfig;
 use crate::monitor::metrics::Metrics;
 use crate::monitor::Monitor;
-use crate::pipeline::{run_to_state, Observer, RunReport};
+use crate::pipeline::{Observer, RunReport};
 use http::Health;
 use ultr_core::sources::SourceHealth;
 use ultr_core::state::{Manifest, StateStore};
@@ -42,21 +42,30 @@ fn judged_labels(config: &PipelineConfig) -> anyhow::Result<Option<ultr_train::e
 pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     use tokio::signal::unix::{signal, SignalKind};
     let stop = Arc::new(AtomicBool::new(false));
-    let rt = ultr_core::runtime::current_thread()?;
-    let (mut term, mut int) = {
-        let _guard = rt.enter();
-        (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?)
-    };
     let flag = stop.clone();
+    // The handlers are installed (on the listening thread's runtime) before the thread is told to wait.
+    let (installed, ready) = std::sync::mpsc::channel::<std::io::Result<()>>();
     std::thread::Builder::new().name("ultr-signals".into()).spawn(move || {
-        rt.block_on(async {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+        let listen = ultr_core::context::block_on_here(async {
+            let handlers = signal(SignalKind::terminate()).and_then(|term| Ok((term, signal(SignalKind::interrupt())?)));
+            match handlers {
+                Ok((mut term, mut int)) => {
+                    let _ = installed.send(Ok(()));
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                Err(e) => {
+                    let _ = installed.send(Err(e));
+                }
             }
         });
-        flag.store(true, Ordering::SeqCst);
+        if listen.is_ok() {
+            flag.store(true, Ordering::SeqCst);
+        }
     })?;
+    ready.recv().map_err(|_| anyhow::anyhow!("the signal thread ended before installing its handlers"))??;
     Ok(stop)
 }
 
@@ -257,13 +266,15 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
     } else {
         opts.state_dir.clone()
     };
+    // One pipeline context for the ingest, the monitor and scheduled training: one memory pool.
+    let context = config.context();
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(60_000, config.state.checkpoint_interval().as_millis() as i64 * 6 + 60_000));
     let listen = opts.listen.clone().unwrap_or_else(|| config.service.listen.clone());
     // The monitors restore series from the state (the current model's time) before the first scrape
     // can see them: a scrape between serving and restoring read 0 and TrainingStale saw a 56-year-old model.
-    let monitor = MonitorThread::start(Monitor::new(metrics.clone(), &config, &view).judging(judged_labels(&config)?), view.clone())?;
-    let mut counters = Monitor::new(metrics.clone(), &config, &view);
+    let monitor = MonitorThread::start(Monitor::new(&context, metrics.clone(), &config, &view).judging(judged_labels(&config)?), view.clone())?;
+    let mut counters = Monitor::new(&context, metrics.clone(), &config, &view);
     describe_stream(&metrics, &config, &opts.state_dir, scaled);
     let models_dir = ultr_train::models_dir(&config.train, &view);
     list_earlier_trainings(&metrics, &models_dir);
@@ -277,17 +288,15 @@ pub fn run(config: &PipelineConfig, opts: &ServiceOptions) -> anyhow::Result<Run
         view.display()
     );
     let leader = scaled.then(|| Arc::new(AtomicBool::new(false)));
-    let scheduler = schedule::Scheduler::start(&config, view.clone(), metrics.clone(), leader.clone())?;
+    let scheduler = schedule::Scheduler::start(&context, &config, view.clone(), metrics.clone(), leader.clone())?;
     if let Some(s) = &config.train.schedule {
         eprintln!("ultr run: retraining on schedule {s:?} (models in {})", models_dir.display());
     }
     let mut observer = ServiceObserver { counters: &mut counters, monitor: &monitor, health: health.clone(), stop: stop.clone(), leader };
-    let report = if scaled {
+    if scaled {
         health.ready.store(true, Ordering::SeqCst);
-        crate::scale_out::run(&config.core(), config.scale_out_source()?, &opts.state_dir, &mut observer)?
-    } else {
-        run_to_state(&config, &opts.state_dir, &mut observer)?
-    };
+    }
+    let report = crate::pipeline::ingest(&context, &config, &opts.state_dir, &mut observer)?.report;
     if !opts.exit_when_done {
         let why = if scaled { "every partition task ended" } else { "the source ended" };
         idle_until_stopped(&stop, &health, &format!("{why}; serving metrics and the schedule until SIGTERM"));

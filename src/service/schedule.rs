@@ -103,12 +103,18 @@ pub fn record_outcome(metrics: &Metrics, outcome: &anyhow::Result<TrainOutcome>)
 impl Scheduler {
     /// Starts the schedule, or returns `None` when the config has none. With a `gate`, a firing is
     /// skipped while it is false (a scale-out instance trains only while it holds the compactor lease).
-    pub fn start(config: &PipelineConfig, state_dir: PathBuf, metrics: Arc<Metrics>, gate: Option<Arc<AtomicBool>>) -> anyhow::Result<Option<Scheduler>> {
+    pub fn start(
+        context: &ultr_core::context::PipelineContext,
+        config: &PipelineConfig,
+        state_dir: PathBuf,
+        metrics: Arc<Metrics>,
+        gate: Option<Arc<AtomicBool>>,
+    ) -> anyhow::Result<Option<Scheduler>> {
         let Some(expr) = config.train.schedule.clone() else { return Ok(None) };
         let schedule = cron::Schedule::from_str(&expr).map_err(|e| anyhow::anyhow!("key `train.schedule` = {expr:?}: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let runs = Arc::new(Mutex::new(Vec::new()));
-        let (stop_flag, runs_log, config) = (stop.clone(), runs.clone(), config.clone());
+        let (stop_flag, runs_log, config, context) = (stop.clone(), runs.clone(), config.clone(), context.clone());
         // Read (and checked) once: the service stopped at start on an unreadable file.
         let qrels = config.eval.qrels.as_deref().map(ultr_train::eval::judged::Qrels::read).transpose().context("key `eval.qrels`")?;
         let handle = std::thread::Builder::new().name("ultr-schedule".into()).spawn(move || {
@@ -153,11 +159,13 @@ impl Scheduler {
                     cancel: Some(&*stop_flag),
                     judged: qrels.as_ref().map(|qrels| ultr_train::gate::TeamRanking { qrels, eval: &config.eval }),
                     truth_theta: truth.as_deref(),
+                    context: &context,
                 });
                 metrics.training_in_progress.set(0);
                 let finished_unix_s = Utc::now().timestamp_millis() as f64 / 1000.0;
                 match &outcome {
                     Ok(o) => {
+                        tracing::debug!(target: "ultr::training", "{}", o.render().trim_end());
                         tracing::info!(
                             target: "ultr::story",
                             id = %o.id,
@@ -340,6 +348,7 @@ mod tests {
             cancel: None,
             judged: None,
             truth_theta: None,
+            context: &config.context(),
         })
         .unwrap();
         assert!(outcome.decision.promoted && !outcome.theta.is_empty(), "{:?}", outcome.decision);

@@ -131,9 +131,9 @@ table{border-collapse:collapse;width:100%;font-size:.85rem}td,th{border-bottom:1
 .ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}.warn{color:#9a6700;font-weight:600}\
 svg{width:100%;height:auto;max-width:640px}code{font-size:.85em;word-break:break-all}.muted{color:#666;font-size:.85rem}";
 
-/// Renders the page from the exposition text and the board.
-pub fn render(exposition: &str, board: &BoardState, now_unix_s: f64) -> String {
-    let series = Series::new(parse_exposition(exposition));
+/// Renders the page from the exported series (`Metrics::series`: the registry's typed values) and
+/// the board.
+pub fn render(series: &Series, board: &BoardState, now_unix_s: f64) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -144,13 +144,13 @@ pub fn render(exposition: &str, board: &BoardState, now_unix_s: f64) -> String {
         escape(&board.source),
         unix_time(now_unix_s),
     );
-    verdicts(&mut h, &series, board, now_unix_s);
-    model(&mut h, &series, board);
-    swap_graph(&mut h, &series, board.graph.as_ref());
-    randomization_plan(&mut h, &series, board.plan.as_ref());
+    verdicts(&mut h, series, board, now_unix_s);
+    model(&mut h, series, board);
+    swap_graph(&mut h, series, board.graph.as_ref());
+    randomization_plan(&mut h, series, board.plan.as_ref());
     trainings(&mut h, board);
-    stream(&mut h, &series, board);
-    dead_letters(&mut h, &series, board);
+    stream(&mut h, series, board);
+    dead_letters(&mut h, series, board);
     h.push_str("</div></body></html>\n");
     h
 }
@@ -635,6 +635,27 @@ mod tests {
         assert_eq!(Series::new(parse_exposition(&m.render())).all("ultr_theta_interval").count(), 0);
     }
 
+    /// The typed series the page judges (`Metrics::series`, read from the registry's metric
+    /// families) are exactly the samples of the text `/metrics` serves, read back by the exposition
+    /// parser: the same names, labels and values (NaN included), a histogram's buckets, sum and count.
+    #[test]
+    fn the_typed_series_are_the_text_expositions_samples() {
+        let m = Metrics::new();
+        m.set_theta(&[0.0, -0.5, -1.25]);
+        m.bad_records.with_label_values(&["bad \"json\" <x>"]).inc_by(7);
+        m.window_close_seconds.observe(0.3);
+        m.window_close_seconds.observe(42.0);
+        m.misspecification_z.with_label_values(&["mlp"]).set(f64::NAN);
+        let key = |s: &Sample| (s.name.clone(), s.labels.clone(), s.value.to_bits());
+        let mut typed: Vec<_> = m.series().samples().iter().map(key).collect();
+        let mut text: Vec<_> = parse_exposition(&m.render()).iter().map(key).collect();
+        typed.sort();
+        text.sort();
+        assert_eq!(typed, text);
+        assert!(typed.iter().any(|(n, l, _)| n == "ultr_window_close_seconds_bucket" && l.get("le").map(String::as_str) == Some("+Inf")));
+        assert_eq!(m.series().get("ultr_window_close_seconds_count", &[]), Some(2.0));
+    }
+
     #[test]
     fn escape_leaves_no_markup() {
         let hostile = "<script>alert('x')</script>\"&";
@@ -737,7 +758,7 @@ mod tests {
         };
         std::fs::write(&letters, serde_json::to_string(&line).unwrap() + "\n").unwrap();
         let board = BoardState { dead_letter_file: Some(letters), ..Default::default() };
-        let page = render(&m.render(), &board, 2.0e9);
+        let page = render(&m.series(), &board, 2.0e9);
         assert!(!page.contains("<script>") && !page.contains("<img") && !page.contains("<b>reason"));
         assert!(page.contains("<td class=\"query-id\">&lt;script&gt;alert(1)&lt;/script&gt;</td>"));
         assert!(page.contains("data-position=\"2\" data-value=\"-0.69\""));
@@ -781,7 +802,7 @@ mod tests {
             warm_start: false,
             combination: Some(combination),
         });
-        let page = render(&Metrics::new().render(), &board.snapshot(), 2.0e9);
+        let page = render(&Metrics::new().series(), &board.snapshot(), 2.0e9);
         assert!(page.contains("id=\"combination\"") && page.contains("κ = 10 chosen by held-out clicks (most likely: κ = 1), 42 pairs"), "{page}");
         assert!(page.contains("<tr><td>1–9</td><td>7</td><td>50.0%</td><td>12.5%</td><td class=\"ok\">+0.00400 ± 0.00100</td></tr>"), "{page}");
         assert!(page.contains("<td class=\"warn\">-0.01000 ± 0.00100</td>"), "{page}");
@@ -802,7 +823,7 @@ mod tests {
             }
             text.push_str(&format!("ultr_theta_interval_width{{position=\"{a}\"}} {}\n", 0.1 * a as f64));
         }
-        let page = render(&text, &BoardState::default(), 2.0e9);
+        let page = render(&Series::new(parse_exposition(&text)), &BoardState::default(), 2.0e9);
         assert_eq!(page.matches("class=\"swap-cell\"").count(), 400);
         assert!(page.contains("<title>1–2: 1000 swap pairs</title>"), "{page}");
         assert!(page.contains("fill=\"rgba(9,105,218,0.04)\"><title>19–20: 0 swap pairs</title>"));

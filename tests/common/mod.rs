@@ -80,7 +80,7 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
 pub fn final_counts(state: &std::path::Path) -> (Vec<String>, String) {
     let manifest = ultr::state::read_manifest(state).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let c = rt.block_on(ultr::state::cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
+    let c = rt.block_on(ultr::state::cumulative::compute(&ultr::context::PipelineContext::default(), state, &manifest, i64::MAX / 4)).unwrap();
     let rows = sorted_rows(&c.propensity);
     let windows: Vec<_> = manifest.windows.iter().map(|w| (w.start_ms, w.sessions, w.impressions)).collect();
     (rows, format!("{:?} {:?}", manifest.operator.counters, windows))

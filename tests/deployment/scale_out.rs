@@ -213,7 +213,7 @@ fn stored_progress(remote: &Remote) -> (i64, usize) {
 fn snapshot(state: &Path) -> (Vec<String>, Vec<String>, String, String, String) {
     let manifest = ultr::state::read_manifest(state).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let c = rt.block_on(ultr::state::cumulative::compute(state, &manifest, i64::MAX / 4)).unwrap();
+    let c = rt.block_on(ultr::state::cumulative::compute(&ultr::context::PipelineContext::default(), state, &manifest, i64::MAX / 4)).unwrap();
     let k = &manifest.operator.counters;
     let counters =
         format!("sessions {} impressions {} late {}/{} duplicates {}", k.sessions, k.impressions, k.late_sessions, k.late_impressions, k.duplicate_sessions);
@@ -251,7 +251,7 @@ fn three_instances_with_a_kill_and_a_late_joiner_equal_one_instance_row_for_row(
 
     // Three instances of one group over the object store.
     let store = store_config(&unique("scale"));
-    let remote = Remote::open(&store).unwrap();
+    let remote = Remote::open(&store, &Default::default()).unwrap();
     let config = work.path().join("scaled.toml");
     std::fs::write(&config, config_text(&topic, &unique("group"), Some(&store))).unwrap();
     PipelineConfig::load(&config).unwrap();
@@ -367,7 +367,7 @@ fn a_bounded_instance_waits_for_partitions_a_stalled_member_holds() {
     let records = publish_sessions(&topic, 3_000);
     let group = unique("group");
     let store = store_config(&unique("stalled"));
-    let remote = Remote::open(&store).unwrap();
+    let remote = Remote::open(&store, &Default::default()).unwrap();
     let work = tempfile::tempdir().unwrap();
     let config = work.path().join("scaled.toml");
     std::fs::write(&config, config_text(&topic, &group, Some(&store))).unwrap();

@@ -355,7 +355,7 @@ fn identifiability_lost_fires_after_the_policy_turns_deterministic() {
     let tower = |name: &str| {
         let mut c = config.clone();
         c.train.tower = serde_json::from_value(serde_json::json!(name)).unwrap();
-        let monitor = ultr::monitor::Monitor::new(std::sync::Arc::new(ultr::monitor::metrics::Metrics::new()), &c, &state);
+        let monitor = ultr::monitor::Monitor::new(&c.context(), std::sync::Arc::new(ultr::monitor::metrics::Metrics::new()), &c, &state);
         (name.to_string(), monitor, Vec::new())
     };
     struct Record {
@@ -449,7 +449,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
     .unwrap();
     let state = dir.join("state");
     let metrics = std::sync::Arc::new(ultr::monitor::metrics::Metrics::new());
-    let mut monitor = ultr::monitor::Monitor::new(metrics, &config, &state);
+    let mut monitor = ultr::monitor::Monitor::new(&config.context(), metrics, &config, &state);
     struct Rec<'a> {
         monitor: &'a mut ultr::monitor::Monitor,
         config: &'a ultr::config::PipelineConfig,
@@ -474,6 +474,7 @@ fn residual_correlations(dir: &Path, second: ultr::simulate::click::ClickModel, 
                     cancel: None,
                     judged: None,
                     truth_theta: None,
+                    context: &Default::default(),
                 };
                 ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;

@@ -42,7 +42,18 @@ fn load(state: &Path, config: &PipelineConfig, budget: usize) -> TrainingData {
     let manifest = ultr::state::read_manifest(state).unwrap();
     let lookback = config.state.lookback_ms();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(load_training_data(state, &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default(), budget, &spill_dir(state))).unwrap()
+    rt.block_on(load_training_data(
+        &ultr::context::PipelineContext::default(),
+        state,
+        &manifest,
+        lookback,
+        Horizon::Lookback(lookback),
+        50,
+        &Default::default(),
+        budget,
+        &spill_dir(state),
+    ))
+    .unwrap()
 }
 
 #[test]
@@ -58,7 +69,17 @@ fn a_spilled_horizon_trains_like_the_in_memory_one() {
     let TrainingData::InMemory(all) = load(&state, &cfg, usize::MAX) else { panic!("a generous budget keeps the examples in memory") };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lookback = cfg.state.lookback_ms();
-    let direct = rt.block_on(load_from_state(&state, &manifest, lookback, Horizon::Lookback(lookback), 50, &Default::default())).unwrap();
+    let direct = rt
+        .block_on(load_from_state(
+            &ultr::context::PipelineContext::default(),
+            &state,
+            &manifest,
+            lookback,
+            Horizon::Lookback(lookback),
+            50,
+            &Default::default(),
+        ))
+        .unwrap();
     assert_eq!(all.rows, direct.rows);
     assert_eq!(all.docs, direct.docs);
 
@@ -154,6 +175,7 @@ fn train_from_state_streams_a_horizon_beyond_its_memory_budget() {
         cancel: None,
         judged: None,
         truth_theta: None,
+        context: &Default::default(),
     })
     .unwrap();
     assert!(outcome.fit.train_chunks > 4, "64 KiB must spill: {} chunks", outcome.fit.train_chunks);

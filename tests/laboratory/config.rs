@@ -122,14 +122,25 @@ fn the_configuration_reference_is_generated_and_current() {
 /// same, as for the configuration reference.
 #[test]
 fn the_alert_rules_file_is_generated_from_the_signals_catalog_and_current() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/alerts.yml");
-    let generated = ultr::monitor::signals::alerts_yaml();
+    generated_and_current("pipelines/alerts.yml", &ultr::monitor::signals::alerts_yaml(), "ultr alert-rules");
+}
+
+/// `pipelines/alerts.test.yml` (promtool's unit tests of the rules) is what `ultr alert-rules
+/// --tests` writes from the catalog's scenarios today, blessed as the rules file is.
+#[test]
+fn the_alert_rules_promtool_tests_are_generated_from_the_signals_catalog_and_current() {
+    generated_and_current("pipelines/alerts.test.yml", &ultr::monitor::signals::alerts_test_yaml(), "ultr alert-rules --tests");
+}
+
+/// Fails unless the committed `file` equals `generated`; `ULTR_BLESS=1` rewrites it and fails all the same.
+fn generated_and_current(file: &str, generated: &str, command: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     if std::env::var_os("ULTR_BLESS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
-        panic!("ULTR_BLESS: pipelines/alerts.yml rewritten; this run does not pass, run the test again without it");
+        std::fs::write(&path, generated).unwrap();
+        panic!("ULTR_BLESS: {file} rewritten; this run does not pass, run the test again without it");
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(committed == generated, "pipelines/alerts.yml is stale: run `ultr alert-rules > pipelines/alerts.yml`");
+    assert!(committed == generated, "{file} is stale: run `{command} > {file}`");
 }
 
 /// Every command that writes a state finds its directory by one rule: `--state`, else `[state] dir`,
@@ -143,4 +154,15 @@ fn the_state_directory_is_the_flag_else_the_key_else_one_named_after_the_pipelin
     assert_eq!(bare.state_dir(None, file), PathBuf::from("ultr-state/nightly"));
     assert_eq!(keyed.state_dir(None, file), PathBuf::from("/srv/ultr"));
     assert_eq!(keyed.state_dir(Some(Path::new("here")), file), PathBuf::from("here"));
+}
+
+/// A pipeline file's context has the file's settings: `[runtime] worker_threads` and `[state]
+/// query_memory_limit` (two files in one process, each its own).
+#[test]
+fn the_pipeline_context_takes_the_files_worker_threads_and_query_memory_limit() {
+    let parse = |text: &str| ultr::config::PipelineConfig::parse(text, "pipeline.toml").unwrap().context();
+    let small = parse("source = \"simulator\"\n[runtime]\nworker_threads = 3\n[state]\nquery_memory_limit = \"64MiB\"\n");
+    let default = parse("source = \"simulator\"\n");
+    assert_eq!((small.worker_threads(), small.query_memory_limit()), (3, 64 << 20));
+    assert_eq!((default.worker_threads(), default.query_memory_limit()), (2, 1 << 30));
 }

@@ -96,8 +96,8 @@ fn incremental_views_equal_the_views_of_every_window_as_the_state_grows() {
         let mut manifest = full.clone();
         manifest.windows = windows[..n].to_vec();
         manifest.operator.event_watermark = None;
-        let want = rt.block_on(compute(&state, &manifest, horizon_ms)).unwrap();
-        let got = rt.block_on(sliding.update(&state, &manifest, horizon_ms)).unwrap();
+        let want = rt.block_on(compute(&ultr::context::PipelineContext::default(), &state, &manifest, horizon_ms)).unwrap();
+        let got = rt.block_on(sliding.update(&ultr::context::PipelineContext::default(), &state, &manifest, horizon_ms)).unwrap();
         assert_same_views(n, "50-minute horizon", &got, &want);
         assert_eq!(want.windows.len(), n.min(10));
         if n > 1 {
@@ -105,8 +105,8 @@ fn incremental_views_equal_the_views_of_every_window_as_the_state_grows() {
         }
         sliding_before = sliding.windows_read();
 
-        let want = rt.block_on(compute(&state, &manifest, i64::MAX / 4)).unwrap();
-        let got = rt.block_on(growing.update(&state, &manifest, i64::MAX / 4)).unwrap();
+        let want = rt.block_on(compute(&ultr::context::PipelineContext::default(), &state, &manifest, i64::MAX / 4)).unwrap();
+        let got = rt.block_on(growing.update(&ultr::context::PipelineContext::default(), &state, &manifest, i64::MAX / 4)).unwrap();
         assert_same_views(n, "whole state", &got, &want);
     }
     assert!(growing.windows_read() <= 2 * windows.len() as u64, "read {} windows", growing.windows_read());

@@ -171,15 +171,21 @@ fn a_missing_or_truncated_state_file_is_an_error_naming_it_not_zeros() {
     let w = &manifest.windows[2];
     let victim = state.join("windows").join(&w.dir).join("propensity_counts.parquet");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(ultr::state::cumulative::compute(&state, &manifest, i64::MAX / 4)).expect("intact state reads");
+    rt.block_on(ultr::state::cumulative::compute(&ultr::context::PipelineContext::default(), &state, &manifest, i64::MAX / 4)).expect("intact state reads");
 
     let bytes = std::fs::read(&victim).unwrap();
     std::fs::write(&victim, &bytes[..bytes.len() / 2]).unwrap();
-    let err = format!("{:#}", rt.block_on(ultr::state::cumulative::compute(&state, &manifest, i64::MAX / 4)).err().expect("an error"));
+    let err = format!(
+        "{:#}",
+        rt.block_on(ultr::state::cumulative::compute(&ultr::context::PipelineContext::default(), &state, &manifest, i64::MAX / 4)).err().expect("an error")
+    );
     assert!(err.contains("propensity_counts.parquet") && err.contains("truncated"), "{err}");
 
     std::fs::remove_file(&victim).unwrap();
-    let err = format!("{:#}", rt.block_on(ultr::state::cumulative::compute(&state, &manifest, i64::MAX / 4)).err().expect("an error"));
+    let err = format!(
+        "{:#}",
+        rt.block_on(ultr::state::cumulative::compute(&ultr::context::PipelineContext::default(), &state, &manifest, i64::MAX / 4)).err().expect("an error")
+    );
     assert!(err.contains("propensity_counts.parquet") && err.contains("missing"), "{err}");
 }
 

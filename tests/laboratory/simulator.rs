@@ -30,7 +30,7 @@ fn check_ctr_matches_truth(config: SimConfig) -> f64 {
     assert_eq!(dead.counts().total(), 0);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let ctr = rt.block_on(position_ctr(batches)).unwrap();
+    let ctr = rt.block_on(position_ctr(ultr::context::PipelineContext::default().statements(), batches)).unwrap();
     let expected = truth.expected_position_ctr().expect("closed form exists");
     let mut worst: f64 = 0.0;
     let mut positions = 0;

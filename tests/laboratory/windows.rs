@@ -171,10 +171,11 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
 
     let mut ingest = Ingest::new(FileSource::open(&path, 0).unwrap(), DecodeLimits::default(), batch_records);
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let sql = ultr::context::PipelineContext::default().statements().clone();
     let mut op = WindowOperator::new(spec);
     // A small reduce bound: many partials per window, merged several times.
     let reduce_rows = 23 + seed as usize * 7;
-    let mut open = OpenWindows::new(reduce_rows, HOLDOUT, bounds);
+    let mut open = OpenWindows::new(sql.clone(), reduce_rows, HOLDOUT, bounds);
     let mut persisted: BTreeMap<i64, Tables> = BTreeMap::new();
     let mut closed = Vec::new();
     let mut finished: BTreeMap<i64, Tables> = BTreeMap::new();
@@ -197,7 +198,8 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
                 if batches % 3 == 0 {
                     // Checkpoint, then continue from the persisted partials alone (as a restart does).
                     persisted.extend(rt.block_on(open.checkpoint()).unwrap());
-                    open = OpenWindows::new(reduce_rows, HOLDOUT, bounds).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect()).unwrap();
+                    open =
+                        OpenWindows::new(sql.clone(), reduce_rows, HOLDOUT, bounds).restore(persisted.iter().map(|(s, t)| (*s, t.clone())).collect()).unwrap();
                 }
             }
             Next::Idle => {}
@@ -555,7 +557,7 @@ fn a_shard_restored_ahead_and_rewound_to_the_earliest_clock_keeps_its_watermark_
 #[test]
 fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
     use datafusion::physical_plan::displayable;
-    use ultr::window::{is_sorted_by, merge, reduce, register_runs, window_context, with_window_keys, PARTIALS};
+    use ultr::window::{is_sorted_by, merge, reduce, register_runs, with_window_keys, PARTIALS};
 
     let stream = random_stream(11);
     let dir = tempfile::tempdir().unwrap();
@@ -563,11 +565,12 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
     std::fs::write(&path, stream.iter().map(|s| s.json() + "\n").collect::<String>()).unwrap();
     let mut ingest = Ingest::new(FileSource::open(&path, 0).unwrap(), DecodeLimits::default(), 40);
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let sql = ultr::context::PipelineContext::default().statements().clone();
     let mut partials: Vec<Tables> = Vec::new();
     let mut ids = ultr::window::keys::Keys::default();
     while let Next::Batch(b) = ingest.next().unwrap() {
         let keyed = with_window_keys(&b.impressions, HOLDOUT, &mut ids).unwrap();
-        partials.push(rt.block_on(reduce(vec![keyed], &StatisticBounds::default())).unwrap());
+        partials.push(rt.block_on(reduce(&sql, vec![keyed], &StatisticBounds::default())).unwrap());
     }
     assert!(partials.len() >= 4, "several partials: {}", partials.len());
     for (i, t) in partials.iter().enumerate() {
@@ -575,12 +578,12 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
             assert!(is_sorted_by(table(t, p.table), p.order), "reduce output {} of batch {i} is not sorted by {:?}", p.table, p.order);
         }
     }
-    let merged = rt.block_on(merge(partials.clone(), &StatisticBounds::default())).unwrap();
+    let merged = rt.block_on(merge(&sql, partials.clone(), &StatisticBounds::default())).unwrap();
     for p in &PARTIALS {
         let rows: usize = table(&merged, p.table).iter().map(|b| b.num_rows()).sum();
         assert!(rows > 0, "{} is empty", p.table);
         assert!(is_sorted_by(table(&merged, p.table), p.order), "merge output {} is not sorted by {:?}", p.table, p.order);
-        let ctx = window_context();
+        let ctx = sql.session();
         let runs: Vec<Vec<RecordBatch>> = partials.iter().map(|t| table(t, p.table).to_vec()).collect();
         let schema = runs[0][0].schema();
         register_runs(&ctx, p.merge_input, schema, runs, p.order).unwrap();
@@ -601,7 +604,7 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
         *batches = vec![datafusion::arrow::compute::take_record_batch(&all, &reversed).unwrap()];
     }
     assert!(PARTIALS.iter().any(|p| !is_sorted_by(table(&shuffled[1], p.table), p.order)));
-    let again = rt.block_on(merge(shuffled, &StatisticBounds::default())).unwrap();
+    let again = rt.block_on(merge(&sql, shuffled, &StatisticBounds::default())).unwrap();
     for p in &PARTIALS {
         let a = datafusion::arrow::compute::concat_batches(&table(&merged, p.table)[0].schema(), table(&merged, p.table)).unwrap();
         let b = datafusion::arrow::compute::concat_batches(&table(&again, p.table)[0].schema(), table(&again, p.table)).unwrap();

@@ -460,6 +460,19 @@ impl IngestSummary {
         }
     }
 
+    /// Adds another summary's counts (files decoded one after another); the feature width is the
+    /// first one seen.
+    pub fn absorb(&mut self, other: IngestSummary) {
+        self.records += other.records;
+        self.sessions += other.sessions;
+        self.impressions += other.impressions;
+        self.clicks += other.clicks;
+        for (reason, n) in other.dead_letters.0 {
+            *self.dead_letters.0.entry(reason).or_default() += n;
+        }
+        self.feature_dim = self.feature_dim.or(other.feature_dim);
+    }
+
     pub fn render(&self) -> String {
         let mut out = format!(
             "records      {}\nsessions     {}\nimpressions  {}\nclicks       {}\ndead letters {}\n",

@@ -5,6 +5,7 @@
 //! `sinks` carry records out (Kafka, JSONL, dead letters). Nothing here trains or serves.
 
 pub mod config;
+pub mod context;
 pub mod identify;
 pub mod import;
 pub mod ingest;

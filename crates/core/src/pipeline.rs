@@ -11,6 +11,7 @@ use anyhow::Context;
 use datafusion::arrow::array::RecordBatch;
 
 use crate::config::CoreConfig;
+use crate::context::{PipelineContext, Runner};
 use crate::ingest::{Ingest, Next};
 use crate::sinks::config::DeadLetterConfig;
 use crate::sinks::dead_letter::DeadLetterSink;
@@ -108,12 +109,18 @@ pub type OpenSource<'a> = dyn Fn(&ResumeOffsets) -> anyhow::Result<Box<dyn Recor
 /// windows close at the same session as in a one-worker run, and `state_dir` holds the shards'
 /// merged view, equal to that run's state row for row. One worker runs on the reader's thread while
 /// the next batch decodes on a thread of its own.
-pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn Observer, open_reader: &OpenSource) -> anyhow::Result<RunReport> {
+pub fn run_with_source(
+    context: &PipelineContext,
+    config: &CoreConfig,
+    state_dir: &Path,
+    observer: &mut dyn Observer,
+    open_reader: &OpenSource,
+) -> anyhow::Result<RunReport> {
     let shards = shards::layout(state_dir, config.workers)?;
     let mut merged = None;
     let mut workers = Vec::with_capacity(shards);
     if shards == 1 {
-        workers.push(Worker::inline(Shard::restore(config, state_dir, state_dir, 0, 1)?));
+        workers.push(Worker::inline(Shard::restore(context, config, state_dir, state_dir, 0, 1)?));
     } else {
         let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
         // Held for the whole run: the merged view has one writer, as a one-worker state does.
@@ -122,11 +129,11 @@ pub fn run_with_source(config: &CoreConfig, state_dir: &Path, observer: &mut dyn
         store.set_write_threads(shards);
         merged = Some(store);
         for index in 0..shards {
-            let shard = Shard::restore(config, &shards::dir(state_dir, index), state_dir, index, shards)?;
+            let shard = Shard::restore(context, config, &shards::dir(state_dir, index), state_dir, index, shards)?;
             workers.push(Worker::spawn(shard)?);
         }
     }
-    let mut run = Coordinator::start(config, state_dir, workers, merged, open_reader)?;
+    let mut run = Coordinator::start(context, config, state_dir, workers, merged, open_reader)?;
     observer.on_restored(run.ingest.reader().source().health());
     let result = run.serve(config, observer);
     run.stop_workers();
@@ -157,7 +164,14 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    fn start(config: &CoreConfig, state_dir: &Path, workers: Vec<Worker>, merged: Option<StateStore>, open_reader: &OpenSource) -> anyhow::Result<Coordinator> {
+    fn start(
+        context: &PipelineContext,
+        config: &CoreConfig,
+        state_dir: &Path,
+        workers: Vec<Worker>,
+        merged: Option<StateStore>,
+        open_reader: &OpenSource,
+    ) -> anyhow::Result<Coordinator> {
         let mut workers = workers;
         let mut states = Vec::with_capacity(workers.len());
         for w in &mut workers {
@@ -208,6 +222,7 @@ impl Coordinator {
             retention_ms: Some(config.state.retention_ms()),
             bounds: config.window.statistic_bounds(),
             threads: workers.len(),
+            context: context.clone(),
         });
         let dead_letters = states.first().map(|d| d.dead_letters.clone()).unwrap_or_default();
         Ok(Coordinator {
@@ -618,7 +633,7 @@ struct Shard {
     dead: Option<DeadLetterSink>,
     dead_rotation: (u64, usize),
     dead_letters: BTreeMap<String, u64>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Runner,
     pending: Pending,
     resume: ResumeOffsets,
     /// Offsets this shard's state already covered when restored; records below them are skipped.
@@ -629,14 +644,14 @@ struct Shard {
 impl Shard {
     /// Everything restored from the shard's manifest. Shard 0 writes the dead letters (to
     /// `dead_letter_dir` when the config names no output).
-    fn restore(config: &CoreConfig, dir: &Path, dead_letter_dir: &Path, index: usize, shards: usize) -> anyhow::Result<Shard> {
+    fn restore(context: &PipelineContext, config: &CoreConfig, dir: &Path, dead_letter_dir: &Path, index: usize, shards: usize) -> anyhow::Result<Shard> {
         let spec = config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?;
-        crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
         let mut store = StateStore::open(dir, &config.source_identity, spec, config.holdout)?;
         let manifest = store.manifest().clone();
         let operator =
             WindowOperator::restore(spec, manifest.operator.clone(), store.open_filters()?).with_max_clock_jump(Some(config.window.max_clock_jump_ms()));
-        let open = OpenWindows::new(config.window.reduce_rows, config.holdout, config.window.statistic_bounds()).restore(store.open_partials()?)?;
+        let open = OpenWindows::new(context.statements().clone(), config.window.reduce_rows, config.holdout, config.window.statistic_bounds())
+            .restore(store.open_partials()?)?;
         let dead = if index == 0 { Some(open_dead_letters(config, dead_letter_dir, manifest.dead_letter_file_bytes)?) } else { None };
         if let Some(dead) = &dead {
             if manifest.dead_letter_file_bytes.is_none() {
@@ -671,7 +686,7 @@ impl Shard {
             dead,
             dead_rotation: dead_letter_rotation(config),
             dead_letters: manifest.dead_letters.clone(),
-            runtime: crate::runtime::multi_thread("ultr-pipeline")?,
+            runtime: context.runner("ultr-pipeline")?,
             pending: Pending::default(),
             resume: manifest.resume.clone(),
             covered,
@@ -718,9 +733,9 @@ impl Shard {
         for w in closed {
             let started = Instant::now();
             let (tables, keys) = if self.shards == 1 {
-                (self.runtime.block_on(self.open.close(w.start))?, None)
+                (self.runtime.run(self.open.close(w.start))?, None)
             } else {
-                let (tables, keys) = self.runtime.block_on(self.open.close_partial(w.start))?;
+                let (tables, keys) = self.runtime.run(self.open.close_partial(w.start))?;
                 (tables, Some(keys))
             };
             self.pending.closed_bytes += tables.iter().flat_map(|(_, b)| b.iter()).map(|b| b.get_array_memory_size()).sum::<usize>();
@@ -768,7 +783,7 @@ impl Shard {
             .collect();
         let out = self.operator.process_shard(batch, now, |i| roles[i]);
         for (start, rows) in &out.added {
-            self.runtime.block_on(self.open.add(*start, rows))?;
+            self.runtime.run(self.open.add(*start, rows))?;
         }
         self.pending.add(out.admitted, out.late, &out.closed);
         self.close_windows(out.closed)?;
@@ -787,7 +802,7 @@ impl Shard {
         let (closed, compute_seconds): (Vec<ClosedOutput>, Vec<f64>) = std::mem::take(&mut self.pending.closed).into_iter().unzip();
         self.pending.closed_bytes = 0;
         let n_closed = closed.len();
-        let open_partials = self.runtime.block_on(self.open.checkpoint())?;
+        let open_partials = self.runtime.run(self.open.checkpoint())?;
         let dead_letter_file_bytes = match &self.dead {
             Some(dead) => dead.file_len()?,
             None => None,

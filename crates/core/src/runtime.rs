@@ -1,16 +1,14 @@
-//! The one place `ultr` builds tokio runtimes, with the worker threads `[runtime]` sets.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! `[runtime]`: the worker threads of a pipeline context's runtimes (`crate::context`), the ingest
+//! workers, and the long-lived thread pools CPU work is spread over.
 
 use serde::{Deserialize, Serialize};
-use tokio::runtime::{Builder, Runtime};
 
 /// Async runtimes (`[runtime]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     /// Worker threads of each multi-threaded runtime (the SQL of windows, state and training data,
-    /// the object store's client). Applied when the pipeline file is loaded.
+    /// the object store's client): the pipeline context's (`PipelineConfig::context`).
     pub worker_threads: usize,
     /// Ingest workers: pipelines side by side, each assigning its share of the queries (by a hash of
     /// `query_id`) to windows on its own thread, while one reader reads for all, each poll is decoded
@@ -46,33 +44,11 @@ impl RuntimeConfig {
     }
 }
 
-const DEFAULT_WORKER_THREADS: usize = 2;
+const DEFAULT_WORKER_THREADS: usize = crate::context::DEFAULT_WORKER_THREADS;
 
 /// The most ingest workers measured faster than one fewer, each on as many cores: 2 beat 1 on 2
 /// cores, 1 beat 2 on 1 (docs/benchmarks.md).
 const MEASURED_WORKERS: usize = 2;
-
-static WORKER_THREADS: AtomicUsize = AtomicUsize::new(DEFAULT_WORKER_THREADS);
-
-/// Makes every runtime built after it use `config`'s threads.
-pub fn configure(config: &RuntimeConfig) {
-    WORKER_THREADS.store(config.worker_threads.max(1), Ordering::Relaxed);
-}
-
-/// A multi-threaded runtime with the configured worker threads, its threads named `name`.
-pub fn multi_thread(name: &str) -> std::io::Result<Runtime> {
-    with_threads(name, WORKER_THREADS.load(Ordering::Relaxed))
-}
-
-/// A multi-threaded runtime with `threads` workers (a server that needs no more than one).
-pub fn with_threads(name: &str, threads: usize) -> std::io::Result<Runtime> {
-    Builder::new_multi_thread().worker_threads(threads.max(1)).thread_name(name).enable_all().build()
-}
-
-/// A runtime on the calling thread, for short blocking calls.
-pub fn current_thread() -> std::io::Result<Runtime> {
-    Builder::new_current_thread().enable_all().build()
-}
 
 /// `f` over `items` on `threads` long-lived threads (`ultr-work-<i>`, one pool per count, kept for
 /// the process), results in `items`' order; 1 thread or 1 item: in order on the caller's thread.

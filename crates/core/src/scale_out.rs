@@ -26,6 +26,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::CoreConfig;
+use crate::context::PipelineContext;
 use crate::pipeline::{run_with_source, Observer, RunReport};
 use crate::sources::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::sources::{RecordSource, ResumeOffsets, SourceHealth};
@@ -46,6 +47,7 @@ struct Task {
 
 /// What the group callbacks, the tasks and the main loop share.
 struct Shared {
+    context: PipelineContext,
     config: CoreConfig,
     kafka: KafkaSourceConfig,
     root: PathBuf,
@@ -150,7 +152,7 @@ impl Shared {
         };
         // Partition tasks are this instance's parallelism: each is one worker over its partition.
         let core = CoreConfig { workers: 1, ..self.config.clone() };
-        run_with_source(&core, &dir, &mut observer, &open)
+        run_with_source(&self.context, &core, &dir, &mut observer, &open)
     }
 }
 
@@ -252,7 +254,7 @@ impl ConsumerContext for GroupContext {
 }
 
 /// The merged view's target settings for `config`.
-pub fn merge_target(config: &CoreConfig) -> anyhow::Result<MergeTarget> {
+pub fn merge_target(context: &PipelineContext, config: &CoreConfig) -> anyhow::Result<MergeTarget> {
     Ok(MergeTarget {
         source: config.source_identity.clone(),
         window: config.window.spec().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?,
@@ -260,6 +262,7 @@ pub fn merge_target(config: &CoreConfig) -> anyhow::Result<MergeTarget> {
         retention_ms: Some(config.state.retention_ms()),
         bounds: config.window.statistic_bounds(),
         threads: 1,
+        context: context.clone(),
     })
 }
 
@@ -267,7 +270,13 @@ pub fn merge_target(config: &CoreConfig) -> anyhow::Result<MergeTarget> {
 /// into `<root>/merged`, continuing the merged view in the store; then copies it to the store.
 /// `writer` is the compactor's hold on the merged copy: taken over (fetching the merged view) when
 /// None, kept across rounds while this instance holds the lease, dropped when fenced.
-pub fn compact_once(config: &CoreConfig, remote: &Remote, root: &Path, writer: &mut Option<Writer>) -> anyhow::Result<CompactReport> {
+pub fn compact_once(
+    context: &PipelineContext,
+    config: &CoreConfig,
+    remote: &Remote,
+    root: &Path,
+    writer: &mut Option<Writer>,
+) -> anyhow::Result<CompactReport> {
     let started = Instant::now();
     let cache = root.join("compact");
     let mut parts = Vec::new();
@@ -280,7 +289,7 @@ pub fn compact_once(config: &CoreConfig, remote: &Remote, root: &Path, writer: &
     if writer.is_none() {
         *writer = Some(remote.take_over(MERGED_PREFIX, &merged)?.0); // continues the last compactor's view
     }
-    let mut report = compact(&parts, &merged, &merge_target(config)?)?;
+    let mut report = compact(&parts, &merged, &merge_target(context, config)?)?;
     if let Err(e) = remote.push(writer.as_mut().expect("taken over above"), &merged) {
         *writer = None;
         return Err(e);
@@ -305,13 +314,14 @@ pub fn partition_prefixes(remote: &Remote) -> anyhow::Result<Vec<String>> {
 /// compactor lease for it. Waits up to `wait` for an instance that holds the lease; after that the
 /// error names the holder. The lease is released whether or not the merge succeeds.
 pub fn compact_holding_the_lease(
+    context: &PipelineContext,
     config: &CoreConfig,
     store: &crate::state::remote::ObjectStoreConfig,
     root: &Path,
     wait: Duration,
 ) -> anyhow::Result<CompactReport> {
     let ttl = store.lease_ttl.ms();
-    let remote = Remote::open(store)?;
+    let remote = Remote::open(store, context)?;
     let me = instance_id();
     let deadline = Instant::now() + wait;
     while !lease::try_acquire(&remote, &me, ttl, chrono::Utc::now().timestamp_millis())? {
@@ -321,7 +331,7 @@ pub fn compact_holding_the_lease(
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let result = crate::state::lock::DirLock::acquire(root, "state directory").and_then(|_lock| compact_once(config, &remote, root, &mut None));
+    let result = crate::state::lock::DirLock::acquire(root, "state directory").and_then(|_lock| compact_once(context, config, &remote, root, &mut None));
     lease::release(&remote, &me)?;
     result
 }
@@ -380,14 +390,14 @@ fn add(total: &mut RunReport, r: &RunReport) {
 /// closed), so an instance does not leave while a killed member's partitions still wait to be
 /// reassigned, nor while a revoked partition's windows are still open.
 /// The report sums the partition tasks this instance ran.
-pub fn run(config: &CoreConfig, kafka: &KafkaSourceConfig, root: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+pub fn run(context: &PipelineContext, config: &CoreConfig, kafka: &KafkaSourceConfig, root: &Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
     let store_config = config.state.object_store.as_ref().context("scale-out needs `[state.object_store]`")?;
-    crate::window::set_query_memory_limit(config.state.query_memory_limit_bytes().map_err(|e| anyhow::anyhow!("pipeline config: {e}"))?);
-    let remote = Arc::new(Remote::open(store_config)?);
+    let remote = Arc::new(Remote::open(store_config, context)?);
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
     let _lock = crate::state::lock::DirLock::acquire(root, "scale-out state directory")?;
     let me = instance_id();
     let shared = Arc::new(Shared {
+        context: context.clone(),
         config: config.clone(),
         kafka: kafka.clone(),
         root: root.to_path_buf(),
@@ -407,6 +417,7 @@ pub fn run(config: &CoreConfig, kafka: &KafkaSourceConfig, root: &Path, observer
     eprintln!("ultr: instance {me} joined group {:?} on {:?}; partition states in {}", kafka.group_id, kafka.topics, remote.url);
 
     let mut member = Member {
+        context,
         config,
         root,
         remote: &remote,
@@ -440,7 +451,7 @@ pub fn run(config: &CoreConfig, kafka: &KafkaSourceConfig, root: &Path, observer
     // A last merge covers this instance's final checkpoints (when it holds the lease).
     let Member { mut total, mut merged_writer, lease_ttl, .. } = member;
     drop(consumer);
-    compaction_round(config, &remote, root, &me, lease_ttl, &mut merged_writer).report(root, &mut total, observer);
+    compaction_round(context, config, &remote, root, &me, lease_ttl, &mut merged_writer).report(root, &mut total, observer);
     lease::release(&remote, &me)?;
     Ok(total)
 }
@@ -474,6 +485,7 @@ fn assigned_partitions(consumer: &BaseConsumer<GroupContext>) -> Vec<(String, i3
 
 /// One instance's group membership while it serves: what its loop keeps between polls.
 struct Member<'a> {
+    context: &'a PipelineContext,
     config: &'a CoreConfig,
     root: &'a Path,
     remote: &'a Remote,
@@ -502,7 +514,7 @@ impl Member<'_> {
     /// `session.timeout.ms`, and a member that stops polling for that long misses the group's
     /// rebalances, is dropped, and holds every other member's join back meanwhile.
     fn serve(&mut self, observer: &mut dyn Observer) -> anyhow::Result<()> {
-        let (config, remote, root, me, lease_ttl) = (self.config, self.remote, self.root, self.me, self.lease_ttl);
+        let (context, config, remote, root, me, lease_ttl) = (self.context, self.config, self.remote, self.root, self.me, self.lease_ttl);
         std::thread::scope(|scope| {
             let mut round: Option<std::thread::ScopedJoinHandle<'_, (Round, Option<Writer>)>> = None;
             let result = loop {
@@ -516,7 +528,7 @@ impl Member<'_> {
                     self.last_compaction = Some(Instant::now());
                     self.total.lag = lag(self.consumer, self.shared);
                     let mut writer = self.merged_writer.take();
-                    round = Some(scope.spawn(move || (compaction_round(config, remote, root, me, lease_ttl, &mut writer), writer)));
+                    round = Some(scope.spawn(move || (compaction_round(context, config, remote, root, me, lease_ttl, &mut writer), writer)));
                 }
                 match self.poll_once(observer) {
                     Ok(false) => {}
@@ -630,7 +642,15 @@ impl Round {
 
 /// Takes or renews the lease; the holder compacts, the others fetch the merged view. A failing
 /// store is a warning here (the partition tasks fail on their own when they cannot copy their state).
-fn compaction_round(config: &CoreConfig, remote: &Remote, root: &Path, me: &str, lease_ttl: i64, merged_writer: &mut Option<Writer>) -> Round {
+fn compaction_round(
+    context: &PipelineContext,
+    config: &CoreConfig,
+    remote: &Remote,
+    root: &Path,
+    me: &str,
+    lease_ttl: i64,
+    merged_writer: &mut Option<Writer>,
+) -> Round {
     let now = chrono::Utc::now().timestamp_millis();
     let leader = match lease::try_acquire(remote, me, lease_ttl, now) {
         Ok(l) => l,
@@ -644,7 +664,7 @@ fn compaction_round(config: &CoreConfig, remote: &Remote, root: &Path, me: &str,
         *merged_writer = None;
     }
     let outcome = if leader {
-        compact_once(config, remote, root, merged_writer).map(|r| {
+        compact_once(context, config, remote, root, merged_writer).map(|r| {
             tracing::info!(windows_merged = r.windows_merged, windows = r.windows, partitions = r.partitions, seconds = r.seconds, "compacted");
             true
         })

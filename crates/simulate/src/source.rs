@@ -21,9 +21,15 @@ pub fn open(sim: Arc<Simulator>, resume: &ResumeOffsets) -> Box<dyn RecordSource
 
 /// Streams the simulator's sessions through the streaming core into `state_dir`, as `ultr ingest`
 /// does with `source = "simulator"`.
-pub fn run_to_state(sim: &SimConfig, core: &CoreConfig, state_dir: &std::path::Path, observer: &mut dyn Observer) -> anyhow::Result<RunReport> {
+pub fn run_to_state(
+    context: &ultr_core::context::PipelineContext,
+    sim: &SimConfig,
+    core: &CoreConfig,
+    state_dir: &std::path::Path,
+    observer: &mut dyn Observer,
+) -> anyhow::Result<RunReport> {
     let simulator = Arc::new(Simulator::new(sim.clone())?);
-    run_with_source(core, state_dir, observer, &|resume| Ok(open(simulator.clone(), resume)))
+    run_with_source(context, core, state_dir, observer, &|resume| Ok(open(simulator.clone(), resume)))
 }
 
 pub struct SimulatorSource {

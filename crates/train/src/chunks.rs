@@ -121,6 +121,7 @@ impl ExampleChunks for SpilledExamples {
 /// `spill_dir`. One pass over the query's stream either way.
 #[allow(clippy::too_many_arguments, reason = "the state, its horizon and the memory budget are independent inputs of one load")]
 pub async fn load_training_data(
+    context: &ultr_core::context::PipelineContext,
     dir: &Path,
     manifest: &Manifest,
     lookback_ms: i64,
@@ -130,8 +131,8 @@ pub async fn load_training_data(
     budget_bytes: usize,
     spill_dir: &Path,
 ) -> anyhow::Result<TrainingData> {
-    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon, ips).await?;
-    let mut stream = training_example_stream(dir, &windows, propensity).await?;
+    let (windows, propensity) = horizon_windows(context, dir, manifest, lookback_ms, horizon, ips).await?;
+    let mut stream = training_example_stream(context, dir, &windows, propensity).await?;
     let mut spill = Spiller::new(spill_dir, max_positions, budget_bytes)?;
     while let Some(batch) = stream.next().await {
         spill.push(batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;

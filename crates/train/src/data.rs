@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use ultr_core::context::PipelineContext;
 
 use anyhow::{bail, Context};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -425,6 +426,7 @@ pub enum Horizon {
 /// Loads examples from a state directory: π over the lookback horizon (as `ips` chooses it), rows
 /// from `horizon`'s windows.
 pub async fn load_from_state(
+    context: &PipelineContext,
     dir: &Path,
     manifest: &Manifest,
     lookback_ms: i64,
@@ -432,21 +434,22 @@ pub async fn load_from_state(
     max_positions: usize,
     ips: &IpsConfig,
 ) -> anyhow::Result<Examples> {
-    let (windows, propensity) = horizon_windows(dir, manifest, lookback_ms, horizon, ips).await?;
-    examples_for_windows(dir, &windows, propensity, max_positions).await
+    let (windows, propensity) = horizon_windows(context, dir, manifest, lookback_ms, horizon, ips).await?;
+    examples_for_windows(context, dir, &windows, propensity, max_positions).await
 }
 
 /// The disjoint closed windows a training run reads for `horizon`, and the IPS π table over the
 /// lookback (`sql/ips_propensity.sql`, as `ips` chooses).
 pub async fn horizon_windows(
+    context: &PipelineContext,
     dir: &Path,
     manifest: &Manifest,
     lookback_ms: i64,
     horizon: Horizon,
     ips: &IpsConfig,
 ) -> anyhow::Result<(Vec<WindowEntry>, Vec<RecordBatch>)> {
-    let cumulative = cumulative::compute(dir, manifest, lookback_ms).await?;
-    let propensity = super::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), ips).await?;
+    let cumulative = cumulative::compute(context, dir, manifest, lookback_ms).await?;
+    let propensity = super::ips_propensity::ips_propensity(context, cumulative.policy_propensity.clone(), ips).await?;
     let windows: Vec<WindowEntry> = match horizon {
         Horizon::Lookback(_) => cumulative.windows.clone(),
         Horizon::After(t) => cumulative.windows.iter().filter(|w| w.end_ms > t).cloned().collect(),
@@ -496,6 +499,7 @@ fn add_feature_rows(path: &Path, doc_of: &mut HashMap<(String, String), u32>, n_
 /// training features. A pattern's split is its content hash's: its sessions are identical, so they
 /// cannot be split apart. Bias features are not read (no session model has a bias tower).
 pub async fn load_session_lists(
+    context: &PipelineContext,
     dir: &Path,
     manifest: &Manifest,
     lookback_ms: i64,
@@ -503,7 +507,7 @@ pub async fn load_session_lists(
     max_positions: usize,
     holdout: Holdout,
 ) -> anyhow::Result<Examples> {
-    let (windows, _) = horizon_windows(dir, manifest, lookback_ms, horizon, &IpsConfig::default()).await?;
+    let (windows, _) = horizon_windows(context, dir, manifest, lookback_ms, horizon, &IpsConfig::default()).await?;
     let mut ex = Examples::default();
     // Sessions the stores hold, against the windows' sessions: a store at its bound is a sample.
     let mut stored_sessions = 0u64;
@@ -570,9 +574,15 @@ pub fn non_overlapping(windows: Vec<WindowEntry>, size_ms: i64) -> Vec<WindowEnt
 
 /// Examples of the given closed windows (disjoint), with π from `propensity` (the IPS π table,
 /// `super::ips_propensity`), all in memory (see `chunks::load_training_data` for a horizon beyond a memory budget).
-pub async fn examples_for_windows(dir: &Path, windows: &[WindowEntry], propensity: Vec<RecordBatch>, max_positions: usize) -> anyhow::Result<Examples> {
+pub async fn examples_for_windows(
+    context: &PipelineContext,
+    dir: &Path,
+    windows: &[WindowEntry],
+    propensity: Vec<RecordBatch>,
+    max_positions: usize,
+) -> anyhow::Result<Examples> {
     use futures::StreamExt;
-    let mut stream = training_example_stream(dir, windows, propensity).await?;
+    let mut stream = training_example_stream(context, dir, windows, propensity).await?;
     let mut b = ExamplesBuilder::new(max_positions);
     while let Some(batch) = stream.next().await {
         b.add(&batch.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?)?;
@@ -592,6 +602,7 @@ pub fn data_range(windows: &[WindowEntry]) -> Option<(i64, i64)> {
 /// query itself, which merges them by key and spills past `[state] query_memory_limit`, so neither
 /// the input nor the output is ever held whole here.
 pub async fn training_example_stream(
+    context: &PipelineContext,
     dir: &Path,
     windows: &[WindowEntry],
     propensity: Vec<RecordBatch>,
@@ -605,7 +616,7 @@ pub async fn training_example_stream(
         rows.extend(window_table_path(dir, w, "training_rows")?);
         vectors.extend(window_table_path(dir, w, "training_features")?);
     }
-    let ctx = ultr_core::window::query_context();
+    let ctx = context.query_session();
     register_files(&ctx, "training_rows", training_rows_schema(), &rows).await?;
     register_files(&ctx, "training_features", training_features_schema(), &vectors).await?;
     register(&ctx, "ips_propensity", super::ips_propensity::ips_propensity_schema(), propensity)?;

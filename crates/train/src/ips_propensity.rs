@@ -9,7 +9,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 use super::config::IpsConfig;
 use ultr_core::identify::policy::policy_propensity_schema;
-use ultr_core::window::{query_context, register, run_sql, IPS_PROPENSITY};
+use ultr_core::window::{register, run_sql, IPS_PROPENSITY};
 
 /// Columns of `sql/ips_propensity.sql`'s output (what `sql/training_examples.sql` joins).
 pub fn ips_propensity_schema() -> Arc<Schema> {
@@ -24,8 +24,12 @@ pub fn ips_propensity_schema() -> Arc<Schema> {
 }
 
 /// The IPS π per (query, document, position) from the per-policy table, as `cfg` chooses.
-pub async fn ips_propensity(policy_propensity: Vec<RecordBatch>, cfg: &IpsConfig) -> anyhow::Result<Vec<RecordBatch>> {
-    let ctx = query_context();
+pub async fn ips_propensity(
+    context: &ultr_core::context::PipelineContext,
+    policy_propensity: Vec<RecordBatch>,
+    cfg: &IpsConfig,
+) -> anyhow::Result<Vec<RecordBatch>> {
+    let ctx = context.query_session();
     register(&ctx, "policy_propensity", policy_propensity_schema(), policy_propensity)?;
     let mut policies: Vec<Option<&str>> = vec![None];
     let mut sources = vec![cfg.source.name()];
@@ -81,8 +85,8 @@ mod tests {
     }
 
     fn pis(cfg: &IpsConfig) -> BTreeMap<(String, u32), Option<f64>> {
-        let rt = ultr_core::runtime::current_thread().unwrap();
-        let out = rt.block_on(ips_propensity(table(), cfg)).unwrap();
+        let context = ultr_core::context::PipelineContext::default();
+        let out = context.block_on("ultr-test", ips_propensity(&context, table(), cfg)).unwrap().unwrap();
         let mut m = BTreeMap::new();
         for b in &out {
             let (d, k, p) = (b.column(1).as_string::<i32>(), b.column(2).as_primitive::<UInt32Type>(), b.column(4).as_primitive::<Float64Type>());

@@ -23,6 +23,7 @@ pub mod logged_order_weight;
 pub mod misspecification;
 pub mod models;
 pub mod onnx;
+pub mod outcome_text;
 pub mod refit;
 pub mod scoring;
 pub mod train_from_state;

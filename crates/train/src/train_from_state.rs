@@ -37,6 +37,8 @@ pub struct TrainRequest<'a> {
     /// The simulator's true θ_k − θ_1 when the stream is simulated: drawn beside the θ intervals in
     /// the checkpoint's `theta_intervals.svg`.
     pub truth_theta: Option<&'a [f64]>,
+    /// What the training data's queries run on (their runtime and memory pool).
+    pub context: &'a ultr_core::context::PipelineContext,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,10 +62,6 @@ pub fn models_dir(config: &TrainConfig, state_dir: &Path) -> PathBuf {
     config.models_dir.clone().unwrap_or_else(|| state_dir.join("models"))
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(ultr_core::runtime::multi_thread("ultr-train")?)
-}
-
 /// Where a training run spills examples beyond `[train] memory_budget` (removed after the run).
 pub fn spill_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("training-spill")
@@ -81,12 +79,12 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         let loaded = store.load(&id, &device).and_then(|t| t.check_feature_schema(req.core.decode.feature_schema.as_ref()).map(|_| t));
         (id, loaded)
     });
-    let rt = runtime()?;
+    let rt = req.context.runner("ultr-train")?;
     let lookback = req.core.state.lookback_ms();
     let (horizon, parent, note) = training_horizon(req, &store, &manifest, current.as_ref())?;
     let budget = cfg.memory_budget_bytes().map_err(|e| anyhow::anyhow!(e))?;
     let mut data = rt
-        .block_on(load_training_data(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))
+        .run(load_training_data(req.context, req.state_dir, &manifest, lookback, horizon, cfg.max_positions, &cfg.ips, budget, &spill_dir(req.state_dir)))
         .with_context(|| format!("loading training data from {}", req.state_dir.display()))?;
     if cfg.validates_on_queries() {
         data.validate_on_queries(cfg.holdout());
@@ -99,7 +97,7 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
         // Listwise models read whole sessions (the windows' session stores); the gate still scores
         // every model on the same aggregated evaluation rows.
         let lists = rt
-            .block_on(data::load_session_lists(req.state_dir, &manifest, lookback, horizon, cfg.max_positions, cfg.holdout()))
+            .run(data::load_session_lists(req.context, req.state_dir, &manifest, lookback, horizon, cfg.max_positions, cfg.holdout()))
             .with_context(|| format!("loading the session stores from {}", req.state_dir.display()))?;
         fit_chunks(&lists, cfg, init, req.progress, req.cancel)?
     } else {
@@ -109,7 +107,8 @@ pub fn train_from_state(req: &TrainRequest) -> anyhow::Result<TrainOutcome> {
     let (mut decision, candidate_loss) = gate(cfg, req.force, &trained, &report, current.as_ref(), &data)?;
     crate::gate::team_ranking_checks(&mut decision, &trained, &report, &data, cfg, req.judged.as_ref(), req.force)?;
     let cold_comparison = if req.compare_cold && parent.is_some() {
-        let mut full = rt.block_on(load_training_data(
+        let mut full = rt.run(load_training_data(
+            req.context,
             req.state_dir,
             &manifest,
             lookback,

@@ -262,7 +262,7 @@ fn a_deterministic_policy_is_identified_for_features_but_blind_to_misspecificati
     // service exports ultr_identified{model="embedding"} = 0 and IdentifiabilityLost fires.
     let embedding_config =
         PipelineConfig::parse(&std::fs::read_to_string(&o.config).unwrap().replace("tower = \"linear\"", "tower = \"embedding\""), "embedding.toml").unwrap();
-    let mut monitor = Monitor::new(std::sync::Arc::new(Metrics::new()), &embedding_config, &o.state);
+    let mut monitor = Monitor::new(&embedding_config.context(), std::sync::Arc::new(Metrics::new()), &embedding_config, &o.state);
     monitor.observe_recorded(&o.state, &ultr::state::read_manifest(&o.state).unwrap()).unwrap();
     let text = monitor.metrics.render();
     assert_eq!(exported_value(&text, "ultr_identified{model=\"embedding\"}"), Some(0.0));

@@ -98,7 +98,7 @@ pub fn run(s: &Scenario, dir: &Path) -> Outcome {
     std::fs::write(&config_path, &text).unwrap();
     let config = PipelineConfig::parse(&text, "pipeline.toml").unwrap();
     let state = dir.join("state");
-    let mut monitor = Monitor::new(std::sync::Arc::new(Metrics::new()), &config, &state);
+    let mut monitor = Monitor::new(&config.context(), std::sync::Arc::new(Metrics::new()), &config, &state);
     struct Rec<'a> {
         monitor: &'a mut Monitor,
         config: &'a PipelineConfig,
@@ -121,6 +121,7 @@ pub fn run(s: &Scenario, dir: &Path) -> Outcome {
                     cancel: None,
                     judged: None,
                     truth_theta: None,
+                    context: &Default::default(),
                 };
                 let outcome = ultr::train::train_from_state(&req).unwrap();
                 self.trained = true;

@@ -3,11 +3,11 @@
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::prelude::SessionContext;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{read_window_table, write_parquet, Manifest, WindowEntry};
+use crate::context::PipelineContext;
 use crate::window::{register, run_sql, CUMULATIVE_PROPENSITY, MERGE_PROPENSITY_COUNTS, MERGE_QUERY_SESSIONS, OVERLAP_SAMPLE, POLICY_PROPENSITY, SWAP_EDGES};
 
 /// The cumulative tables and which windows they cover.
@@ -118,8 +118,8 @@ impl Inputs {
     /// The same inputs reduced: counts and sessions summed per key by the merge SQL the windows'
     /// partials are merged with, the sample cut to its bottom-k by the SQL that drew it. Sums and
     /// bottom-k samples merge exactly, so views over reductions equal views over their parts.
-    async fn reduce(self) -> anyhow::Result<Inputs> {
-        let ctx = SessionContext::new();
+    async fn reduce(self, context: &PipelineContext) -> anyhow::Result<Inputs> {
+        let ctx = context.query_session();
         register(&ctx, "propensity_counts", counts_schema(), self.counts)?;
         register(&ctx, "query_sessions", sessions_schema(), self.sessions)?;
         register(&ctx, "impressions", sample_schema(), self.sample)?;
@@ -132,21 +132,21 @@ impl Inputs {
 
     /// The cumulative views of these inputs (`sql/cumulative_propensity.sql`, `policy_propensity.sql`,
     /// `swap_edges.sql`, `overlap_sample.sql`).
-    async fn views(self, windows: Vec<WindowEntry>) -> anyhow::Result<Cumulative> {
-        let ctx = SessionContext::new();
+    async fn views(self, context: &PipelineContext, windows: Vec<WindowEntry>) -> anyhow::Result<Cumulative> {
+        let ctx = context.query_session();
         register(&ctx, "propensity_counts", counts_schema(), self.counts)?;
         register(&ctx, "query_sessions", sessions_schema(), self.sessions)?;
         let propensity = run_sql(&ctx, &CUMULATIVE_PROPENSITY).await?;
         let policy_propensity = run_sql(&ctx, &POLICY_PROPENSITY).await?;
 
-        let swap_ctx = SessionContext::new();
+        let swap_ctx = context.query_session();
         let prop_schema = propensity.first().map(|b| b.schema()).unwrap_or_else(|| {
             empty_schema(&[("query_id", DataType::Utf8), ("doc_id", DataType::Utf8), ("position", DataType::UInt32), ("context", DataType::Utf8)])
         });
         register(&swap_ctx, "impressions", prop_schema, propensity.clone())?;
         let swap_edges = run_sql(&swap_ctx, &SWAP_EDGES).await?;
 
-        let sample_ctx = SessionContext::new();
+        let sample_ctx = context.query_session();
         register(&sample_ctx, "impressions", sample_schema(), self.sample)?;
         let overlap_sample = run_sql(&sample_ctx, &OVERLAP_SAMPLE).await?;
         Ok(Cumulative { windows, propensity, policy_propensity, swap_edges, overlap_sample })
@@ -154,20 +154,19 @@ impl Inputs {
 }
 
 /// The cumulative views of the state in `dir` over `horizon_ms`, for a one-shot command: reads the
-/// manifest, computes on a runtime of its own, and refuses a state with no closed window in the
+/// manifest, computes on a runtime of `context`'s, and refuses a state with no closed window in the
 /// horizon, naming the directory.
-pub fn of_state(dir: &std::path::Path, horizon_ms: i64) -> anyhow::Result<Cumulative> {
+pub fn of_state(context: &PipelineContext, dir: &std::path::Path, horizon_ms: i64) -> anyhow::Result<Cumulative> {
     let manifest = super::read_manifest(dir)?;
-    let runtime = crate::runtime::multi_thread("ultr-cumulative")?;
-    let cumulative = runtime.block_on(compute(dir, &manifest, horizon_ms))?;
+    let cumulative = context.block_on("ultr-cumulative", compute(context, dir, &manifest, horizon_ms))??;
     anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", dir.display());
     Ok(cumulative)
 }
 
 /// Computes the cumulative views from the state in `dir`, reading every window in the horizon.
-pub async fn compute(dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
+pub async fn compute(context: &PipelineContext, dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
     let windows = windows_in_horizon(manifest, horizon_ms);
-    Inputs::read(dir, &windows)?.views(windows).await
+    Inputs::read(dir, &windows)?.views(context, windows).await
 }
 
 /// The cumulative views kept from one look to the next, for a caller that asks again each time
@@ -200,7 +199,7 @@ struct Block {
 
 impl Incremental {
     /// The cumulative views of the state in `dir` over `horizon_ms`, as `compute` gives them.
-    pub async fn update(&mut self, dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
+    pub async fn update(&mut self, context: &PipelineContext, dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
         let windows = windows_in_horizon(manifest, horizon_ms);
         let wanted = ((windows.len() as f64).sqrt().ceil() as u64).max(4).next_power_of_two() as i64;
         if wanted > self.per_block || self.dir.as_deref() != Some(dir) {
@@ -225,11 +224,11 @@ impl Incremental {
                     inputs.counts.extend(block.reduced.counts);
                     inputs.sessions.extend(block.reduced.sessions);
                     inputs.sample.extend(block.reduced.sample);
-                    Block { windows: members, reduced: inputs.reduce().await? }
+                    Block { windows: members, reduced: inputs.reduce(context).await? }
                 }
                 // New, or a window left or changed: the block's windows read again.
                 _ => {
-                    let reduced = Inputs::read(dir, &members)?.reduce().await?;
+                    let reduced = Inputs::read(dir, &members)?.reduce(context).await?;
                     self.windows_read += members.len() as u64;
                     Block { windows: members, reduced }
                 }
@@ -242,7 +241,7 @@ impl Incremental {
             inputs.sessions.extend(block.reduced.sessions.iter().cloned());
             inputs.sample.extend(block.reduced.sample.iter().cloned());
         }
-        inputs.views(windows).await
+        inputs.views(context, windows).await
     }
 
     /// Windows read from the state so far, over all calls (what a call costs is what it adds).

@@ -25,6 +25,8 @@ pub struct MergeTarget {
     pub bounds: crate::window::StatisticBounds,
     /// Windows merged at a time.
     pub threads: usize,
+    /// What the merges run on (their SQL's memory pool and statements).
+    pub context: crate::context::PipelineContext,
 }
 
 /// What one compaction did.
@@ -65,14 +67,14 @@ fn merge_window(
 ) -> anyhow::Result<ClosedOutput> {
     // Merged on the window's ids (`window::keys`): partials read from Parquet are interned here.
     let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
-    let rt = crate::runtime::current_thread()?;
-    let tables = rt.block_on(async {
+    let sql = target.context.statements();
+    let tables = crate::context::block_on_here(async {
         let merged = match disjoint_queries {
-            true => crate::window::merge_disjoint_queries(partials, &target.bounds).await?,
-            false => crate::window::merge(partials, &target.bounds).await?,
+            true => crate::window::merge_disjoint_queries(sql, partials, &target.bounds).await?,
+            false => crate::window::merge(sql, partials, &target.bounds).await?,
         };
-        crate::window::finish(merged).await
-    })?;
+        crate::window::finish(sql, merged).await
+    })??;
     let tables = keys.tables_to_strings(tables)?;
     Ok(ClosedOutput { start_ms, end_ms, tables, keys: None })
 }
@@ -311,7 +313,15 @@ mod tests {
         let mut b = StateStore::open(&dirs[1], "src", SPEC, HOLDOUT).unwrap();
         part_checkpoint(&mut a, 0, 3, 30, 0, &[]);
         part_checkpoint(&mut b, 1, 4, 40, 0, &[]);
-        let target = MergeTarget { source: "src".into(), window: SPEC, holdout: HOLDOUT, retention_ms: None, bounds: Default::default(), threads: 1 };
+        let target = MergeTarget {
+            source: "src".into(),
+            window: SPEC,
+            holdout: HOLDOUT,
+            retention_ms: None,
+            bounds: Default::default(),
+            threads: 1,
+            context: Default::default(),
+        };
         let view_dir = root.path().join("view");
         let mut view = StateStore::open(&view_dir, "src", SPEC, HOLDOUT).unwrap();
         let compact_seq = |view: &mut StateStore| {

@@ -69,18 +69,18 @@ fn default_lease_ttl() -> crate::units::ConfigDuration {
 pub struct Remote {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
-    runtime: tokio::runtime::Runtime,
+    runtime: crate::context::Runner,
     pub url: String,
 }
 
 impl Remote {
-    pub fn open(config: &ObjectStoreConfig) -> anyhow::Result<Remote> {
+    pub fn open(config: &ObjectStoreConfig, context: &crate::context::PipelineContext) -> anyhow::Result<Remote> {
         let url = url::Url::parse(&config.url).with_context(|| format!("key `state.object_store.url` = {:?} is not a URL", config.url))?;
         config.check_option_keys().map_err(|e| anyhow::anyhow!(e))?;
         let options = crate::sources::secrets::resolve_properties(&config.options).context("[state.object_store] options")?;
         let (store, prefix) = object_store::parse_url_opts(&url, options)
             .with_context(|| format!("key `state.object_store.url` = {:?}: cannot open this object store", config.url))?;
-        let runtime = crate::runtime::multi_thread("ultr-object-store")?;
+        let runtime = context.runner("ultr-object-store")?;
         Ok(Remote { store: Arc::from(store), prefix, runtime, url: config.url.clone() })
     }
 
@@ -95,7 +95,7 @@ impl Remote {
     /// The object at `rel` (under the prefix), None when absent.
     pub fn get(&self, rel: &str) -> anyhow::Result<Option<Vec<u8>>> {
         let path = self.path(rel);
-        self.runtime.block_on(async {
+        self.runtime.run(async {
             match self.store.get(&path).await {
                 Ok(r) => Ok(Some(r.bytes().await.with_context(|| format!("reading {path} from {}", self.url))?.to_vec())),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -106,7 +106,7 @@ impl Remote {
 
     pub fn put(&self, rel: &str, bytes: Vec<u8>) -> anyhow::Result<()> {
         let path = self.path(rel);
-        self.runtime.block_on(self.store.put(&path, PutPayload::from(bytes))).with_context(|| format!("writing {path} to {}", self.url))?;
+        self.runtime.run(self.store.put(&path, PutPayload::from(bytes))).with_context(|| format!("writing {path} to {}", self.url))?;
         Ok(())
     }
 
@@ -114,7 +114,7 @@ impl Remote {
     pub fn list(&self, rel: &str) -> anyhow::Result<Vec<String>> {
         let base = self.path(rel);
         let prefix_len = self.prefix.as_ref().len();
-        self.runtime.block_on(async {
+        self.runtime.run(async {
             let metas: Vec<object_store::ObjectMeta> =
                 self.store.list(Some(&base)).try_collect().await.with_context(|| format!("listing {base} in {}", self.url))?;
             Ok(metas.into_iter().map(|m| m.location.as_ref()[prefix_len..].trim_start_matches('/').to_string()).collect())
@@ -123,7 +123,7 @@ impl Remote {
 
     fn delete(&self, rel: &str) -> anyhow::Result<()> {
         let path = self.path(rel);
-        match self.runtime.block_on(self.store.delete(&path)) {
+        match self.runtime.run(self.store.delete(&path)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(anyhow::Error::new(e).context(format!("deleting {path} in {}", self.url))),
         }
@@ -318,7 +318,7 @@ impl Remote {
             None => PutMode::Create,
             Some(e_tag) => PutMode::Update(UpdateVersion { e_tag: Some(e_tag), version: None }),
         };
-        match self.runtime.block_on(self.store.put_opts(&path, PutPayload::from(bytes), PutOptions::from(mode))) {
+        match self.runtime.run(self.store.put_opts(&path, PutPayload::from(bytes), PutOptions::from(mode))) {
             Ok(r) => Ok(Some(r.e_tag)),
             Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(None),
             Err(e) => Err(anyhow::Error::new(e).context(format!("writing {path} to {} conditionally", self.url))),
@@ -328,7 +328,7 @@ impl Remote {
     /// The object at `rel` with its e-tag, None when absent.
     pub fn get_versioned(&self, rel: &str) -> anyhow::Result<Option<(Vec<u8>, Option<String>)>> {
         let path = self.path(rel);
-        self.runtime.block_on(async {
+        self.runtime.run(async {
             match self.store.get(&path).await {
                 Ok(r) => {
                     let e_tag = r.meta.e_tag.clone();
@@ -434,7 +434,7 @@ pub(crate) mod tests {
             compact_interval: default_compact_interval(),
             lease_ttl: default_lease_ttl(),
         };
-        Remote::open(&config).unwrap()
+        Remote::open(&config, &Default::default()).unwrap()
     }
 
     /// Regression (a mutation of `list` to return nothing survived the tests): `list`

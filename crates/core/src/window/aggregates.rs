@@ -5,10 +5,12 @@
 //! contexts are ids (`keys`); what leaves it (a checkpoint's partials, a closed window) has strings.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 
 use super::keys::Keys;
+use super::prepared::Statements;
 use super::{finish, merge, reduce, with_window_keys, StatisticBounds, Tables};
 
 /// Partials a window may hold before they are merged into one.
@@ -34,11 +36,13 @@ pub struct OpenWindows {
     reduce_rows: usize,
     holdout: super::Holdout,
     bounds: StatisticBounds,
+    /// The statistics' statements (a pipeline context's).
+    sql: Arc<Statements>,
 }
 
 impl OpenWindows {
-    pub fn new(reduce_rows: usize, holdout: super::Holdout, bounds: StatisticBounds) -> Self {
-        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout, bounds }
+    pub fn new(sql: Arc<Statements>, reduce_rows: usize, holdout: super::Holdout, bounds: StatisticBounds) -> Self {
+        OpenWindows { windows: BTreeMap::new(), reduce_rows: reduce_rows.max(1), holdout, bounds, sql }
     }
 
     /// Continues from checkpointed partials (one merged partial per window, with strings).
@@ -62,10 +66,10 @@ impl OpenWindows {
         w.buffer.push(keyed);
         w.dirty = true;
         if w.buffered_rows >= self.reduce_rows {
-            reduce_buffer(w, &self.bounds).await?;
+            reduce_buffer(&self.sql, w, &self.bounds).await?;
         }
         if w.partials.len() >= MERGE_AT_PARTIALS {
-            merge_partials(w, &self.bounds).await?;
+            merge_partials(&self.sql, w, &self.bounds).await?;
         }
         Ok(())
     }
@@ -75,8 +79,8 @@ impl OpenWindows {
     pub async fn checkpoint(&mut self) -> anyhow::Result<Vec<(i64, Tables)>> {
         let mut out = Vec::new();
         for (start, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
-            reduce_buffer(w, &self.bounds).await?;
-            merge_partials(w, &self.bounds).await?;
+            reduce_buffer(&self.sql, w, &self.bounds).await?;
+            merge_partials(&self.sql, w, &self.bounds).await?;
             w.dirty = false;
             out.push((*start, w.keys.tables_to_strings(w.partials[0].clone())?));
         }
@@ -87,7 +91,7 @@ impl OpenWindows {
     /// strings.
     pub async fn close(&mut self, start: i64) -> anyhow::Result<Tables> {
         let (merged, keys) = self.remove(start).await?;
-        keys.tables_to_strings(finish(merged).await?)
+        keys.tables_to_strings(finish(&self.sql, merged).await?)
     }
 
     /// Removes window `start` and returns its one merged partial, unfinished, with its ids and their
@@ -98,8 +102,8 @@ impl OpenWindows {
 
     async fn remove(&mut self, start: i64) -> anyhow::Result<(Tables, Keys)> {
         let mut w = self.windows.remove(&start).unwrap_or_default();
-        reduce_buffer(&mut w, &self.bounds).await?;
-        Ok((merge(std::mem::take(&mut w.partials), &self.bounds).await?, w.keys))
+        reduce_buffer(&self.sql, &mut w, &self.bounds).await?;
+        Ok((merge(&self.sql, std::mem::take(&mut w.partials), &self.bounds).await?, w.keys))
     }
 
     pub fn starts(&self) -> impl Iterator<Item = i64> + '_ {
@@ -118,21 +122,21 @@ impl OpenWindows {
     }
 }
 
-async fn reduce_buffer(w: &mut OpenWindow, bounds: &StatisticBounds) -> anyhow::Result<()> {
+async fn reduce_buffer(sql: &Statements, w: &mut OpenWindow, bounds: &StatisticBounds) -> anyhow::Result<()> {
     if !w.buffer.is_empty() {
-        let partial = reduce(std::mem::take(&mut w.buffer), bounds).await?;
+        let partial = reduce(sql, std::mem::take(&mut w.buffer), bounds).await?;
         w.partials.push(partial);
         w.buffered_rows = 0;
     }
     Ok(())
 }
 
-async fn merge_partials(w: &mut OpenWindow, bounds: &StatisticBounds) -> anyhow::Result<()> {
+async fn merge_partials(sql: &Statements, w: &mut OpenWindow, bounds: &StatisticBounds) -> anyhow::Result<()> {
     if w.partials.len() > 1 || w.partials.first().is_some_and(|p| p.iter().any(|(_, b)| b.len() > 1)) {
-        let merged = merge(std::mem::take(&mut w.partials), bounds).await?;
+        let merged = merge(sql, std::mem::take(&mut w.partials), bounds).await?;
         w.partials.push(merged);
     } else if w.partials.is_empty() {
-        w.partials.push(merge(Vec::new(), bounds).await?);
+        w.partials.push(merge(sql, Vec::new(), bounds).await?);
     }
     Ok(())
 }

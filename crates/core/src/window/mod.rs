@@ -265,28 +265,28 @@ pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout, interned: &mut ke
 }
 
 /// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
-pub async fn reduce(keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+pub async fn reduce(sql: &prepared::Statements, keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
         let input = prepared::Input { name: "impressions", schema: window_schema(), runs: vec![keyed.clone()], order: &[] };
-        out.push((p.table, prepared::run(p.reduce, bounds, vec![input]).await?));
+        out.push((p.table, sql.run(p.reduce, bounds, vec![input]).await?));
     }
     Ok(out)
 }
 
 /// Merges partial aggregates of one window into one partial (with the bounds they were reduced with).
-pub async fn merge(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
-    merge_partials(partials, bounds, false).await
+pub async fn merge(sql: &prepared::Statements, partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    merge_partials(sql, partials, bounds, false).await
 }
 
 /// `merge` of one window's partials from shards that own disjoint sets of queries: a table keyed by
 /// query holds each key in one partial alone, so its merge is the partials' rows put together (in
 /// shard order, each shard's rows in their order); the others are merged.
-pub async fn merge_disjoint_queries(partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
-    merge_partials(partials, bounds, true).await
+pub async fn merge_disjoint_queries(sql: &prepared::Statements, partials: Vec<Tables>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+    merge_partials(sql, partials, bounds, true).await
 }
 
-async fn merge_partials(partials: Vec<Tables>, bounds: &StatisticBounds, disjoint_queries: bool) -> anyhow::Result<Tables> {
+async fn merge_partials(sql: &prepared::Statements, partials: Vec<Tables>, bounds: &StatisticBounds, disjoint_queries: bool) -> anyhow::Result<Tables> {
     let mut out = Vec::with_capacity(PARTIALS.len());
     for p in &PARTIALS {
         let runs: Vec<Vec<RecordBatch>> =
@@ -303,14 +303,14 @@ async fn merge_partials(partials: Vec<Tables>, bounds: &StatisticBounds, disjoin
             continue;
         }
         let input = prepared::Input { name: p.merge_input, schema: first.schema(), runs, order: p.order };
-        out.push((p.table, prepared::run(p.merge, bounds, vec![input]).await?));
+        out.push((p.table, sql.run(p.merge, bounds, vec![input]).await?));
     }
     Ok(out)
 }
 
 /// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order), with its ids
 /// (`keys`) still in place of strings.
-pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
+pub async fn finish(sql: &prepared::Statements, merged: Tables) -> anyhow::Result<Tables> {
     let counts = table(&merged, "propensity_counts").to_vec();
     let counts_schema = counts.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(Schema::empty()));
     let (position_ctr, swap_edges) = if counts.is_empty() {
@@ -318,8 +318,8 @@ pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
     } else {
         let bounds = StatisticBounds::default();
         let input = |name| prepared::Input { name, schema: counts_schema.clone(), runs: vec![counts.clone()], order: &[] };
-        let ctr = prepared::run(&POSITION_CTR, &bounds, vec![input("propensity_counts")]).await?;
-        (ctr, prepared::run(&SWAP_EDGES, &bounds, vec![input("impressions")]).await?)
+        let ctr = sql.run(&POSITION_CTR, &bounds, vec![input("propensity_counts")]).await?;
+        (ctr, sql.run(&SWAP_EDGES, &bounds, vec![input("impressions")]).await?)
     };
     let mut out: Tables = Vec::with_capacity(WINDOW_TABLES.len());
     for name in WINDOW_TABLES {
@@ -334,19 +334,19 @@ pub async fn finish(merged: Tables) -> anyhow::Result<Tables> {
 }
 
 /// Per-position impressions, clicks and CTR of a set of impressions (propensity counts, then CTR).
-pub async fn position_ctr(impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
-    let ctx = window_context();
+pub async fn position_ctr(sql: &prepared::Statements, impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
+    let ctx = sql.session();
     register(&ctx, "impressions", impressions_schema(), impressions)?;
     let counts = run_sql(&ctx, &PROPENSITY_COUNTS).await?;
-    let ctx = window_context();
+    let ctx = sql.session();
     register(&ctx, "propensity_counts", counts[0].schema(), counts)?;
     run_sql(&ctx, &POSITION_CTR).await
 }
 
 /// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
 /// the incremental path must equal.
-pub async fn window_statistics(impressions: &[RecordBatch], holdout: Holdout, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
+pub async fn window_statistics(sql: &prepared::Statements, impressions: &[RecordBatch], holdout: Holdout, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
     let mut ids = keys::Keys::default();
     let keyed = impressions.iter().map(|b| with_window_keys(b, holdout, &mut ids)).collect::<anyhow::Result<Vec<_>>>()?;
-    ids.tables_to_strings(finish(merge(vec![reduce(keyed, bounds).await?], bounds).await?).await?)
+    ids.tables_to_strings(finish(sql, merge(sql, vec![reduce(sql, keyed, bounds).await?], bounds).await?).await?)
 }

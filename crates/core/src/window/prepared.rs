@@ -9,7 +9,7 @@
 //! and the partition count follows the input, exactly as an unprepared run would plan it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -22,7 +22,9 @@ use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
-use super::sql::{batches_or_empty, mem_table, sql_error, window_context, Statistic, StatisticBounds};
+use datafusion::execution::runtime_env::RuntimeEnv;
+
+use super::sql::{batches_or_empty, mem_table, sql_error, window_session, Statistic, StatisticBounds};
 
 /// One input table of a statement run: its name in the SQL, its batches as runs (one partition
 /// each) and the order every run is sorted by, if any (`register_runs`).
@@ -71,58 +73,76 @@ struct Prepared {
     state: SessionState,
 }
 
-/// Prepared statements not in use, by statement and input shape. A run takes one out (so runs on
-/// several workers at once never share a slot) and puts it back; at most one per concurrent run of
-/// the same statement is ever built.
-fn pool() -> &'static Mutex<HashMap<String, Vec<Prepared>>> {
-    static POOL: OnceLock<Mutex<HashMap<String, Vec<Prepared>>>> = OnceLock::new();
-    POOL.get_or_init(Default::default)
+/// The window statistics' statements on one memory pool: each prepared once per statement, bounds
+/// and input schemas, and kept while not in use. A run takes one out (so runs on several workers at
+/// once never share a slot) and puts it back; at most one per concurrent run of the same statement
+/// is ever built. A pipeline context holds one (`crate::context`).
+pub struct Statements {
+    env: Arc<RuntimeEnv>,
+    idle: Mutex<HashMap<String, Vec<Prepared>>>,
 }
 
-async fn prepare(stat: &Statistic, bounds: &StatisticBounds, tables: &[(String, SchemaRef, Arc<MemTable>)]) -> anyhow::Result<Prepared> {
-    let ctx = window_context();
-    let mut slots = Vec::with_capacity(tables.len());
-    for (name, schema, _) in tables {
-        let slot = Arc::new(Slot { schema: schema.clone(), data: Mutex::new(None) });
-        ctx.register_table(name.as_str(), slot.clone())?;
-        slots.push((name.clone(), slot));
+impl Statements {
+    /// Statements whose queries run on `env` (its memory pool).
+    pub fn new(env: Arc<RuntimeEnv>) -> Statements {
+        Statements { env, idle: Mutex::new(HashMap::new()) }
     }
-    let df = ctx.sql(&bounds.sql_for(stat, true)).await.map_err(|e| sql_error(stat, e))?;
-    let state = ctx.state();
-    let plan = state.optimize(df.logical_plan()).map_err(|e| sql_error(stat, e))?;
-    Ok(Prepared { plan, slots, state })
-}
 
-/// Runs `stat` on `inputs`, planned once per statement, bounds and input schemas. Like
-/// `run_bounded_sql`: always at least one batch (possibly empty), so the schema survives. The inputs
-/// are a window's tables, keyed by ids (`window::keys`): `{empty_context}` is id 0. Tables keyed by
-/// strings (the cumulative views) run through `run_bounded_sql`.
-pub async fn run(stat: &Statistic, bounds: &StatisticBounds, inputs: Vec<Input<'_>>) -> anyhow::Result<Vec<RecordBatch>> {
-    let mut tables = Vec::with_capacity(inputs.len());
-    for input in inputs {
-        let (schema, table) = mem_table(input.name, input.schema, input.runs, input.order)?;
-        tables.push((input.name.to_string(), schema, Arc::new(table)));
+    /// The query runtime (memory pool) the statements run on.
+    pub fn env(&self) -> &Arc<RuntimeEnv> {
+        &self.env
     }
-    let mut key = format!("{}\u{0}{}", stat.name, bounds.session_store_patterns);
-    for (name, schema, _) in &tables {
-        key.push_str(&format!("\u{0}{name}\u{0}{:?}", schema.fields()));
+
+    /// A session of the window statistics' settings on this memory pool (`window_session`).
+    pub fn session(&self) -> datafusion::prelude::SessionContext {
+        window_session(&self.env)
     }
-    let taken = pool().lock().get_mut(&key).and_then(Vec::pop);
-    let prepared = match taken {
-        Some(p) => p,
-        None => prepare(stat, bounds, &tables).await?,
-    };
-    for ((_, slot), (_, _, table)) in prepared.slots.iter().zip(&tables) {
-        *slot.data.lock() = Some(table.clone());
+
+    async fn prepare(&self, stat: &Statistic, bounds: &StatisticBounds, tables: &[(String, SchemaRef, Arc<MemTable>)]) -> anyhow::Result<Prepared> {
+        let ctx = self.session();
+        let mut slots = Vec::with_capacity(tables.len());
+        for (name, schema, _) in tables {
+            let slot = Arc::new(Slot { schema: schema.clone(), data: Mutex::new(None) });
+            ctx.register_table(name.as_str(), slot.clone())?;
+            slots.push((name.clone(), slot));
+        }
+        let df = ctx.sql(&bounds.sql_for(stat, true)).await.map_err(|e| sql_error(stat, e))?;
+        let state = ctx.state();
+        let plan = state.optimize(df.logical_plan()).map_err(|e| sql_error(stat, e))?;
+        Ok(Prepared { plan, slots, state })
     }
-    drop(tables);
-    let result = execute(&prepared).await.map_err(|e| sql_error(stat, e));
-    for (_, slot) in &prepared.slots {
-        *slot.data.lock() = None;
+
+    /// Runs `stat` on `inputs`, planned once per statement, bounds and input schemas. Like
+    /// `run_bounded_sql`: always at least one batch (possibly empty), so the schema survives. The
+    /// inputs are a window's tables, keyed by ids (`window::keys`): `{empty_context}` is id 0. Tables
+    /// keyed by strings (the cumulative views) run through `run_bounded_sql`.
+    pub async fn run(&self, stat: &Statistic, bounds: &StatisticBounds, inputs: Vec<Input<'_>>) -> anyhow::Result<Vec<RecordBatch>> {
+        let mut tables = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let (schema, table) = mem_table(input.name, input.schema, input.runs, input.order)?;
+            tables.push((input.name.to_string(), schema, Arc::new(table)));
+        }
+        let mut key = format!("{}\u{0}{}", stat.name, bounds.session_store_patterns);
+        for (name, schema, _) in &tables {
+            key.push_str(&format!("\u{0}{name}\u{0}{:?}", schema.fields()));
+        }
+        let taken = self.idle.lock().get_mut(&key).and_then(Vec::pop);
+        let prepared = match taken {
+            Some(p) => p,
+            None => self.prepare(stat, bounds, &tables).await?,
+        };
+        for ((_, slot), (_, _, table)) in prepared.slots.iter().zip(&tables) {
+            *slot.data.lock() = Some(table.clone());
+        }
+        drop(tables);
+        let result = execute(&prepared).await.map_err(|e| sql_error(stat, e));
+        for (_, slot) in &prepared.slots {
+            *slot.data.lock() = None;
+        }
+        let schema: SchemaRef = Arc::new(prepared.plan.schema().as_arrow().clone());
+        self.idle.lock().entry(key).or_default().push(prepared);
+        Ok(batches_or_empty(result?, schema))
     }
-    let schema: SchemaRef = Arc::new(prepared.plan.schema().as_arrow().clone());
-    pool().lock().entry(key).or_default().push(prepared);
-    Ok(batches_or_empty(result?, schema))
 }
 
 async fn execute(prepared: &Prepared) -> datafusion::error::Result<Vec<RecordBatch>> {
@@ -140,8 +160,7 @@ mod tests {
 
     fn run_of(rows: &[(&str, &str, i64)]) -> Vec<RecordBatch> {
         let schema = Arc::new(Schema::new(vec![
-            // Metadata no other test's input has: the pool entry counted below is this test's alone.
-            Field::new("query_id", DataType::Utf8, true).with_metadata([("test".to_string(), "prepared".to_string())].into()),
+            Field::new("query_id", DataType::Utf8, true),
             Field::new("policy_id", DataType::Utf8, true),
             Field::new("sessions", DataType::Int64, true),
         ]));
@@ -152,7 +171,7 @@ mod tests {
     }
 
     async fn unprepared(runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> RecordBatch {
-        let ctx = window_context();
+        let ctx = window_session(&Arc::new(RuntimeEnv::default()));
         register_runs(&ctx, "query_sessions", runs[0][0].schema(), runs, order).unwrap();
         let out = run_bounded_sql(&ctx, &MERGE_QUERY_SESSIONS, &StatisticBounds::default()).await.unwrap();
         concat_batches(&out[0].schema(), &out).unwrap()
@@ -170,17 +189,18 @@ mod tests {
             vec![run_of(&[("a", "q", 1)]), run_of(&[("b", "q", 2)]), run_of(&[("a", "q", 3), ("b", "r", 1)])],
             vec![run_of(&[])],
         ];
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let statements = Statements::new(Arc::new(RuntimeEnv::default()));
+        let run = |input| crate::context::block_on_here(statements.run(&MERGE_QUERY_SESSIONS, &StatisticBounds::default(), vec![input])).unwrap();
         let key_runs = |runs: &Vec<Vec<RecordBatch>>| runs[0][0].schema();
         for runs in &inputs {
             let input = Input { name: "query_sessions", schema: key_runs(runs), runs: runs.clone(), order };
-            let got = rt.block_on(run(&MERGE_QUERY_SESSIONS, &StatisticBounds::default(), vec![input])).unwrap();
+            let got = run(input).unwrap();
             let got = concat_batches(&got[0].schema(), &got).unwrap();
-            let want = rt.block_on(unprepared(runs.clone(), order));
+            let want = crate::context::block_on_here(unprepared(runs.clone(), order)).unwrap();
             assert_eq!(got, want, "input {runs:?}");
         }
-        let pool = pool().lock();
-        let prepared: usize = pool.iter().filter(|(k, _)| k.starts_with("merge_query_sessions\u{0}") && k.contains("prepared")).map(|(_, v)| v.len()).sum();
+        let pool = statements.idle.lock();
+        let prepared: usize = pool.iter().filter(|(k, _)| k.starts_with("merge_query_sessions\u{0}")).map(|(_, v)| v.len()).sum();
         assert_eq!(prepared, 1, "one plan served every run");
         for (_, entries) in pool.iter() {
             for p in entries {

@@ -3,7 +3,7 @@
 //! inputs are registered as. A leaf of `window`: the operator's windows and the prepared statements
 //! both build on it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
@@ -45,41 +45,33 @@ statistic!(CUMULATIVE_PROPENSITY, "cumulative_propensity");
 statistic!(POLICY_PROPENSITY, "policy_propensity");
 statistic!(IPS_PROPENSITY, "ips_propensity");
 
-static QUERY_MEMORY_LIMIT: OnceLock<usize> = OnceLock::new();
-
-/// Sets the memory pool of every query this process runs (`[state] query_memory_limit`); beyond it,
-/// sorts, joins and aggregations spill to the OS temp directory. Only the first call counts.
-pub fn set_query_memory_limit(bytes: usize) {
-    let _ = QUERY_MEMORY_LIMIT.set(bytes);
-}
-
 /// Default memory pool of the queries: 1 GiB.
 pub const DEFAULT_QUERY_MEMORY_LIMIT: usize = 1 << 30;
 
-fn runtime_env() -> Arc<RuntimeEnv> {
-    static ENV: OnceLock<Arc<RuntimeEnv>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let limit = *QUERY_MEMORY_LIMIT.get_or_init(|| DEFAULT_QUERY_MEMORY_LIMIT);
-        // A fair pool: every spillable operator gets its share and spills past it, rather than the
-        // first one taking the whole pool.
-        RuntimeEnvBuilder::new().with_memory_pool(Arc::new(FairSpillPool::new(limit))).build_arc().expect("a memory pool and an OS temp directory")
+/// A query runtime whose sorts, joins and aggregations share a pool of `limit` bytes and spill to
+/// the OS temp directory beyond it (`[state] query_memory_limit`; a pipeline context holds one).
+pub fn sql_env(limit: usize) -> Arc<RuntimeEnv> {
+    // A fair pool: every spillable operator gets its share and spills past it, rather than the
+    // first one taking the whole pool. Without one (no temp directory) the queries run unbounded.
+    RuntimeEnvBuilder::new().with_memory_pool(Arc::new(FairSpillPool::new(limit))).build_arc().unwrap_or_else(|e| {
+        tracing::warn!("a bounded query memory pool: {e}; queries run unbounded");
+        Arc::new(RuntimeEnv::default())
     })
-    .clone()
 }
 
-/// A query context with the bounded, spilling runtime.
-pub fn query_context() -> SessionContext {
-    SessionContext::new_with_config_rt(SessionConfig::new(), runtime_env())
+/// A query session on `env` (the cumulative views, training data).
+pub fn query_session(env: &Arc<RuntimeEnv>) -> SessionContext {
+    SessionContext::new_with_config_rt(SessionConfig::new(), env.clone())
 }
 
-/// The context of a window's statistics (reduce, merge, finish): one partition. Their inputs are one
-/// micro-batch or one window's partials, so splitting them buys little, while a hash repartition
-/// copies every column it routes (the feature lists included) and buffers the copies.
+/// The session of a window's statistics (reduce, merge, finish) on `env`: one partition. Their
+/// inputs are one micro-batch or one window's partials, so splitting them buys little, while a hash
+/// repartition copies every column it routes (the feature lists included) and buffers the copies.
 /// Sorted inputs stay sorted (a merge of sorted runs rather than a re-sort).
-pub fn window_context() -> SessionContext {
+pub fn window_session(env: &Arc<RuntimeEnv>) -> SessionContext {
     let mut config = SessionConfig::new().with_target_partitions(1);
     config.options_mut().optimizer.prefer_existing_sort = true;
-    SessionContext::new_with_config_rt(config, runtime_env())
+    SessionContext::new_with_config_rt(config, env.clone())
 }
 
 /// What the window statistics' SQL leaves to the config: `{name}` in `sql/` (`[window]` keys).

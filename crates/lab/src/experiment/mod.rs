@@ -14,6 +14,35 @@ pub mod zhuang2021;
 
 /// Writes a CSV table: the header, then rows whose fields the caller formats (fixed decimals, as the
 /// summaries print them); csv quotes any field that needs it.
+/// MQ2008's directory (named, else found where the data is kept) and LightGBM's rank directory
+/// (named; `none` for none; else found beside MQ2008's, if there).
+pub fn data_dirs(
+    mq2008: Option<&std::path::Path>,
+    lightgbm_rank: Option<&std::path::Path>,
+) -> anyhow::Result<(std::path::PathBuf, Option<std::path::PathBuf>)> {
+    use anyhow::Context;
+    let mq = match mq2008 {
+        Some(d) => d.to_path_buf(),
+        None => crate::simulate::dataset::default_mq2008_dir().context("MQ2008 not found: pass its directory (with S1.txt … S5.txt)")?,
+    };
+    let rank = match lightgbm_rank {
+        Some(d) if d.as_os_str() == "none" => None,
+        Some(d) => Some(d.to_path_buf()),
+        None => mq.parent().map(|p| p.join("lightgbm-rank")).filter(|d| crate::simulate::dataset::data_file_exists(&d.join("rank.train"))),
+    };
+    Ok((mq, rank))
+}
+
+/// MQ2008's five folds S1.txt … S5.txt in `dir` (else where the data is kept), each checked to exist.
+pub fn mq2008_folds(dir: Option<&std::path::Path>) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let (dir, _) = data_dirs(dir, Some(std::path::Path::new("none")))?;
+    let folds: Vec<std::path::PathBuf> = (1..=5).map(|i| dir.join(format!("S{i}.txt"))).collect();
+    for f in &folds {
+        anyhow::ensure!(crate::simulate::dataset::data_file_exists(f), "{} does not exist (nor gzipped)", f.display());
+    }
+    Ok(folds)
+}
+
 pub fn write_csv(path: &std::path::Path, header: &[String], rows: impl IntoIterator<Item = Vec<String>>) -> anyhow::Result<()> {
     let mut out = csv::Writer::from_path(path)?;
     out.write_record(header)?;
@@ -87,11 +116,11 @@ pub fn examples_through_pipeline(
     if dir.exists() {
         std::fs::remove_dir_all(dir)?;
     }
-    crate::simulate::source::run_to_state(&sim, &config, dir, &mut ultr_core::pipeline::NoObserver)?;
+    let context = ultr_core::context::PipelineContext::default();
+    crate::simulate::source::run_to_state(&context, &sim, &config, dir, &mut ultr_core::pipeline::NoObserver)?;
     let manifest = ultr_core::state::read_manifest(dir)?;
-    let rt = ultr_core::runtime::multi_thread("ultr-lab")?;
     let lookback = config.state.lookback_ms();
-    let ex = rt.block_on(load_from_state(dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions, ips))?;
+    let ex = context.block_on("ultr-lab", load_from_state(&context, dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions, ips))??;
     std::fs::remove_dir_all(dir).ok(); // the examples are in memory; the state is scratch
     Ok((ex, truth))
 }

@@ -122,14 +122,15 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         let dir = scratch.path().join(format!("seed-{seed}"));
         let mut config = super::simulator_core_config(&sim);
         config.state.checkpoint_every_records = 1_000_000;
-        crate::simulate::source::run_to_state(&sim, &config, &dir, &mut ultr_core::pipeline::NoObserver)?;
+        let context = ultr_core::context::PipelineContext::default();
+        crate::simulate::source::run_to_state(&context, &sim, &config, &dir, &mut ultr_core::pipeline::NoObserver)?;
         let manifest = ultr_core::state::read_manifest(&dir)?;
-        let rt = ultr_core::runtime::multi_thread("ultr-lab")?;
-        let cumulative = rt.block_on(ultr_core::state::cumulative::compute(&dir, &manifest, i64::MAX / 4))?;
+        let rt = context.runner("ultr-lab")?;
+        let cumulative = rt.run(ultr_core::state::cumulative::compute(&context, &dir, &manifest, i64::MAX / 4))?;
         let truth = truth(&cumulative.policy_propensity)?;
         for (m, acc) in opts.priors.iter().zip(accs.iter_mut()) {
             let cfg = IpsConfig { source: PropensitySource::Empirical, prior_sessions: *m, ..IpsConfig::default() };
-            let estimated = rt.block_on(ultr_train::ips_propensity::ips_propensity(cumulative.policy_propensity.clone(), &cfg))?;
+            let estimated = rt.run(ultr_train::ips_propensity::ips_propensity(&context, cumulative.policy_propensity.clone(), &cfg))?;
             accumulate(acc, &estimated, &truth)?;
         }
         std::fs::remove_dir_all(&dir).ok();

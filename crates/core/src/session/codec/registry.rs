@@ -149,8 +149,7 @@ impl Registry {
         std::thread::scope(|scope| {
             scope
                 .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Away(e.to_string()))?;
-                    runtime.block_on(async move {
+                    crate::context::block_on_here(async move {
                         let client = reqwest::Client::builder().timeout(timeout).build().map_err(|e| Away(e.to_string()))?;
                         let mut req = client.request(method, &url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
                         if let Some(body) = body {
@@ -161,6 +160,7 @@ impl Registry {
                         let text = resp.text().await.map_err(|e| Away(format!("{url}: {e}")))?;
                         Ok((status, text))
                     })
+                    .map_err(|e| Away(e.to_string()))?
                 })
                 .join()
                 .unwrap_or_else(|_| Err(Away("the request thread panicked".into())))
