@@ -82,11 +82,6 @@ fi
 
 # No import circle between source files (docs/testing.md, "Layering"): a second's check before the build.
 python3 scripts/import-circles.py ultr=src ultr_core=crates/core/src ultr_train=crates/train/src ultr_simulate=crates/simulate/src ultr_lab=crates/lab/src
-# The library does not use the laboratory: only the binary's command line (src/cli/, src/main.rs) and
-# the tests link ultr-lab (docs/testing.md, "Layering").
-if grep -rl 'ultr_lab' src --include='*.rs' | grep -v -e '^src/cli/' -e '^src/main\.rs$'; then
-  echo "the files above, in the ultr library, use ultr_lab: only src/cli/ and the tests may"; exit 1
-fi
 # The sources as rustfmt.toml formats them (a second; rustup's default profile ships rustfmt).
 if ! cargo fmt --version >/dev/null 2>&1; then
   log "installing rustfmt"

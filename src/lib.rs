@@ -6,7 +6,8 @@
 //! `ultr-simulate` (the click simulator, a source, over `ultr-core` alone) → this library: the
 //! assembled pipeline config and the always-on service with its monitor (scale-out lives in
 //! `ultr-core`'s `scale_out`). The binary's command line (`src/cli/`)
-//! calls it; the reproduced experiments (`ultr-lab`) are wired in there and by the tests, not here.
+//! calls it. The reproduced experiments (`ultr-lab`) are a binary of their own, which `ultr
+//! experiment` runs; only the tests link them (a dev-dependency: the compiler refuses any other use).
 //! The lower crates are re-exported under their stage names, so `ultr::window`, `ultr::train` and
 //! `ultr::simulate` name one thing each.
 

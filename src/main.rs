@@ -1,5 +1,5 @@
-//! The `ultr` binary: its command line (`cli`) parses arguments and calls the library; the
-//! experiment commands wire in `ultr-lab`, which the library does not use.
+//! The `ultr` binary: its command line (`cli`) parses arguments and calls the library;
+//! `ultr experiment` runs the laboratory's own binary, `ultr-lab`, which neither links.
 
 mod cli;
 

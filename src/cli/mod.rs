@@ -83,9 +83,14 @@ enum Command {
         #[arg(long)]
         tests: bool,
     },
-    /// Reproduce a paper's experiment on the simulator. Exit 0 when every claim holds, 1 otherwise.
-    #[command(subcommand)]
-    Experiment(train::ExperimentCommand),
+    /// Reproduce a paper's experiment on the simulator (`ultr experiment --help` lists them): runs
+    /// the `ultr-lab` binary beside this one, or on PATH. Exit 0 when every claim holds, 1 otherwise.
+    #[command(disable_help_flag = true)]
+    Experiment {
+        /// The experiment and its flags, handed to `ultr-lab experiment`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Args)]
@@ -537,9 +542,8 @@ pub fn main() -> ExitCode {
         Command::Score(args) => train::score(&args),
         Command::Models(args) => train::models(&args),
         Command::RulesTimeScale(args) => rules_time_scale(&args),
-        Command::Experiment(cmd) => match train::experiment(&cmd) {
-            Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::from(1),
+        Command::Experiment { args } => match experiment(&args) {
+            Ok(code) => return code,
             Err(e) => Err(e),
         },
     };
@@ -550,6 +554,18 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `ultr experiment ARGS`: `ultr-lab experiment ARGS`, its exit status passed on. The laboratory is a
+/// binary of its own (`crates/lab`), so that this binary never links it.
+fn experiment(args: &[std::ffi::OsString]) -> anyhow::Result<ExitCode> {
+    let name = format!("ultr-lab{}", std::env::consts::EXE_SUFFIX);
+    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join(&name))).filter(|p| p.is_file());
+    let lab = beside.unwrap_or_else(|| PathBuf::from(&name));
+    let status = std::process::Command::new(&lab).arg("experiment").args(args).status().with_context(|| {
+        format!("`ultr experiment` runs the `{name}` binary, found neither beside this one nor on PATH (build it: cargo build --release -p ultr-lab)")
+    })?;
+    Ok(ExitCode::from(status.code().map_or(2, |c| c.clamp(0, 255) as u8)))
 }
 
 fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {

@@ -160,3 +160,19 @@ fn binomial_quantile_matches_reference_values() {
     assert_eq!(binomial_quantile(720, 0.95, 0.01), 670);
     assert_eq!(binomial_quantile(10, 0.5, 0.5), 5);
 }
+
+/// `ultr experiment theta-coverage …` runs the laboratory's own binary (`ultr-lab`, which the `ultr`
+/// binary does not link) with the same arguments: on one seed of 2,000 sessions with 10 replicates
+/// it exits 0, prints the experiment's summary and writes its files where `--out` says.
+#[test]
+fn ultr_experiment_runs_the_lab_binary_with_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("coverage");
+    let args = ["experiment", "theta-coverage", "--sessions", "2000", "--seeds", "1", "--replicates", "10", "--jobs", "1", "--out"];
+    let run = ultr().args(args).arg(&out).output_within(crate::common::CHILD_DEADLINE).unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("Pooled coverage"), "{}", String::from_utf8_lossy(&run.stdout));
+    for file in ["results.csv", "summary.md", "summary.json", "intervals.svg"] {
+        assert!(out.join(file).is_file(), "{file} not written");
+    }
+}
