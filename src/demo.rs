@@ -50,7 +50,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     println!("simulate + decode: {:.2}s ({:.0} impressions/s)", elapsed, summary.impressions as f64 / elapsed);
 
     let context = ultr_core::context::PipelineContext::default();
-    let ctr = context.block_on("ultr-demo", position_ctr(context.statements(), batches))??;
+    let ctr = context.run("ultr-demo", position_ctr(context.statements(), batches))??;
     let expected = sim.truth().expected_position_ctr().unwrap_or_default();
     println!("\nposition  impressions   ctr     expected  z");
     for b in &ctr {

@@ -39,7 +39,7 @@ pub fn subject(config: &PipelineConfig, state: &Path, model: Option<&str>) -> an
     let context = config.context();
     let lookback = config.state.lookback_ms();
     let load = load_from_state(&context, state, &manifest, lookback, Horizon::Lookback(lookback), trained.meta.architecture.max_positions, &config.train.ips);
-    let rows = context.block_on("ultr-eval", load)??;
+    let rows = context.run("ultr-eval", load)??;
     trained.check_compatible(&rows)?;
     Ok(Subject { id, trained, rows })
 }

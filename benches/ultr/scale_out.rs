@@ -164,7 +164,7 @@ fn run_instances(n: usize, sessions: u64, dir: &std::path::Path) {
     let topic = unique("bench-scale");
     ensure_topic(&env("ULTR_KAFKA_BROKERS", "127.0.0.1:9092"), &topic, PARTITIONS).unwrap();
     let s = store(&unique("bench"));
-    let remote = Remote::open(&s).unwrap();
+    let remote = Remote::open(&s, &Default::default()).unwrap();
     let cfg = dir.join(format!("scale-{n}.toml"));
     std::fs::write(&cfg, config(&topic, &unique("bench-group"), &s, "1h", 300_000)).unwrap();
     let logs: Vec<_> = (0..n).map(|i| dir.join(format!("i{n}-{i}.log"))).collect();

@@ -290,7 +290,7 @@ impl Monitor {
         if manifest.windows.is_empty() {
             return Ok(());
         }
-        let rt = self.context.runner("ultr-monitor")?;
+        let rt = self.context.runner_here()?;
         // Each step's time, in a debug line per look (`ULTR_LOG=ultr::monitor=debug`).
         let mut clock = std::time::Instant::now();
         let mut lap = || {

@@ -46,7 +46,7 @@ pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     // The handlers are installed (on the listening thread's runtime) before the thread is told to wait.
     let (installed, ready) = std::sync::mpsc::channel::<std::io::Result<()>>();
     std::thread::Builder::new().name("ultr-signals".into()).spawn(move || {
-        let listen = ultr_core::context::block_on_here(async {
+        let listen = ultr_core::context::run_here(async {
             let handlers = signal(SignalKind::terminate()).and_then(|term| Ok((term, signal(SignalKind::interrupt())?)));
             match handlers {
                 Ok((mut term, mut int)) => {

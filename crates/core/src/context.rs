@@ -1,7 +1,9 @@
 //! The pipeline context: what a pipeline's work runs on — its async runtimes and their worker
 //! threads, and the memory pool and prepared statements of its SQL — built once from the settings
 //! (`[runtime] worker_threads`, `[state] query_memory_limit`) and handed to the work. Nothing here is
-//! process-global: two pipelines in one process each run with their own settings.
+//! process-global: two pipelines in one process each run with their own settings. Every runtime of
+//! the library is built here and every future it blocks on is run here (`PipelineContext::run`,
+//! `Runner::run`, `run_here`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -67,15 +69,21 @@ impl PipelineContext {
         Runner::with_threads(name, self.worker_threads)
     }
 
+    /// A runtime on the calling thread, for an owner whose steps are small and many (the monitor's
+    /// looks): no worker threads to start or to compete with the pipeline's.
+    pub fn runner_here(&self) -> std::io::Result<Runner> {
+        Ok(Runner(Builder::new_current_thread().enable_all().build()?))
+    }
+
     /// Runs `work` to completion on a runtime of this context's (threads named `name`): a one-shot
     /// step of synchronous code.
-    pub fn block_on<F: Future>(&self, name: &str, work: F) -> std::io::Result<F::Output> {
+    pub fn run<F: Future>(&self, name: &str, work: F) -> std::io::Result<F::Output> {
         Ok(self.runner(name)?.run(work))
     }
 }
 
-/// A runtime a context built, kept by its owner for many steps. Only a context builds one, so
-/// every runtime has the context's threads.
+/// A runtime kept by its owner for many steps: a context's (`PipelineContext::runner`, with the
+/// context's threads) or a server's (`Runner::with_threads`). Runtimes are built nowhere else.
 pub struct Runner(Runtime);
 
 impl Runner {
@@ -98,7 +106,7 @@ impl Runner {
 
 /// Runs `work` on a runtime on the calling thread: a short client call (an admin request, a schema
 /// registry lookup) outside any pipeline's work.
-pub fn block_on_here<F: Future>(work: F) -> std::io::Result<F::Output> {
+pub fn run_here<F: Future>(work: F) -> std::io::Result<F::Output> {
     Ok(Builder::new_current_thread().enable_all().build()?.block_on(work))
 }
 

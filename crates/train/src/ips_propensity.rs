@@ -86,7 +86,7 @@ mod tests {
 
     fn pis(cfg: &IpsConfig) -> BTreeMap<(String, u32), Option<f64>> {
         let context = ultr_core::context::PipelineContext::default();
-        let out = context.block_on("ultr-test", ips_propensity(&context, table(), cfg)).unwrap().unwrap();
+        let out = context.run("ultr-test", ips_propensity(&context, table(), cfg)).unwrap().unwrap();
         let mut m = BTreeMap::new();
         for b in &out {
             let (d, k, p) = (b.column(1).as_string::<i32>(), b.column(2).as_primitive::<UInt32Type>(), b.column(4).as_primitive::<Float64Type>());

@@ -176,7 +176,7 @@ pub fn ensure_topic_with(brokers: &str, topic: &str, partitions: i32, properties
     let admin: AdminClient<DefaultClientContext> = config.create().context("creating Kafka admin client")?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let results = crate::context::block_on_here(admin.create_topics([&new], &opts))?.context("creating topic")?;
+    let results = crate::context::run_here(admin.create_topics([&new], &opts))?.context("creating topic")?;
     for result in results {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}

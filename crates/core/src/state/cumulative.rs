@@ -158,7 +158,7 @@ impl Inputs {
 /// horizon, naming the directory.
 pub fn of_state(context: &PipelineContext, dir: &std::path::Path, horizon_ms: i64) -> anyhow::Result<Cumulative> {
     let manifest = super::read_manifest(dir)?;
-    let cumulative = context.block_on("ultr-cumulative", compute(context, dir, &manifest, horizon_ms))??;
+    let cumulative = context.run("ultr-cumulative", compute(context, dir, &manifest, horizon_ms))??;
     anyhow::ensure!(!cumulative.windows.is_empty(), "{}: no closed windows yet", dir.display());
     Ok(cumulative)
 }

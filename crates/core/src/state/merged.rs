@@ -68,7 +68,7 @@ fn merge_window(
     // Merged on the window's ids (`window::keys`): partials read from Parquet are interned here.
     let partials = partials.into_iter().map(|t| keys.tables_from_strings(t)).collect::<anyhow::Result<Vec<_>>>()?;
     let sql = target.context.statements();
-    let tables = crate::context::block_on_here(async {
+    let tables = crate::context::run_here(async {
         let merged = match disjoint_queries {
             true => crate::window::merge_disjoint_queries(sql, partials, &target.bounds).await?,
             false => crate::window::merge(sql, partials, &target.bounds).await?,

@@ -190,13 +190,13 @@ mod tests {
             vec![run_of(&[])],
         ];
         let statements = Statements::new(Arc::new(RuntimeEnv::default()));
-        let run = |input| crate::context::block_on_here(statements.run(&MERGE_QUERY_SESSIONS, &StatisticBounds::default(), vec![input])).unwrap();
+        let run = |input| crate::context::run_here(statements.run(&MERGE_QUERY_SESSIONS, &StatisticBounds::default(), vec![input])).unwrap();
         let key_runs = |runs: &Vec<Vec<RecordBatch>>| runs[0][0].schema();
         for runs in &inputs {
             let input = Input { name: "query_sessions", schema: key_runs(runs), runs: runs.clone(), order };
             let got = run(input).unwrap();
             let got = concat_batches(&got[0].schema(), &got).unwrap();
-            let want = crate::context::block_on_here(unprepared(runs.clone(), order)).unwrap();
+            let want = crate::context::run_here(unprepared(runs.clone(), order)).unwrap();
             assert_eq!(got, want, "input {runs:?}");
         }
         let pool = statements.idle.lock();

@@ -120,7 +120,7 @@ pub fn examples_through_pipeline(
     crate::simulate::source::run_to_state(&context, &sim, &config, dir, &mut ultr_core::pipeline::NoObserver)?;
     let manifest = ultr_core::state::read_manifest(dir)?;
     let lookback = config.state.lookback_ms();
-    let ex = context.block_on("ultr-lab", load_from_state(&context, dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions, ips))??;
+    let ex = context.run("ultr-lab", load_from_state(&context, dir, &manifest, lookback, Horizon::Lookback(lookback), max_positions, ips))??;
     std::fs::remove_dir_all(dir).ok(); // the examples are in memory; the state is scratch
     Ok((ex, truth))
 }

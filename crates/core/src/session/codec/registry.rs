@@ -149,7 +149,7 @@ impl Registry {
         std::thread::scope(|scope| {
             scope
                 .spawn(move || {
-                    crate::context::block_on_here(async move {
+                    crate::context::run_here(async move {
                         let client = reqwest::Client::builder().timeout(timeout).build().map_err(|e| Away(e.to_string()))?;
                         let mut req = client.request(method, &url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
                         if let Some(body) = body {
