@@ -696,7 +696,10 @@ mod tests {
 /// scenarios promtool runs (here and the status page's).
 #[cfg(test)]
 pub(crate) mod scenario_values {
-    use super::*;
+    use crate::monitor::board::BoardState;
+    use crate::monitor::exposition::{Sample, Series};
+    use crate::monitor::metrics::name;
+    use crate::monitor::signals::{threshold, Input};
 
     /// promtool's expanding notation, one value per minute: `a`, `axn` and `a+bxn` / `a-bxn` (n + 1
     /// values), `_` (no sample) and `_xn` (n of them).
