@@ -81,14 +81,8 @@ fn object_store_settings_are_checked_naming_the_key() {
 /// in with a default.
 #[test]
 fn the_configuration_reference_is_generated_and_current() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
     let generated = ultr::config_reference::render();
-    if std::env::var_os("ULTR_BLESS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
-        panic!("ULTR_BLESS: docs/configuration.md rewritten; this run does not pass, run the test again without it");
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(committed == generated, "docs/configuration.md is stale: run `ultr config-reference > docs/configuration.md`");
+    generated_and_current("docs/configuration.md", &generated, "ultr config-reference");
     let config = ultr::config::PipelineConfig::parse("source = \"simulator\"\n", "test").unwrap();
     let defaults = toml::Value::try_from(&config).unwrap();
     fn leaves(v: &toml::Value, path: &str, out: &mut Vec<(String, String)>) {
