@@ -63,8 +63,8 @@ fn run(sessions: u64, window: &str, workers: usize, data: &Path, work: &Path) ->
     let mut keys = 0;
     let mut training_rows = 0;
     for w in &manifest.windows {
-        keys += rows(&ultr::state::read_window_table(&state, w, "propensity_counts").unwrap());
-        training_rows += rows(&ultr::state::read_window_table(&state, w, "training_rows").unwrap());
+        keys += rows(&ultr::state::read_window_table(&state, w, ultr::window::StateTable::PropensityCounts).unwrap());
+        training_rows += rows(&ultr::state::read_window_table(&state, w, ultr::window::StateTable::TrainingRows).unwrap());
     }
     let bytes = dir_bytes(&state);
     let c = &manifest.operator.counters;

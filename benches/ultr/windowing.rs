@@ -78,7 +78,9 @@ pub fn main(_args: &[String]) {
         let keys: u64 = manifest
             .windows
             .iter()
-            .map(|w| ultr::state::read_window_table(&state, w, "propensity_counts").unwrap().iter().map(|b| b.num_rows() as u64).sum::<u64>())
+            .map(|w| {
+                ultr::state::read_window_table(&state, w, ultr::window::StateTable::PropensityCounts).unwrap().iter().map(|b| b.num_rows() as u64).sum::<u64>()
+            })
             .sum();
         let bytes = dir_bytes(&state.join("windows"));
         println!(

@@ -88,11 +88,11 @@ pub fn final_counts(state: &std::path::Path) -> (Vec<String>, String) {
 
 /// Every window's tables (sorted rows) and the counters of a state: the state as a user reads it,
 /// without the source's offsets (which differ between formats and transports).
-pub fn state_tables(state: &std::path::Path) -> (Vec<(i64, &'static str, Vec<String>)>, String) {
+pub fn state_tables(state: &std::path::Path) -> (Vec<(i64, ultr::window::StateTable, Vec<String>)>, String) {
     let m = ultr::state::read_manifest(state).unwrap();
     let mut tables = Vec::new();
     for w in &m.windows {
-        for table in ultr::window::WINDOW_TABLES {
+        for &table in ultr::window::StateTable::ALL {
             tables.push((w.start_ms, table, sorted_rows(&ultr::state::read_window_table(state, w, table).unwrap())));
         }
     }

@@ -79,11 +79,11 @@ fn config_batch(file: &Path, workers: usize, checkpoints: &str, batch_records: u
 }
 
 /// Every table of every window, the counters, offsets and dead letters of a state.
-fn everything(state: &Path) -> (Vec<(i64, i64, &'static str, Vec<String>)>, String) {
+fn everything(state: &Path) -> (Vec<(i64, i64, ultr::window::StateTable, Vec<String>)>, String) {
     let m = read_manifest(state).unwrap();
     let mut tables = Vec::new();
     for w in &m.windows {
-        for table in ultr::window::WINDOW_TABLES {
+        for &table in ultr::window::StateTable::ALL {
             tables.push((w.start_ms, w.end_ms, table, sorted_rows(&read_window_table(state, w, table).unwrap())));
         }
     }
@@ -94,7 +94,7 @@ fn everything(state: &Path) -> (Vec<(i64, i64, &'static str, Vec<String>)>, Stri
 
 /// Asserts that `state` holds `want` (`everything` of another state): the counters, offsets and dead
 /// letters, then every table of every window; `label` names the run in a failure.
-fn assert_same_state(state: &Path, want: &(Vec<(i64, i64, &'static str, Vec<String>)>, String), label: &str) {
+fn assert_same_state(state: &Path, want: &(Vec<(i64, i64, ultr::window::StateTable, Vec<String>)>, String), label: &str) {
     let (want_tables, want_rest) = want;
     let (tables, rest) = everything(state);
     assert_eq!(&rest, want_rest, "{label}: counters, offsets or dead letters differ");

@@ -16,7 +16,7 @@ use ultr::session::DecodeLimits;
 use ultr::sources::file::FileSource;
 use ultr::window::aggregates::OpenWindows;
 use ultr::window::operator::{WindowOperator, WindowSpec};
-use ultr::window::{sample_key, StatisticBounds, Tables};
+use ultr::window::{sample_key, StateTable, StatisticBounds, Tables};
 
 const HOLDOUT: ultr::window::Holdout = ultr::window::Holdout { validation: 0.1, evaluation: 0.1 };
 
@@ -152,7 +152,7 @@ fn reference_tables(sessions: &[Session]) -> (Counts, BTreeMap<String, i64>, BTr
     (counts, per_query.into_iter().map(|(q, s)| (q, s.len() as i64)).collect(), pairs.into_iter().map(|((a, ca, b, cb), n)| (a, ca, b, cb, n)).collect(), keys)
 }
 
-fn table<'a>(tables: &'a [(&'static str, Vec<RecordBatch>)], name: &str) -> &'a [RecordBatch] {
+fn table(tables: &[(StateTable, Vec<RecordBatch>)], name: StateTable) -> &[RecordBatch] {
     &tables.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no table {name}")).1
 }
 
@@ -225,7 +225,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         let (counts, sessions, pairs, keys) = reference_tables(&want.windows[&w.start]);
 
         let mut got: Counts = BTreeMap::new();
-        for b in table(&tables, "propensity_counts") {
+        for b in table(&tables, StateTable::PropensityCounts) {
             let s = |i| b.column(i).as_string::<i32>();
             let (q, d, ctx) = (s(0), s(1), s(3));
             let p = b.column(2).as_primitive::<UInt32Type>();
@@ -248,7 +248,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
             e.1 += clk;
         }
         let mut got_rows: BTreeMap<(String, String, u32), (i64, i64)> = BTreeMap::new();
-        for b in table(&tables, "training_rows") {
+        for b in table(&tables, StateTable::TrainingRows) {
             let s = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
             let (q, d) = (s("query_id"), s("doc_id"));
             let p = b.column_by_name("position").unwrap().as_primitive::<UInt32Type>();
@@ -263,7 +263,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         assert_eq!(got_rows, by_qdk, "training_rows of window {} (seed {seed})", w.start);
         // The session store holds every session once while the window has fewer than 4096 patterns.
         let mut patterns: BTreeMap<u64, i64> = BTreeMap::new();
-        for b in table(&tables, "session_store") {
+        for b in table(&tables, StateTable::SessionStore) {
             let key = b.column_by_name("pattern_key").unwrap().as_primitive::<UInt64Type>();
             let n = b.column_by_name("sessions").unwrap().as_primitive::<Int64Type>();
             for i in 0..b.num_rows() {
@@ -283,7 +283,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
                 *want_store.entry((session.query.clone(), ctx, items)).or_default() += 1;
             }
             let mut by_key: BTreeMap<u64, (Content, i64)> = BTreeMap::new();
-            for b in table(&tables, "session_store") {
+            for b in table(&tables, StateTable::SessionStore) {
                 let key = b.column_by_name("pattern_key").unwrap().as_primitive::<UInt64Type>();
                 let (q, ctx, d) = (
                     b.column_by_name("query_id").unwrap().as_string::<i32>(),
@@ -311,7 +311,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         stores.insert(w.start, patterns);
 
         let mut got = BTreeMap::new();
-        for b in table(&tables, "query_sessions") {
+        for b in table(&tables, StateTable::QuerySessions) {
             let (q, n) = (b.column(0).as_string::<i32>(), b.column_by_name("sessions").unwrap().as_primitive::<Int64Type>());
             for i in 0..b.num_rows() {
                 *got.entry(q.value(i).to_string()).or_default() += n.value(i);
@@ -320,7 +320,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         assert_eq!(got, sessions);
 
         let mut got = BTreeSet::new();
-        for b in table(&tables, "swap_edges") {
+        for b in table(&tables, StateTable::SwapEdges) {
             let (pa, ca) = (b.column(0).as_primitive::<UInt32Type>(), b.column(1).as_string::<i32>());
             let (pb, cb) = (b.column(2).as_primitive::<UInt32Type>(), b.column(3).as_string::<i32>());
             let n = b.column(4).as_primitive::<Int64Type>();
@@ -331,7 +331,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         assert_eq!(got, pairs, "swap_edges of window {}", w.start);
 
         let mut ctr: BTreeMap<u32, (i64, i64, f64)> = BTreeMap::new();
-        for b in table(&tables, "position_ctr") {
+        for b in table(&tables, StateTable::PositionCtr) {
             let p = b.column(0).as_primitive::<UInt32Type>();
             let (imp, clk, rate) =
                 (b.column(1).as_primitive::<Int64Type>(), b.column(2).as_primitive::<Int64Type>(), b.column(3).as_primitive::<Float64Type>());
@@ -352,7 +352,7 @@ fn check(seed: u64, spec: WindowSpec, batch_records: usize, bounds: StatisticBou
         }
 
         let mut got: BTreeMap<(u32, String), Vec<u64>> = BTreeMap::new();
-        for b in table(&tables, "overlap_sample") {
+        for b in table(&tables, StateTable::OverlapSample) {
             let p = b.column(0).as_primitive::<UInt32Type>();
             let ctx = b.column(1).as_string::<i32>();
             let k = b.column(2).as_primitive::<UInt64Type>();
@@ -557,7 +557,8 @@ fn a_shard_restored_ahead_and_rewound_to_the_earliest_clock_keeps_its_watermark_
 #[test]
 fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
     use datafusion::physical_plan::displayable;
-    use ultr::window::{is_sorted_by, merge, reduce, register_runs, with_window_keys, PARTIALS};
+    use ultr::window::catalog::Computed;
+    use ultr::window::{is_sorted_by, merge, reduce, register_runs, with_window_keys};
 
     let stream = random_stream(11);
     let dir = tempfile::tempdir().unwrap();
@@ -574,22 +575,24 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
     }
     assert!(partials.len() >= 4, "several partials: {}", partials.len());
     for (i, t) in partials.iter().enumerate() {
-        for p in &PARTIALS {
-            assert!(is_sorted_by(table(t, p.table), p.order), "reduce output {} of batch {i} is not sorted by {:?}", p.table, p.order);
+        for p in StateTable::partials() {
+            assert!(is_sorted_by(table(t, p), p.entry().order), "reduce output {p} of batch {i} is not sorted by {:?}", p.entry().order);
         }
     }
     let merged = rt.block_on(merge(&sql, partials.clone(), &StatisticBounds::default())).unwrap();
-    for p in &PARTIALS {
-        let rows: usize = table(&merged, p.table).iter().map(|b| b.num_rows()).sum();
-        assert!(rows > 0, "{} is empty", p.table);
-        assert!(is_sorted_by(table(&merged, p.table), p.order), "merge output {} is not sorted by {:?}", p.table, p.order);
+    for p in StateTable::partials() {
+        let Computed::Partial { merge: merge_sql, merge_input, .. } = &p.entry().computed else { unreachable!("partials() yields partials") };
+        let order = p.entry().order;
+        let rows: usize = table(&merged, p).iter().map(|b| b.num_rows()).sum();
+        assert!(rows > 0, "{p} is empty");
+        assert!(is_sorted_by(table(&merged, p), order), "merge output {p} is not sorted by {order:?}");
         let ctx = sql.session();
-        let runs: Vec<Vec<RecordBatch>> = partials.iter().map(|t| table(t, p.table).to_vec()).collect();
+        let runs: Vec<Vec<RecordBatch>> = partials.iter().map(|t| table(t, p).to_vec()).collect();
         let schema = runs[0][0].schema();
-        register_runs(&ctx, p.merge_input, schema, runs, p.order).unwrap();
-        let plan = rt.block_on(async { ctx.sql(&StatisticBounds::default().sql(p.merge)).await.unwrap().create_physical_plan().await.unwrap() });
+        register_runs(&ctx, merge_input, schema, runs, order).unwrap();
+        let plan = rt.block_on(async { ctx.sql(&StatisticBounds::default().sql(merge_sql)).await.unwrap().create_physical_plan().await.unwrap() });
         let text = displayable(plan.as_ref()).indent(true).to_string();
-        assert!(!text.contains("SortExec:"), "the merge of {} sorts:\n{text}", p.table);
+        assert!(!text.contains("SortExec:"), "the merge of {p} sorts:\n{text}");
     }
 
     // A reversed partial is not a sorted run (the check can fail), and merging it gives the same tables.
@@ -603,11 +606,11 @@ fn partials_are_sorted_runs_and_their_merges_sort_nothing() {
         let reversed = datafusion::arrow::array::UInt32Array::from_iter_values((0..rows as u32).rev());
         *batches = vec![datafusion::arrow::compute::take_record_batch(&all, &reversed).unwrap()];
     }
-    assert!(PARTIALS.iter().any(|p| !is_sorted_by(table(&shuffled[1], p.table), p.order)));
+    assert!(StateTable::partials().any(|p| !is_sorted_by(table(&shuffled[1], p), p.entry().order)));
     let again = rt.block_on(merge(&sql, shuffled, &StatisticBounds::default())).unwrap();
-    for p in &PARTIALS {
-        let a = datafusion::arrow::compute::concat_batches(&table(&merged, p.table)[0].schema(), table(&merged, p.table)).unwrap();
-        let b = datafusion::arrow::compute::concat_batches(&table(&again, p.table)[0].schema(), table(&again, p.table)).unwrap();
-        assert_eq!(a, b, "{} merged from an unsorted partial differs", p.table);
+    for p in StateTable::partials() {
+        let a = datafusion::arrow::compute::concat_batches(&table(&merged, p)[0].schema(), table(&merged, p)).unwrap();
+        let b = datafusion::arrow::compute::concat_batches(&table(&again, p)[0].schema(), table(&again, p)).unwrap();
+        assert_eq!(a, b, "{p} merged from an unsorted partial differs");
     }
 }

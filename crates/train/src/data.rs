@@ -9,13 +9,13 @@ use ultr_core::context::PipelineContext;
 use anyhow::{bail, Context};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Schema, UInt32Type, UInt8Type};
+use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type, Schema, UInt32Type, UInt8Type};
 use std::sync::Arc;
 
 use super::config::IpsConfig;
 use ultr_core::state::cumulative;
 use ultr_core::state::{window_table_path, Manifest, WindowEntry};
-use ultr_core::window::{register, TRAINING_EXAMPLES};
+use ultr_core::window::{register, StateTable, TRAINING_EXAMPLES};
 pub use ultr_core::window::{Holdout, Split};
 
 /// Impressions that share (query, document, feature row, position, bias features, split): their
@@ -514,10 +514,10 @@ pub async fn load_session_lists(
     let mut doc_of: HashMap<(String, String), u32> = HashMap::new();
     let mut n_features: Option<usize> = None;
     for w in &windows {
-        if let Some(path) = window_table_path(dir, w, "training_features")? {
+        if let Some(path) = window_table_path(dir, w, StateTable::TrainingFeatures)? {
             add_feature_rows(&path, &mut doc_of, &mut n_features, &mut ex)?;
         }
-        if let Some(path) = window_table_path(dir, w, "session_store")? {
+        if let Some(path) = window_table_path(dir, w, StateTable::SessionStore)? {
             for b in ultr_core::state::read_parquet(&path)? {
                 let column = |name: &str, t: &DataType| column_as(&b, name, t, &path);
                 let (q, d) = (column("query_id", &DataType::Utf8)?, column("doc_id", &DataType::Utf8)?);
@@ -610,25 +610,27 @@ pub async fn training_example_stream(
     let mut rows = Vec::new();
     let mut vectors = Vec::new();
     for w in windows {
-        if !w.files.contains_key("training_rows") && w.impressions > 0 {
+        if !w.files.contains_key(StateTable::TrainingRows.name()) && w.impressions > 0 {
             bail!("{}: window {} has no training_rows table; it was written by a build that kept raw impressions — re-ingest", dir.display(), w.dir);
         }
-        rows.extend(window_table_path(dir, w, "training_rows")?);
-        vectors.extend(window_table_path(dir, w, "training_features")?);
+        rows.extend(window_table_path(dir, w, StateTable::TrainingRows)?);
+        vectors.extend(window_table_path(dir, w, StateTable::TrainingFeatures)?);
     }
     let ctx = context.query_session();
-    register_files(&ctx, "training_rows", training_rows_schema(), &rows).await?;
-    register_files(&ctx, "training_features", training_features_schema(), &vectors).await?;
+    register_files(&ctx, StateTable::TrainingRows, &rows).await?;
+    register_files(&ctx, StateTable::TrainingFeatures, &vectors).await?;
     register(&ctx, "ips_propensity", super::ips_propensity::ips_propensity_schema(), propensity)?;
     let df = ctx.sql(TRAINING_EXAMPLES.sql).await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))?;
     df.execute_stream().await.map_err(|e| anyhow::anyhow!("sql/training_examples.sql: {e}"))
 }
 
-/// Registers Parquet `files` (one schema, the first file's) as table `name`; `schema` when none.
-async fn register_files(ctx: &datafusion::prelude::SessionContext, name: &str, schema: Arc<Schema>, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
+/// Registers windows' Parquet `files` of `table` (one schema, the first file's) under the table's
+/// name; the catalog's planned schema (`StateTable::schema`) when there are none.
+async fn register_files(ctx: &datafusion::prelude::SessionContext, table: StateTable, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
     use datafusion::datasource::file_format::parquet::ParquetFormat;
     use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
-    let Some(first) = files.first() else { return register(ctx, name, schema, Vec::new()) };
+    let name = table.name();
+    let Some(first) = files.first() else { return register(ctx, name, table.schema().await?, Vec::new()) };
     let file_schema = ultr_core::state::parquet_schema(first)?;
     let schema = Arc::new(Schema::new(file_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>()));
     let urls = files
@@ -642,27 +644,4 @@ async fn register_files(ctx: &datafusion::prelude::SessionContext, name: &str, s
     let config = ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
     ctx.register_table(name, Arc::new(ListingTable::try_new(config)?))?;
     Ok(())
-}
-
-fn training_rows_schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![
-        Field::new("query_id", DataType::Utf8, false),
-        Field::new("doc_id", DataType::Utf8, false),
-        Field::new("position", DataType::UInt32, false),
-        Field::new("split", DataType::UInt8, false),
-        Field::new("feature_key", DataType::UInt64, false),
-        Field::new("impressions", DataType::Int64, true),
-        Field::new("clicks", DataType::Int64, true),
-    ]))
-}
-
-fn training_features_schema() -> Arc<Schema> {
-    let item = Arc::new(Field::new("item", DataType::Float32, false));
-    Arc::new(Schema::new(vec![
-        Field::new("query_id", DataType::Utf8, false),
-        Field::new("doc_id", DataType::Utf8, false),
-        Field::new("feature_key", DataType::UInt64, false),
-        Field::new("features", DataType::List(item.clone()), true),
-        Field::new("bias_features", DataType::List(item), true),
-    ]))
 }

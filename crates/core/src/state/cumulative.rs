@@ -2,13 +2,14 @@
 //! computed by the same `sql/` files from the closed windows' statistics.
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Schema};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{read_window_table, write_parquet, Manifest, WindowEntry};
 use crate::context::PipelineContext;
-use crate::window::{register, run_sql, CUMULATIVE_PROPENSITY, MERGE_PROPENSITY_COUNTS, MERGE_QUERY_SESSIONS, OVERLAP_SAMPLE, POLICY_PROPENSITY, SWAP_EDGES};
+use crate::window::catalog::Computed;
+use crate::window::{register, run_sql, table, StateTable, Tables, CUMULATIVE_PROPENSITY, POLICY_PROPENSITY};
 
 /// The cumulative tables and which windows they cover.
 pub struct Cumulative {
@@ -33,10 +34,6 @@ pub fn windows_in_horizon(manifest: &Manifest, horizon_ms: i64) -> Vec<WindowEnt
     });
     let Some(latest) = regular.or(newest) else { return Vec::new() };
     manifest.windows.iter().filter(|w| w.end_ms > latest - horizon_ms).cloned().collect()
-}
-
-fn empty_schema(fields: &[(&str, DataType)]) -> Arc<Schema> {
-    Arc::new(Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()))
 }
 
 /// `batches` with exactly `schema`'s columns: a column a window written by an older build lacks
@@ -66,89 +63,72 @@ fn conform(batches: Vec<RecordBatch>, schema: &Arc<Schema>) -> anyhow::Result<Ve
         .collect()
 }
 
-/// The additive inputs of the views: propensity counts and sessions per query (summed by the views'
-/// SQL) and the overlap samples (a bottom-k sample, merged by `sql/overlap_sample.sql`). Either every
-/// window's own tables, or reductions of several windows' (`Inputs::reduce`): both give the same views.
-struct Inputs {
-    counts: Vec<RecordBatch>,
-    sessions: Vec<RecordBatch>,
-    sample: Vec<RecordBatch>,
-}
+/// The windows' tables the views read: additive ones (propensity counts and sessions per query,
+/// summed by the views' SQL) and the overlap samples (bottom-k samples).
+const VIEW_INPUTS: [StateTable; 3] = [StateTable::PropensityCounts, StateTable::QuerySessions, StateTable::OverlapSample];
 
-fn counts_schema() -> Arc<Schema> {
-    empty_schema(&[
-        ("query_id", DataType::Utf8),
-        ("doc_id", DataType::Utf8),
-        ("position", DataType::UInt32),
-        ("context", DataType::Utf8),
-        ("policy_id", DataType::Utf8),
-        ("impressions", DataType::Int64),
-        ("clicks", DataType::Int64),
-        ("logged_impressions", DataType::Int64),
-        ("logged_inverse_sum", DataType::Float64),
-    ])
-}
-
-fn sessions_schema() -> Arc<Schema> {
-    empty_schema(&[("query_id", DataType::Utf8), ("policy_id", DataType::Utf8), ("sessions", DataType::Int64)])
-}
-
-fn sample_schema() -> Arc<Schema> {
-    let item = Arc::new(Field::new("item", DataType::Float32, false));
-    empty_schema(&[("position", DataType::UInt32), ("context", DataType::Utf8), ("sample_key", DataType::UInt64), ("features", DataType::List(item))])
-}
+/// The views' inputs (`VIEW_INPUTS`): either every window's own tables, or reductions of several
+/// windows' (`Inputs::reduce`): both give the same views.
+struct Inputs(Tables);
 
 impl Inputs {
-    /// The windows' own tables, read from the state in `dir`.
-    fn read(dir: &std::path::Path, windows: &[WindowEntry]) -> anyhow::Result<Inputs> {
-        let load = |table: &str| -> anyhow::Result<Vec<RecordBatch>> {
-            let mut out = Vec::new();
+    /// The windows' own tables, read from the state in `dir`, each conformed to its catalog schema.
+    async fn read(dir: &std::path::Path, windows: &[WindowEntry]) -> anyhow::Result<Inputs> {
+        let mut tables = Vec::with_capacity(VIEW_INPUTS.len());
+        for t in VIEW_INPUTS {
+            let mut batches = Vec::new();
             for w in windows {
-                out.extend(read_window_table(dir, w, table)?);
+                batches.extend(read_window_table(dir, w, t)?);
             }
-            Ok(out)
-        };
-        Ok(Inputs {
-            counts: conform(load("propensity_counts")?, &counts_schema())?,
-            sessions: conform(load("query_sessions")?, &sessions_schema())?,
-            sample: load("overlap_sample")?,
-        })
+            tables.push((t, conform(batches, &t.schema().await?)?));
+        }
+        Ok(Inputs(tables))
     }
 
-    /// The same inputs reduced: counts and sessions summed per key by the merge SQL the windows'
-    /// partials are merged with, the sample cut to its bottom-k by the SQL that drew it. Sums and
-    /// bottom-k samples merge exactly, so views over reductions equal views over their parts.
+    /// The same inputs reduced, each by the SQL its windows' partials are merged with (the counts
+    /// and sessions summed per key, the sample cut to its bottom-k). Sums and bottom-k samples merge
+    /// exactly, so views over reductions equal views over their parts.
     async fn reduce(self, context: &PipelineContext) -> anyhow::Result<Inputs> {
-        let ctx = context.query_session();
-        register(&ctx, "propensity_counts", counts_schema(), self.counts)?;
-        register(&ctx, "query_sessions", sessions_schema(), self.sessions)?;
-        register(&ctx, "impressions", sample_schema(), self.sample)?;
-        Ok(Inputs {
-            counts: conform(run_sql(&ctx, &MERGE_PROPENSITY_COUNTS).await?, &counts_schema())?,
-            sessions: conform(run_sql(&ctx, &MERGE_QUERY_SESSIONS).await?, &sessions_schema())?,
-            sample: run_sql(&ctx, &OVERLAP_SAMPLE).await?,
-        })
+        let mut out = Vec::with_capacity(self.0.len());
+        for (t, batches) in self.0 {
+            let Computed::Partial { merge, merge_input, .. } = &t.entry().computed else { anyhow::bail!("view input {t} is not a partial aggregate") };
+            let ctx = context.query_session();
+            let schema = t.schema().await?;
+            register(&ctx, merge_input, schema.clone(), batches)?;
+            out.push((t, conform(run_sql(&ctx, merge).await?, &schema)?));
+        }
+        Ok(Inputs(out))
+    }
+
+    /// Another reduction's tables added to these.
+    fn extend(&mut self, other: &Inputs) {
+        for (t, batches) in &mut self.0 {
+            batches.extend(table(&other.0, *t).iter().cloned());
+        }
     }
 
     /// The cumulative views of these inputs (`sql/cumulative_propensity.sql`, `policy_propensity.sql`,
-    /// `swap_edges.sql`, `overlap_sample.sql`).
+    /// and the swap edges' and overlap sample's own statements).
     async fn views(self, context: &PipelineContext, windows: Vec<WindowEntry>) -> anyhow::Result<Cumulative> {
         let ctx = context.query_session();
-        register(&ctx, "propensity_counts", counts_schema(), self.counts)?;
-        register(&ctx, "query_sessions", sessions_schema(), self.sessions)?;
+        for t in [StateTable::PropensityCounts, StateTable::QuerySessions] {
+            register(&ctx, t.name(), t.schema().await?, table(&self.0, t).to_vec())?;
+        }
         let propensity = run_sql(&ctx, &CUMULATIVE_PROPENSITY).await?;
         let policy_propensity = run_sql(&ctx, &POLICY_PROPENSITY).await?;
 
+        // The swap graph of the horizon: its statement on the cumulative π, whose keys are the
+        // distinct (q, d, k, context) shown (at least one batch: `run_sql` keeps the schema).
+        let swap = &StateTable::SwapEdges.entry().computed;
         let swap_ctx = context.query_session();
-        let prop_schema = propensity.first().map(|b| b.schema()).unwrap_or_else(|| {
-            empty_schema(&[("query_id", DataType::Utf8), ("doc_id", DataType::Utf8), ("position", DataType::UInt32), ("context", DataType::Utf8)])
-        });
-        register(&swap_ctx, "impressions", prop_schema, propensity.clone())?;
-        let swap_edges = run_sql(&swap_ctx, &SWAP_EDGES).await?;
+        register(&swap_ctx, swap.input(), propensity[0].schema(), propensity.clone())?;
+        let swap_edges = run_sql(&swap_ctx, swap.statement()).await?;
 
+        let sample = StateTable::OverlapSample;
+        let Computed::Partial { merge, merge_input, .. } = &sample.entry().computed else { anyhow::bail!("{sample} is not a partial aggregate") };
         let sample_ctx = context.query_session();
-        register(&sample_ctx, "impressions", sample_schema(), self.sample)?;
-        let overlap_sample = run_sql(&sample_ctx, &OVERLAP_SAMPLE).await?;
+        register(&sample_ctx, merge_input, sample.schema().await?, table(&self.0, sample).to_vec())?;
+        let overlap_sample = run_sql(&sample_ctx, merge).await?;
         Ok(Cumulative { windows, propensity, policy_propensity, swap_edges, overlap_sample })
     }
 }
@@ -166,7 +146,7 @@ pub fn of_state(context: &PipelineContext, dir: &std::path::Path, horizon_ms: i6
 /// Computes the cumulative views from the state in `dir`, reading every window in the horizon.
 pub async fn compute(context: &PipelineContext, dir: &std::path::Path, manifest: &Manifest, horizon_ms: i64) -> anyhow::Result<Cumulative> {
     let windows = windows_in_horizon(manifest, horizon_ms);
-    Inputs::read(dir, &windows)?.views(context, windows).await
+    Inputs::read(dir, &windows).await?.views(context, windows).await
 }
 
 /// The cumulative views kept from one look to the next, for a caller that asks again each time
@@ -219,27 +199,23 @@ impl Incremental {
                 // Windows joined the block and none left it: its reduction plus theirs, reduced.
                 Some(block) if block.windows.iter().all(|w| members.contains(w)) => {
                     let joined: Vec<WindowEntry> = members.iter().filter(|w| !block.windows.contains(w)).cloned().collect();
-                    let mut inputs = Inputs::read(dir, &joined)?;
+                    let mut inputs = Inputs::read(dir, &joined).await?;
                     self.windows_read += joined.len() as u64;
-                    inputs.counts.extend(block.reduced.counts);
-                    inputs.sessions.extend(block.reduced.sessions);
-                    inputs.sample.extend(block.reduced.sample);
+                    inputs.extend(&block.reduced);
                     Block { windows: members, reduced: inputs.reduce(context).await? }
                 }
                 // New, or a window left or changed: the block's windows read again.
                 _ => {
-                    let reduced = Inputs::read(dir, &members)?.reduce(context).await?;
+                    let reduced = Inputs::read(dir, &members).await?.reduce(context).await?;
                     self.windows_read += members.len() as u64;
                     Block { windows: members, reduced }
                 }
             };
             self.blocks.insert(key, block);
         }
-        let mut inputs = Inputs { counts: Vec::new(), sessions: Vec::new(), sample: Vec::new() };
+        let mut inputs = Inputs(VIEW_INPUTS.iter().map(|t| (*t, Vec::new())).collect());
         for block in self.blocks.values() {
-            inputs.counts.extend(block.reduced.counts.iter().cloned());
-            inputs.sessions.extend(block.reduced.sessions.iter().cloned());
-            inputs.sample.extend(block.reduced.sample.iter().cloned());
+            inputs.extend(&block.reduced);
         }
         inputs.views(context, windows).await
     }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use super::{read_window_table, Checkpoint, ClosedOutput, Manifest, StateStore};
 use crate::window::keys::Keys;
 use crate::window::operator::{OperatorSnapshot, WindowCounters, WindowSpec};
-use crate::window::{Holdout, Tables, PARTIALS};
+use crate::window::{Holdout, StateTable, Tables};
 
 /// What the merged state is: the settings every partition's state was written with.
 #[derive(Debug, Clone)]
@@ -204,8 +204,8 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
         for (i, w) in members.iter() {
             let dir = Path::new(&manifests[*i].0);
             let mut tables: Tables = Vec::new();
-            for p in &PARTIALS {
-                tables.push((p.table, read_window_table(dir, w, p.table).with_context(|| format!("merging window {key}"))?));
+            for t in StateTable::partials() {
+                tables.push((t, read_window_table(dir, w, t).with_context(|| format!("merging window {key}"))?));
             }
             partials.push(tables);
         }

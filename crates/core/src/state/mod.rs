@@ -27,8 +27,9 @@ use datafusion::parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 
 use crate::sources::ResumeOffsets;
+use crate::window::catalog::WindowTotal;
 use crate::window::operator::{OperatorSnapshot, WindowSpec};
-use crate::window::Tables;
+use crate::window::{StateTable, Tables};
 
 pub const MANIFEST: &str = "manifest.json";
 const FORMAT: &str = "ultr-state";
@@ -294,16 +295,16 @@ impl StateStore {
         let mut out = Vec::new();
         for w in &self.manifest.open_windows {
             let mut tables: Tables = Vec::new();
-            for p in &crate::window::PARTIALS {
-                let batches = match w.files.get(p.table) {
+            for t in crate::window::StateTable::partials() {
+                let batches = match w.files.get(t.name()) {
                     Some(&bytes) => {
-                        let path = self.dir.join("open").join(&w.dir).join(format!("{}.parquet", p.table));
+                        let path = self.dir.join("open").join(&w.dir).join(format!("{t}.parquet"));
                         check_file(&path, Some(bytes))?;
                         read_parquet(&path)?
                     }
                     None => Vec::new(),
                 };
-                tables.push((p.table, batches));
+                tables.push((t, batches));
             }
             out.push((w.start_ms, tables));
         }
@@ -488,20 +489,20 @@ impl StateStore {
     }
 
     /// One statistic of one closed window.
-    pub fn window_table(&self, entry: &WindowEntry, table: &str) -> anyhow::Result<Vec<RecordBatch>> {
+    pub fn window_table(&self, entry: &WindowEntry, table: StateTable) -> anyhow::Result<Vec<RecordBatch>> {
         read_window_table(&self.dir, entry, table)
     }
 }
 
 /// One statistic of one closed window under state directory `dir`. A file the manifest lists must
 /// exist with its recorded size; a statistic it does not list had no rows.
-pub fn read_window_table(dir: &Path, entry: &WindowEntry, table: &str) -> anyhow::Result<Vec<RecordBatch>> {
+pub fn read_window_table(dir: &Path, entry: &WindowEntry, table: StateTable) -> anyhow::Result<Vec<RecordBatch>> {
     let path = dir.join("windows").join(&entry.dir).join(format!("{table}.parquet"));
     if entry.files.is_empty() {
         // Written by an ultr that recorded no sizes: a missing file there meant an empty table.
         return if path.exists() { read_parquet(&path) } else { Ok(Vec::new()) };
     }
-    match entry.files.get(table) {
+    match entry.files.get(table.name()) {
         Some(&bytes) => {
             check_file(&path, Some(bytes))?;
             read_parquet(&path)
@@ -512,12 +513,12 @@ pub fn read_window_table(dir: &Path, entry: &WindowEntry, table: &str) -> anyhow
 
 /// The Parquet file of one statistic of one closed window, checked as `read_window_table` checks it;
 /// None when the statistic had no rows (for queries that read the files themselves).
-pub fn window_table_path(dir: &Path, entry: &WindowEntry, table: &str) -> anyhow::Result<Option<PathBuf>> {
+pub fn window_table_path(dir: &Path, entry: &WindowEntry, table: StateTable) -> anyhow::Result<Option<PathBuf>> {
     let path = dir.join("windows").join(&entry.dir).join(format!("{table}.parquet"));
     if entry.files.is_empty() {
         return Ok(path.exists().then_some(path));
     }
-    match entry.files.get(table) {
+    match entry.files.get(table.name()) {
         Some(&bytes) => {
             check_file(&path, Some(bytes))?;
             Ok(Some(path))
@@ -602,11 +603,10 @@ fn write_window(windows_dir: &Path, name: &str, seq: u64, tables: &Tables) -> an
     let mut impressions = 0;
     let mut files = BTreeMap::new();
     for (table, batches) in tables {
-        if *table == "query_sessions" {
-            sessions = sum_column(batches, "sessions");
-        }
-        if *table == "propensity_counts" {
-            impressions = sum_column(batches, "impressions");
+        match table.entry().total {
+            Some(WindowTotal::Sessions(column)) => sessions = sum_column(batches, column),
+            Some(WindowTotal::Impressions(column)) => impressions = sum_column(batches, column),
+            None => {}
         }
         if let Some(bytes) = write_parquet(&tmp.join(format!("{table}.parquet")), batches)? {
             files.insert(table.to_string(), bytes);
@@ -678,8 +678,8 @@ mod tests {
         };
         store
             .checkpoint(Checkpoint {
-                closed: vec![ClosedOutput { start_ms: 0, end_ms: 600_000, tables: vec![("query_sessions", vec![batch("sessions")])], keys: None }],
-                open_partials: vec![(600_000, vec![("propensity_counts", vec![batch("impressions")])])],
+                closed: vec![ClosedOutput { start_ms: 0, end_ms: 600_000, tables: vec![(StateTable::QuerySessions, vec![batch("sessions")])], keys: None }],
+                open_partials: vec![(600_000, vec![(StateTable::PropensityCounts, vec![batch("impressions")])])],
                 admitted: vec![(600_000, 42)],
                 late: vec![batch("x")],
                 operator: OperatorSnapshot { partitions: BTreeMap::new(), watermark: 600_000, counters: WindowCounters::default(), event_watermark: None },

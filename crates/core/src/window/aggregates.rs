@@ -87,7 +87,7 @@ impl OpenWindows {
         Ok(out)
     }
 
-    /// Removes window `start` and returns its finished statistics (`super::WINDOW_TABLES`), with
+    /// Removes window `start` and returns its finished statistics (every `StateTable`, in catalog order), with
     /// strings.
     pub async fn close(&mut self, start: i64) -> anyhow::Result<Tables> {
         let (merged, keys) = self.remove(start).await?;

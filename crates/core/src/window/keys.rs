@@ -16,8 +16,8 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArra
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type, UInt64Type};
 
+use super::catalog::Tables;
 use super::hash::{fnv, mix, FNV_OFFSET};
-use super::sql::Tables;
 
 /// The columns that hold interned strings, in any table of a window.
 pub const KEY_COLUMNS: [&str; 5] = ["query_id", "doc_id", "context", "context_a", "context_b"];
@@ -182,15 +182,15 @@ impl Keys {
         })
     }
 
-    /// Every table's batches back to strings; a swap-edge table also oriented by the strings
-    /// (`orient_swap_edges`).
+    /// Every table's batches back to strings; a table of node pairs also oriented by the strings
+    /// (`catalog::Entry::pairs_ordered_by_context`, `orient_pairs`).
     pub fn tables_to_strings(&self, tables: Tables) -> anyhow::Result<Tables> {
         tables
             .into_iter()
             .map(|(name, batches)| {
                 let mut out = batches.iter().map(|b| self.to_strings(b)).collect::<anyhow::Result<Vec<_>>>()?;
-                if name == "swap_edges" {
-                    out = orient_swap_edges(out)?;
+                if name.entry().pairs_ordered_by_context {
+                    out = orient_pairs(out, name.entry().order)?;
                 }
                 Ok((name, out))
             })
@@ -228,11 +228,11 @@ fn convert(batch: &RecordBatch, mut f: impl FnMut(&str, &ArrayRef) -> anyhow::Re
     Ok(RecordBatch::try_new(Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())), columns)?)
 }
 
-/// The swap-edge statement orders the two nodes of a pair within one position by their context ids;
-/// users read them ordered by the context strings (`context_a < context_b`), sorted by
-/// (position_a, context_a, position_b, context_b) as the statement's `ORDER BY` says. The table has a
-/// row per node pair, so this costs nothing next to the window.
-fn orient_swap_edges(batches: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
+/// A node-pair statement (the swap edges) orders the two nodes of a pair within one position by their
+/// context ids; users read them ordered by the context strings (`context_a < context_b`), sorted by
+/// the table's `order` (position_a, context_a, position_b, context_b) as the statement's `ORDER BY`
+/// says. The table has a row per node pair, so this costs nothing next to the window.
+fn orient_pairs(batches: Vec<RecordBatch>, order: &[&str]) -> anyhow::Result<Vec<RecordBatch>> {
     let Some(first) = batches.first() else { return Ok(batches) };
     let schema = first.schema();
     let all = datafusion::arrow::compute::concat_batches(&schema, &batches)?;
@@ -257,13 +257,13 @@ fn orient_swap_edges(batches: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatc
         })
         .collect();
     let oriented = RecordBatch::try_new(schema.clone(), columns)?;
-    let sort: Vec<datafusion::arrow::compute::SortColumn> = ["position_a", "context_a", "position_b", "context_b"]
+    let sort = order
         .iter()
-        .map(|c| datafusion::arrow::compute::SortColumn {
-            values: oriented.column_by_name(c).expect("swap-edge columns").clone(),
-            options: Some(SortOptions { descending: false, nulls_first: false }),
+        .map(|c| {
+            let values = oriented.column_by_name(c).ok_or_else(|| anyhow::anyhow!("a node-pair table without its order column {c}"))?.clone();
+            Ok(datafusion::arrow::compute::SortColumn { values, options: Some(SortOptions { descending: false, nulls_first: false }) })
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let order = datafusion::arrow::compute::lexsort_to_indices(&sort, None)?;
     Ok(vec![datafusion::arrow::compute::take_record_batch(&oriented, &order)?])
 }

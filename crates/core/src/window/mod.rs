@@ -4,6 +4,7 @@
 //! the contexts and tables of `sql` (module), through the statements `prepared` keeps planned.
 
 pub mod aggregates;
+pub mod catalog;
 pub mod config;
 mod hash;
 pub mod keys;
@@ -11,6 +12,7 @@ pub mod operator;
 pub mod prepared;
 pub mod sql;
 
+pub use catalog::{table, StateTable, Tables, CUMULATIVE_PROPENSITY, IPS_PROPENSITY, POLICY_PROPENSITY, TRAINING_EXAMPLES};
 pub use sql::*;
 
 use std::sync::{Arc, OnceLock};
@@ -20,86 +22,56 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Typ
 
 use crate::session::impressions_schema;
 use crate::session::schema::col;
+use catalog::Computed;
 use hash::{fnv, mix, FNV_OFFSET, FNV_PRIME};
 
-/// A decomposable statistic: `reduce` turns a micro-batch of impressions into a partial table named
-/// `table`; `merge` (reading table `merge_input`) turns a union of partials into one. Both end in
-/// `ORDER BY order` (ascending, NULLs last), so a merge reads its partials as sorted runs: DataFusion
-/// then merges them as they stream, holding a key at a time instead of a hash table of every key
-/// plus a sort of the result.
-pub struct Decomposable {
-    pub table: &'static str,
-    pub reduce: &'static Statistic,
-    pub merge: &'static Statistic,
-    pub merge_input: &'static str,
-    pub order: &'static [&'static str],
-    /// Every key of the table holds `query_id`: partials of disjoint sets of queries (the shards of
-    /// one ingest, `pipeline::shards`) merge by putting their rows together.
-    pub keyed_by_query: bool,
+impl StateTable {
+    /// The table's schema as its Parquet files hold it: key columns (`keys::KEY_COLUMNS`) as
+    /// strings, every field nullable. Planned from its SQL on empty inputs, never executed.
+    pub async fn schema(self) -> anyhow::Result<SchemaRef> {
+        let schema = self.id_schema().await?;
+        Ok(with_string_keys(&schema))
+    }
+
+    /// The schema of the table inside a window, keys as ids: its SQL planned on the window's rows
+    /// (a partial) or on the table it is finished from.
+    async fn id_schema(self) -> anyhow::Result<SchemaRef> {
+        let (stat, input, input_schema) = match &self.entry().computed {
+            Computed::Partial { reduce, .. } => (reduce, "impressions", window_schema()),
+            Computed::Finished { sql, from, input } => {
+                let Computed::Partial { reduce, .. } = &from.entry().computed else {
+                    anyhow::bail!("statistic {} is finished from {}, which is not a partial", self.name(), from.name())
+                };
+                (sql, *input, planned(reduce, "impressions", window_schema()).await?)
+            }
+        };
+        planned(stat, input, input_schema).await
+    }
 }
 
-/// What an open window keeps: the partial aggregates, in this order.
-pub const PARTIALS: [Decomposable; 6] = [
-    Decomposable {
-        table: "propensity_counts",
-        reduce: &PROPENSITY_COUNTS,
-        merge: &MERGE_PROPENSITY_COUNTS,
-        merge_input: "propensity_counts",
-        order: &["query_id", "doc_id", "position", "context", "policy_id"],
-        keyed_by_query: true,
-    },
-    Decomposable {
-        table: "query_sessions",
-        reduce: &QUERY_SESSIONS,
-        merge: &MERGE_QUERY_SESSIONS,
-        merge_input: "query_sessions",
-        order: &["query_id", "policy_id"],
-        keyed_by_query: true,
-    },
-    // The bottom-k sample is its own merge.
-    Decomposable {
-        table: "overlap_sample",
-        reduce: &OVERLAP_SAMPLE,
-        merge: &OVERLAP_SAMPLE,
-        merge_input: "impressions",
-        order: &["position", "context", "sample_key"],
-        keyed_by_query: false,
-    },
-    Decomposable {
-        table: "training_rows",
-        reduce: &TRAINING_ROWS,
-        merge: &MERGE_TRAINING_ROWS,
-        merge_input: "training_rows",
-        order: &["query_id", "doc_id", "position", "split", "feature_key"],
-        keyed_by_query: true,
-    },
-    Decomposable {
-        table: "training_features",
-        reduce: &TRAINING_FEATURES,
-        merge: &MERGE_TRAINING_FEATURES,
-        merge_input: "training_features",
-        order: &["query_id", "doc_id", "feature_key"],
-        keyed_by_query: true,
-    },
-    Decomposable {
-        table: "session_store",
-        reduce: &SESSION_STORE,
-        merge: &MERGE_SESSION_STORE,
-        merge_input: "session_store",
-        order: &["pattern_key", "position"],
-        keyed_by_query: false,
-    },
-];
+/// The output schema of `stat` on an empty table `input` of `schema` (keys as ids).
+async fn planned(stat: &Statistic, input: &str, schema: SchemaRef) -> anyhow::Result<SchemaRef> {
+    // Planning only: the plan never runs, so the session needs no memory pool.
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_table(input, Arc::new(datafusion::datasource::MemTable::try_new(schema, vec![Vec::new()])?))?;
+    let df = ctx.sql(&StatisticBounds::default().sql_for(stat, true)).await.map_err(|e| sql::sql_error(stat, e))?;
+    Ok(Arc::new(df.schema().as_arrow().clone()))
+}
 
-/// Every table a closed window writes, in order: the merged partials plus the two statistics
-/// finished from the merged propensity counts (position CTR, swap edges — the distinct (q, d, k)
-/// set the swap graph needs is exactly the counts' keys).
-pub const WINDOW_TABLES: [&str; 8] =
-    ["propensity_counts", "query_sessions", "position_ctr", "swap_edges", "overlap_sample", "training_rows", "training_features", "session_store"];
-
-/// The batches of table `name` (empty when absent).
-pub fn table<'a>(tables: &'a Tables, name: &str) -> &'a [RecordBatch] {
-    tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_slice()).unwrap_or(&[])
+/// `schema` with its id key columns as strings and every field nullable (what a window writes).
+fn with_string_keys(schema: &Schema) -> SchemaRef {
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let f = f.as_ref().clone().with_nullable(true);
+            match keys::KEY_COLUMNS.contains(&f.name().as_str()) && f.data_type() == &DataType::UInt64 {
+                true => f.with_data_type(DataType::Utf8),
+                false => f,
+            }
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
 }
 
 /// The impressions schema with `query_id`, `doc_id` and `context` as 64-bit ids (`keys`), plus the
@@ -264,12 +236,13 @@ pub fn with_window_keys(batch: &RecordBatch, holdout: Holdout, interned: &mut ke
     Ok(RecordBatch::try_new(window_schema(), columns)?)
 }
 
-/// Reduces keyed impressions (`with_window_keys`) to partial aggregates.
+/// Reduces keyed impressions (`with_window_keys`) to partial aggregates (`StateTable::partials`).
 pub async fn reduce(sql: &prepared::Statements, keyed: Vec<RecordBatch>, bounds: &StatisticBounds) -> anyhow::Result<Tables> {
-    let mut out = Vec::with_capacity(PARTIALS.len());
-    for p in &PARTIALS {
+    let mut out = Vec::new();
+    for t in StateTable::partials() {
+        let Computed::Partial { reduce, .. } = &t.entry().computed else { continue };
         let input = prepared::Input { name: "impressions", schema: window_schema(), runs: vec![keyed.clone()], order: &[] };
-        out.push((p.table, sql.run(p.reduce, bounds, vec![input]).await?));
+        out.push((t, sql.run(reduce, bounds, vec![input]).await?));
     }
     Ok(out)
 }
@@ -287,60 +260,63 @@ pub async fn merge_disjoint_queries(sql: &prepared::Statements, partials: Vec<Ta
 }
 
 async fn merge_partials(sql: &prepared::Statements, partials: Vec<Tables>, bounds: &StatisticBounds, disjoint_queries: bool) -> anyhow::Result<Tables> {
-    let mut out = Vec::with_capacity(PARTIALS.len());
-    for p in &PARTIALS {
+    let mut out = Vec::new();
+    for t in StateTable::partials() {
+        let entry = t.entry();
+        let Computed::Partial { merge, merge_input, keyed_by_query, .. } = &entry.computed else { continue };
         let runs: Vec<Vec<RecordBatch>> =
-            partials.iter().map(|t| table(t, p.table).iter().filter(|b| b.num_rows() > 0).cloned().collect::<Vec<_>>()).filter(|run| !run.is_empty()).collect();
-        let Some(first) = partials.iter().flat_map(|t| table(t, p.table).first()).next() else {
-            out.push((p.table, Vec::new()));
+            partials.iter().map(|p| table(p, t).iter().filter(|b| b.num_rows() > 0).cloned().collect::<Vec<_>>()).filter(|run| !run.is_empty()).collect();
+        let Some(first) = partials.iter().flat_map(|p| table(p, t).first()).next() else {
+            out.push((t, Vec::new()));
             continue;
         };
         // Each shard's share is one merged partial already (`close_partial`), of the merge's schema;
         // put together in one batch, as a merge hands out.
-        if disjoint_queries && p.keyed_by_query && runs.iter().flatten().all(|b| b.schema() == first.schema()) {
+        if disjoint_queries && *keyed_by_query && runs.iter().flatten().all(|b| b.schema() == first.schema()) {
             let together = datafusion::arrow::compute::concat_batches(&first.schema(), runs.iter().flatten())?;
-            out.push((p.table, vec![together]));
+            out.push((t, vec![together]));
             continue;
         }
-        let input = prepared::Input { name: p.merge_input, schema: first.schema(), runs, order: p.order };
-        out.push((p.table, sql.run(p.merge, bounds, vec![input]).await?));
+        let input = prepared::Input { name: merge_input, schema: first.schema(), runs, order: entry.order };
+        out.push((t, sql.run(merge, bounds, vec![input]).await?));
     }
     Ok(out)
 }
 
-/// A closed window's statistics from its merged partials (`WINDOW_TABLES`, in order), with its ids
-/// (`keys`) still in place of strings.
+/// A closed window's statistics from its merged partials: every table of the catalog
+/// (`StateTable::ALL`, in order), the finished ones computed from the partial they are finished
+/// from, with the window's ids (`keys`) still in place of strings.
 pub async fn finish(sql: &prepared::Statements, merged: Tables) -> anyhow::Result<Tables> {
-    let counts = table(&merged, "propensity_counts").to_vec();
-    let counts_schema = counts.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(Schema::empty()));
-    let (position_ctr, swap_edges) = if counts.is_empty() {
-        (Vec::new(), Vec::new())
-    } else {
-        let bounds = StatisticBounds::default();
-        let input = |name| prepared::Input { name, schema: counts_schema.clone(), runs: vec![counts.clone()], order: &[] };
-        let ctr = sql.run(&POSITION_CTR, &bounds, vec![input("propensity_counts")]).await?;
-        (ctr, sql.run(&SWAP_EDGES, &bounds, vec![input("impressions")]).await?)
-    };
-    let mut out: Tables = Vec::with_capacity(WINDOW_TABLES.len());
-    for name in WINDOW_TABLES {
-        let batches = match name {
-            "position_ctr" => position_ctr.clone(),
-            "swap_edges" => swap_edges.clone(),
-            _ => table(&merged, name).to_vec(),
+    let mut out: Tables = Vec::with_capacity(StateTable::ALL.len());
+    for &t in StateTable::ALL {
+        let batches = match &t.entry().computed {
+            Computed::Partial { .. } => table(&merged, t).to_vec(),
+            Computed::Finished { sql: stat, from, input } => {
+                let from = table(&merged, *from).to_vec();
+                match from.first() {
+                    None => Vec::new(),
+                    Some(first) => {
+                        let input = prepared::Input { name: input, schema: first.schema(), runs: vec![from.clone()], order: &[] };
+                        sql.run(stat, &StatisticBounds::default(), vec![input]).await?
+                    }
+                }
+            }
         };
-        out.push((name, batches));
+        out.push((t, batches));
     }
     Ok(out)
 }
 
-/// Per-position impressions, clicks and CTR of a set of impressions (propensity counts, then CTR).
+/// Per-position impressions, clicks and CTR of a set of impressions (propensity counts, then CTR:
+/// the catalog's statements, on string keys).
 pub async fn position_ctr(sql: &prepared::Statements, impressions: Vec<RecordBatch>) -> anyhow::Result<Vec<RecordBatch>> {
+    let (counts, ctr) = (&StateTable::PropensityCounts.entry().computed, &StateTable::PositionCtr.entry().computed);
     let ctx = sql.session();
-    register(&ctx, "impressions", impressions_schema(), impressions)?;
-    let counts = run_sql(&ctx, &PROPENSITY_COUNTS).await?;
+    register(&ctx, counts.input(), impressions_schema(), impressions)?;
+    let counts = run_sql(&ctx, counts.statement()).await?;
     let ctx = sql.session();
-    register(&ctx, "propensity_counts", counts[0].schema(), counts)?;
-    run_sql(&ctx, &POSITION_CTR).await
+    register(&ctx, ctr.input(), counts[0].schema(), counts)?;
+    run_sql(&ctx, ctr.statement()).await
 }
 
 /// Every statistic of one window's impressions at once (reduce, then finish): the batch reference
@@ -349,4 +325,30 @@ pub async fn window_statistics(sql: &prepared::Statements, impressions: &[Record
     let mut ids = keys::Keys::default();
     let keyed = impressions.iter().map(|b| with_window_keys(b, holdout, &mut ids)).collect::<anyhow::Result<Vec<_>>>()?;
     ids.tables_to_strings(finish(sql, merge(sql, vec![reduce(sql, keyed, bounds).await?], bounds).await?).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The catalog (`catalog`): every entry's name is its own and names a table once; a finished table is finished from a
+    /// partial; every table's planned schema holds the columns its order names.
+    #[tokio::test]
+    async fn every_entry_plans_and_its_order_names_its_columns() {
+        let mut names = std::collections::BTreeSet::new();
+        for &t in StateTable::ALL {
+            assert!(names.insert(t.name()), "{t} twice");
+            assert_eq!(StateTable::named(t.name()), Some(t));
+            let schema = t.schema().await.unwrap();
+            for c in t.entry().order {
+                assert!(schema.field_with_name(c).is_ok(), "{t}: order column {c} is not in {schema:?}");
+            }
+            for k in keys::KEY_COLUMNS {
+                if let Ok(f) = schema.field_with_name(k) {
+                    assert_eq!(f.data_type(), &DataType::Utf8, "{t}: key {k}");
+                }
+            }
+        }
+        assert_eq!(StateTable::named("no_such_table"), None);
+    }
 }

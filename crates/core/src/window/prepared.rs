@@ -153,7 +153,12 @@ async fn execute(prepared: &Prepared) -> datafusion::error::Result<Vec<RecordBat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::{register_runs, run_bounded_sql, MERGE_QUERY_SESSIONS};
+    use crate::window::{register_runs, run_bounded_sql, StateTable};
+
+    /// The query sessions' merge statement (the catalog's).
+    fn merge_query_sessions() -> &'static Statistic {
+        StateTable::QuerySessions.entry().computed.merge().expect("query sessions are a partial aggregate").0
+    }
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::compute::concat_batches;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
@@ -173,7 +178,7 @@ mod tests {
     async fn unprepared(runs: Vec<Vec<RecordBatch>>, order: &[&str]) -> RecordBatch {
         let ctx = window_session(&Arc::new(RuntimeEnv::default()));
         register_runs(&ctx, "query_sessions", runs[0][0].schema(), runs, order).unwrap();
-        let out = run_bounded_sql(&ctx, &MERGE_QUERY_SESSIONS, &StatisticBounds::default()).await.unwrap();
+        let out = run_bounded_sql(&ctx, merge_query_sessions(), &StatisticBounds::default()).await.unwrap();
         concat_batches(&out[0].schema(), &out).unwrap()
     }
 
@@ -190,7 +195,7 @@ mod tests {
             vec![run_of(&[])],
         ];
         let statements = Statements::new(Arc::new(RuntimeEnv::default()));
-        let run = |input| crate::context::run_here(statements.run(&MERGE_QUERY_SESSIONS, &StatisticBounds::default(), vec![input])).unwrap();
+        let run = |input| crate::context::run_here(statements.run(merge_query_sessions(), &StatisticBounds::default(), vec![input])).unwrap();
         let key_runs = |runs: &Vec<Vec<RecordBatch>>| runs[0][0].schema();
         for runs in &inputs {
             let input = Input { name: "query_sessions", schema: key_runs(runs), runs: runs.clone(), order };

@@ -12,38 +12,11 @@ use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-/// The statistics of one window (or of a cumulative view), by name.
-pub type Tables = Vec<(&'static str, Vec<RecordBatch>)>;
-
-/// A named statistic and its SQL text (compiled in from `sql/`).
+/// A statement and its SQL text (compiled in from `sql/`; the catalog, `super::catalog`, lists them).
 pub struct Statistic {
     pub name: &'static str,
     pub sql: &'static str,
 }
-
-macro_rules! statistic {
-    ($konst:ident, $name:literal) => {
-        pub const $konst: Statistic = Statistic { name: $name, sql: include_str!(concat!("../../../../sql/", $name, ".sql")) };
-    };
-}
-
-statistic!(PROPENSITY_COUNTS, "propensity_counts");
-statistic!(MERGE_PROPENSITY_COUNTS, "merge_propensity_counts");
-statistic!(QUERY_SESSIONS, "query_sessions");
-statistic!(MERGE_QUERY_SESSIONS, "merge_query_sessions");
-statistic!(OVERLAP_SAMPLE, "overlap_sample");
-statistic!(TRAINING_ROWS, "training_rows");
-statistic!(MERGE_TRAINING_ROWS, "merge_training_rows");
-statistic!(TRAINING_FEATURES, "training_features");
-statistic!(MERGE_TRAINING_FEATURES, "merge_training_features");
-statistic!(SESSION_STORE, "session_store");
-statistic!(MERGE_SESSION_STORE, "merge_session_store");
-statistic!(POSITION_CTR, "position_ctr");
-statistic!(SWAP_EDGES, "swap_edges");
-statistic!(TRAINING_EXAMPLES, "training_examples");
-statistic!(CUMULATIVE_PROPENSITY, "cumulative_propensity");
-statistic!(POLICY_PROPENSITY, "policy_propensity");
-statistic!(IPS_PROPENSITY, "ips_propensity");
 
 /// Default memory pool of the queries: 1 GiB.
 pub const DEFAULT_QUERY_MEMORY_LIMIT: usize = 1 << 30;
