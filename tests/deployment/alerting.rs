@@ -123,6 +123,12 @@ impl Prometheus {
         self.api(&format!("/api/v1/query?query={encoded}"))["data"]["result"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The timestamp (Prometheus' clock, seconds since the epoch) of the oldest sample of `series`
+    /// in the last 10 minutes, None when it has none.
+    fn first_sample_at(&self, series: &str) -> Option<f64> {
+        self.query(&format!("{series}[10m]")).iter().filter_map(|s| s["values"][0][0].as_f64()).reduce(f64::min)
+    }
+
     /// The sum of an instant query's values (None when it returns no series).
     fn value(&self, expr: &str) -> Option<f64> {
         let r = self.query(expr);
@@ -161,11 +167,6 @@ impl Seen {
             eprintln!("ALERTING {scenario}: {alert} {state} after {at:.1} s");
         }
     }
-}
-
-/// Now, in seconds since the epoch (what Prometheus' timestamps count).
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
 /// Polls the alerts for up to `limit`, until `until` (when given) fires.
@@ -715,9 +716,9 @@ fn a_model_ranking_below_the_logged_order_fires_judged_ranking_below_baseline() 
 /// No model ever trained is its own state (ModelMissing, not TrainingStale); a model then trained
 /// silences it, and that model growing older than the limit fires TrainingStale. Rules time runs
 /// 1,200× here (26 h → 78 s) and Prometheus evaluates the rules every 50 ms, so the rule's `for: 10m` lasts
-/// 0.5 s, ten evaluations: TrainingStale must fire no earlier than the model's age of 26 h + 10 min
-/// (78.5 s), which a rule with its `for:` dropped (firing at 78.0 s, plus an evaluation and a poll)
-/// fails. Only the model rules are exercised.
+/// 0.5 s, ten evaluations: TrainingStale must fire (its first firing sample, in Prometheus' clock)
+/// no earlier than the model's age of 26 h + 10 min (78.5 s), which a rule with its `for:` dropped
+/// (firing at 78.0 s) fails, and within 5 s of it. Only the model rules are exercised.
 #[test]
 fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     const FACTOR: f64 = 1200.0;
@@ -748,17 +749,20 @@ fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     let trained_at = Instant::now();
     wait_for(&prom, "ModelMissing to resolve", Duration::from_secs(30), |p| !p.alerts().iter().any(|(a, _)| a == "ModelMissing"));
     let created = prom.value("ultr_current_model_created_timestamp_seconds").unwrap();
-    let watch_started = unix_now();
     let stale = watch(&prom, Duration::from_secs(150), Some("TrainingStale"));
     stale.report("model older than the limit");
-    let fired = stale.fired_after("TrainingStale").expect("TrainingStale fires once the model is older than 26 h of rules time");
+    assert!(stale.fired_after("TrainingStale").is_some(), "TrainingStale fires once the model is older than 26 h of rules time: {stale:?}");
     // The rule: older than 26 h (78 s here) for 10 min (0.5 s), against the same creation time the
-    // rule reads. It fires no earlier than 78.5 s (the watch sees it at or after the firing), and no
-    // later than that plus two evaluations, a scrape (0.25 s), this watch's poll (0.25 s) and a 4 s margin
-    // for Prometheus' scheduling on a busy machine.
+    // rule reads. When it fired is read in Prometheus' own clock (the first sample of its ALERTS
+    // series, written at the evaluation that fired it), not this process' clock: a wall-clock step
+    // between the model's creation and the firing (CI machines' clocks are stepped) moves both the
+    // rule's `time()` and that sample, never their difference. It fires no earlier than 78.5 s, and
+    // no later than that plus two evaluations (0.1 s), a scrape (0.25 s) and a margin for
+    // Prometheus' scheduling on a busy machine (to 5 s in all).
     let threshold = (26.0 * 3600.0 + 600.0) / FACTOR;
-    let age = watch_started + fired - created;
-    eprintln!("ALERTING model older than the limit: TrainingStale firing at model age {age:.2} s ({:.1} s after Prometheus saw it; 26 h + 10 min of rules time = {threshold:.2} s)", trained_at.elapsed().as_secs_f64());
-    assert!((threshold..=threshold + 1.0 + 4.0).contains(&age), "TrainingStale fired at model age {age:.2} s, expected {threshold:.2} s (+ up to 5 s)");
+    let fired_at = prom.first_sample_at(r#"ALERTS{alertname="TrainingStale",alertstate="firing"}"#).expect("a firing alert has its ALERTS sample");
+    let age = fired_at - created;
+    eprintln!("ALERTING model older than the limit: TrainingStale firing at model age {age:.2} s in Prometheus' clock ({:.1} s after it saw the model by this process' clock; 26 h + 10 min of rules time = {threshold:.2} s)", trained_at.elapsed().as_secs_f64());
+    assert!((threshold..=threshold + 5.0).contains(&age), "TrainingStale fired at model age {age:.2} s, expected {threshold:.2} s (+ up to 5 s)");
     assert!(stale.fired_after("ModelMissing").is_none());
 }
