@@ -69,3 +69,32 @@ fn zhang2023_claim_4_and_the_dla_position_bias_on_mq2008() {
         assert!((mean - truth).abs() < 0.25, "φ_{k} − φ_1 over three seeds: {mean:.3}, truth {truth:.3}");
     }
 }
+
+/// Hand-computed: differences 0.1, 0.2, 0.3 (mean 0.2, sd 0.1, se 0.1/√3 = 0.057735) against
+/// t(0.95, 2) = 2.919986, a bound of 0.168585: beyond noise. Differences 0.0, 0.2, 0.4 (sd 0.2, bound
+/// 0.337171) are not. A seed present in one run only is not paired; one paired seed decides nothing.
+#[test]
+fn beyond_noise_is_a_one_sided_paired_t_test_with_n_minus_1_degrees_of_freedom() {
+    let b = [(1, 0.4), (2, 0.4), (3, 0.4)];
+    let (holds, mean, bound) = z::beyond_noise(&[(1, 0.5), (2, 0.6), (3, 0.7), (9, 5.0)], &b);
+    assert!(holds && (mean - 0.2).abs() < 1e-12 && (bound - 0.168585).abs() < 1e-6, "{mean} {bound}");
+    let (holds, mean, bound) = z::beyond_noise(&[(1, 0.4), (2, 0.6), (3, 0.8)], &b);
+    assert!(!holds && (mean - 0.2).abs() < 1e-12 && (bound - 0.337171).abs() < 1e-6, "{mean} {bound}");
+    let (holds, mean, _) = z::beyond_noise(&[(1, 9.0)], &b);
+    assert!(!holds && mean.is_nan());
+}
+
+/// The same differences 0.0, 0.2, 0.4: the lower bound 0.2 − 0.337171 = −0.137171 is not above
+/// −0.1 but is above −0.2; differences all equal to −0.05 (sd 0) are not worse by 0.06, but are
+/// worse by 0.05 (the bound must lie strictly above −margin).
+#[test]
+fn not_worse_by_compares_the_paired_lower_bound_with_minus_the_margin() {
+    let b = [(1, 0.4), (2, 0.4), (3, 0.4)];
+    let a = [(1, 0.4), (2, 0.6), (3, 0.8)];
+    assert!(!z::not_worse_by(&a, &b, 0.1).0);
+    assert!(z::not_worse_by(&a, &b, 0.2).0);
+    let worse = [(1, 0.35), (2, 0.35), (3, 0.35)];
+    assert!(z::not_worse_by(&worse, &b, 0.06).0);
+    assert!(!z::not_worse_by(&worse, &b, 0.05).0);
+    assert!(!z::not_worse_by(&[(1, 0.4)], &b, 1.0).0, "one seed decides nothing");
+}
