@@ -19,6 +19,7 @@ mod data;
 mod fuzz;
 mod identifiability;
 mod ingest_workers;
+mod library;
 mod logged_propensity;
 mod malformed_records;
 mod misspecification;
