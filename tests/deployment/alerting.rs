@@ -755,10 +755,10 @@ fn no_model_is_model_missing_and_an_old_model_is_training_stale() {
     // The rule: older than 26 h (78 s here) for 10 min (0.5 s), against the same creation time the
     // rule reads. When it fired is read in Prometheus' own clock (the first sample of its ALERTS
     // series, written at the evaluation that fired it), not this process' clock: a wall-clock step
-    // between the model's creation and the firing (CI machines' clocks are stepped) moves both the
-    // rule's `time()` and that sample, never their difference. It fires no earlier than 78.5 s, and
-    // no later than that plus two evaluations (0.1 s), a scrape (0.25 s) and a margin for
-    // Prometheus' scheduling on a busy machine (to 5 s in all).
+    // during the wait (what a CI run's 3 s early firing by this process' clock pointed to) moves both
+    // the rule's `time()` and that sample, never their difference. It fires no earlier than 78.5 s,
+    // and no later than that plus two evaluations (0.1 s) and a margin for Prometheus' scheduling
+    // on a busy machine (to 5 s in all).
     let threshold = (26.0 * 3600.0 + 600.0) / FACTOR;
     let fired_at = prom.first_sample_at(r#"ALERTS{alertname="TrainingStale",alertstate="firing"}"#).expect("a firing alert has its ALERTS sample");
     let age = fired_at - created;
