@@ -145,11 +145,11 @@ lift_test_broker_build() {
     for pid in $(process_tree "$broker_build_pid"); do chrt --other -p 0 "$pid" 2>/dev/null || true; done
   done
 }
-# A run that stops early (a build or a test failing) leaves no build behind it. A build's pid is
+# A run that stops early (a build or a test failing) leaves no build and no laboratory behind it. A pid is
 # cleared once it has been waited for: the kernel may give that number to another process since.
 stop_builds() {
   local pid
-  for pid in ${broker_build_pid:+$(process_tree "$broker_build_pid")} ${bg_pid:+$(process_tree "$bg_pid")} ${bench_pid:+$(process_tree "$bench_pid")}; do
+  for pid in ${broker_build_pid:+$(process_tree "$broker_build_pid")} ${lab_pid:+$(process_tree "$lab_pid")}; do
     kill "$pid" 2>/dev/null || true
   done
 }
@@ -229,56 +229,43 @@ if [ $# -gt 0 ]; then
   log "cargo nextest run --release $*"
   "${NEXTEST[@]}" "$@"
 else
-  # The deployment tests' waits are wall-clock: they run as their own phase, apart from the
-  # CPU-bound training tests of the laboratory. Mostly waiting (about one core busy at three
-  # threads), they run four at a time on two cores (docs/testing.md).
-  log "cargo nextest run --release: tests/deployment (the other test binaries, the benches and the test broker build beside them)"
-  # The laboratory's and the unit tests' binaries build while the deployment tests wait on their
-  # services: at nice 19 (ahead of the test broker's SCHED_IDLE), after the deployment nextest's
-  # own (no-op) build has let go of cargo's lock. A build that fails fails the run.
+  # The deployment tests' waits are wall-clock: they run at normal priority, four at a time on two
+  # cores (mostly waiting: about one core busy at three threads, docs/testing.md). Everything else
+  # runs beside them at nice 19, in one chain, after the deployment nextest's own (no-op) build has
+  # let go of cargo's lock: the laboratory's and the unit tests' binaries build, then the benches
+  # (`benches/`; the bench binary at opt-level 0, a compile check that runs nothing: `cargo bench`
+  # keeps 3), then the laboratory and the unit tests run. At nice 19 they take the CPU the
+  # deployment tests leave (CFS gives a nice-19 task 1/68 of a nice-0 one's share), so the run stays
+  # CPU-bound from the build's end to the last test instead of idling a core while the deployment
+  # tests wait on their services. A build that fails fails the run (its log is printed).
+  log "cargo nextest run --release: tests/deployment; beside it at nice 19 the other test binaries and the benches build, then tests/laboratory and the unit tests run"
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
-  (
-    renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20 && "${NEXTEST[@]}" --no-run
-  ) >"$BG_LOG" 2>&1 &
-  bg_pid=$!
-  "${NEXTEST[@]}" --test deployment -E "not $LIBSQL_TESTS" --test-threads 4
-  phase "tests/deployment (less the sqlite-broker tests)"
-  lift_test_broker_build
-  bg_rc=0
-  wait "$bg_pid" || bg_rc=$?
-  bg_pid=""
-  [ "$bg_rc" -eq 0 ] || { echo "the laboratory's or the unit tests' build failed:"; tail -50 "$BG_LOG"; exit 1; }
-  phase "the rest of the build (the laboratory's and the unit tests' binaries, if not built by now)"
-  # The benches (`benches/`) build beside the laboratory at nice 19, after the laboratory's nextest
-  # has let go of cargo's lock. They link the libraries built above (release); the bench binary
-  # itself is compiled at opt-level 0 here, a compile check that runs nothing (`cargo bench` keeps
-  # 3). A build that fails fails the run (docs/testing.md).
   BENCH_LOG="${TMPDIR:-/tmp}/ultr-bench-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    sleep 20 && CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*'
-  ) >"$BENCH_LOG" 2>&1 &
-  bench_pid=$!
-  # The laboratory and the unit tests start at once; the tests that need the sqlite/SCRAM broker
-  # start beside them as soon as it is built (a second nextest, two at a time; on two cores the
-  # broker is usually built by now). The laboratory runs at the broker build's priority: CPU-bound
-  # both, they share the cores, so a broker still building is built and its tests (mostly waiting
-  # on a broker) run while the laboratory does, not after it.
-  log "cargo nextest run --release: tests/laboratory and the unit tests (the sqlite-broker tests join once the broker is built)"
-  nice -n 19 "${NEXTEST[@]}" -E "not binary(deployment)" &
+    sleep 20
+    "${NEXTEST[@]}" --no-run >"$BG_LOG" 2>&1 || { echo "the laboratory's or the unit tests' build failed:"; tail -50 "$BG_LOG"; exit 90; }
+    CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*' >"$BENCH_LOG" 2>&1 || { echo "the benches do not build:"; tail -50 "$BENCH_LOG"; exit 91; }
+    log "the laboratory's, the unit tests' and the benches' binaries are built ($((SECONDS - T0)) s); cargo nextest run --release: tests/laboratory and the unit tests"
+    exec "${NEXTEST[@]}" -E "not binary(deployment)"
+  ) &
   lab_pid=$!
-  wait_for_test_broker || { kill "$lab_pid" 2>/dev/null || true; exit 1; }
+  deploy_rc=0
+  "${NEXTEST[@]}" --test deployment -E "not $LIBSQL_TESTS" --test-threads 4 || deploy_rc=$?
+  phase "tests/deployment (less the sqlite-broker tests; the laboratory beside it)"
+  [ "$deploy_rc" -eq 0 ] || { echo "the deployment tests failed (exit $deploy_rc)"; exit "$deploy_rc"; }
+  # The sqlite/SCRAM broker, built so far only on cores left idle, now shares them with the
+  # laboratory at its priority; its tests (mostly waiting on a broker) run once it is built, beside
+  # the laboratory's.
+  lift_test_broker_build
+  wait_for_test_broker || exit 1
   log "the test broker is built ($((SECONDS - T0)) s); cargo nextest run --release: the sqlite-broker tests"
   sqlite_rc=0
   "${NEXTEST[@]}" --test deployment -E "$LIBSQL_TESTS" --test-threads 2 || sqlite_rc=$?
   lab_rc=0
   wait "$lab_pid" || lab_rc=$?
-  bench_rc=0
-  wait "$bench_pid" || bench_rc=$?
-  bench_pid=""
-  [ "$bench_rc" -eq 0 ] || { echo "the benches do not build:"; tail -50 "$BENCH_LOG"; exit 1; }
+  lab_pid=""
   [ "$sqlite_rc" -eq 0 ] || { echo "the sqlite-broker tests failed (exit $sqlite_rc)"; exit "$sqlite_rc"; }
-  [ "$lab_rc" -eq 0 ] || { echo "the laboratory or unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
-  phase "tests/laboratory, unit tests and (from the broker's build on) the sqlite-broker tests"
+  [ "$lab_rc" -eq 0 ] || { echo "the laboratory's build, the benches' build or the laboratory and unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
+  phase "the rest: tests/laboratory and the unit tests, and (from the broker's build on) the sqlite-broker tests"
 fi
