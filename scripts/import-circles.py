@@ -35,9 +35,10 @@ def module_files(src):
 STRIP = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', re.S)
 
 def strip_tests(text):
-    # leave out #[cfg(test)] mod tests { ... } blocks: their imports are the tests', not the module's
+    # leave out the unit tests' blocks, #[cfg(test)] mod tests { ... } and the libraries'
+    # #[cfg(feature = "unit-tests")] ... pub mod tests { ... }: their imports are the tests', not the module's
     out = []; i = 0
-    for m in re.finditer(r'#\[cfg\(test\)\]\s*mod\s+\w+\s*\{', text):
+    for m in re.finditer(r'#\[cfg\((?:test|feature = "unit-tests")\)\](?:\s*#\[[^\]]*\])*\s*(?:pub(?:\(crate\))?\s+)?mod\s+\w+\s*\{', text):
         if m.start() < i: continue
         out.append(text[i:m.start()])
         depth = 1; j = m.end()

@@ -91,12 +91,12 @@ cargo fmt --all --check || { echo "the sources are not formatted: run \`cargo fm
 
 # 3. Build ultr and its tests in one cargo build (the workspace; the test broker is not part of it).
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-# Test harness targets (`cargo test --release` builds them in the `bench` profile: the unit-test builds
-# of each crate, tests/laboratory, tests/deployment, and the bench binary, which the test command only
-# compiles) at opt-level 1: they call into the libraries and the `ultr` binary, which keep the release
-# profile's opt-level 3. `cargo bench` outside this script keeps opt-level 3 (docs/testing.md). The
-# unit-test builds of ultr-core, ultr-train, ultr-simulate and ultr-lab are at opt-level 0 whatever this says
-# (Cargo.toml's package overrides), and so is the SQL front end in every build.
+# Test harness targets (`cargo test --release` builds them in the `bench` profile: tests/laboratory,
+# tests/deployment, and the bench binary, which the test command only compiles) at opt-level 1: they
+# call into the libraries and the `ultr` binary, which keep the release profile's opt-level 3.
+# `cargo bench` outside this script keeps opt-level 3 (docs/testing.md). No library has a unit-test
+# build: ultr-core's and ultr-train's unit tests are compiled into them (feature `unit-tests`) and run
+# in tests/laboratory/units.rs; the SQL front end is at opt-level 0 in every build (Cargo.toml).
 export CARGO_PROFILE_BENCH_OPT_LEVEL="${CARGO_PROFILE_BENCH_OPT_LEVEL:-1}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 NEXTEST=(cargo nextest run --workspace --release)
@@ -160,9 +160,9 @@ wait_for_test_broker() {
   broker_build_pid=""
   [ "$rc" -eq 0 ] || { echo "the sqlite/SCRAM test broker does not build:"; tail -50 "$BROKER_LOG"; return 1; }
 }
-# Without arguments this builds the `ultr` binary and the deployment tests only: the laboratory's and
-# the unit tests' binaries build beside the deployment tests (below), which leave a core idle while
-# they wait on their services, so the deployment tests start when the last crate they need is built.
+# Without arguments this builds the `ultr` binary and the deployment tests only: the laboratory's
+# binary builds beside the deployment tests (below), which leave a core idle while they wait on
+# their services, so the deployment tests start when the last crate they need is built.
 if [ $# -gt 0 ]; then
   log "building ultr and its tests (release, with clippy's lints denied)"
   "${NEXTEST[@]}" --no-run
@@ -232,21 +232,21 @@ else
   # The deployment tests' waits are wall-clock: they run at normal priority, four at a time on two
   # cores (mostly waiting: about one core busy at three threads, docs/testing.md). Everything else
   # runs beside them at nice 19, in one chain, after the deployment nextest's own (no-op) build has
-  # let go of cargo's lock: the laboratory's and the unit tests' binaries build, then the benches
+  # let go of cargo's lock: the laboratory's binary builds, then the benches
   # (`benches/`; the bench binary at opt-level 0, a compile check that runs nothing: `cargo bench`
-  # keeps 3), then the laboratory and the unit tests run. At nice 19 they take the CPU the
+  # keeps 3), then the laboratory runs. At nice 19 they take the CPU the
   # deployment tests leave (CFS gives a nice-19 task 1/68 of a nice-0 one's share), so the run stays
   # CPU-bound from the build's end to the last test instead of idling a core while the deployment
   # tests wait on their services. A build that fails fails the run (its log is printed).
-  log "cargo nextest run --release: tests/deployment; beside it at nice 19 the other test binaries and the benches build, then tests/laboratory and the unit tests run"
+  log "cargo nextest run --release: tests/deployment; beside it at nice 19 the laboratory's binary and the benches build, then tests/laboratory runs"
   BG_LOG="${TMPDIR:-/tmp}/ultr-background-build.log"
   BENCH_LOG="${TMPDIR:-/tmp}/ultr-bench-build.log"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
     sleep 20
-    "${NEXTEST[@]}" --no-run >"$BG_LOG" 2>&1 || { echo "the laboratory's or the unit tests' build failed:"; tail -50 "$BG_LOG"; exit 90; }
+    "${NEXTEST[@]}" --no-run >"$BG_LOG" 2>&1 || { echo "the laboratory's build failed:"; tail -50 "$BG_LOG"; exit 90; }
     CARGO_PROFILE_BENCH_OPT_LEVEL=0 cargo build --workspace --release --bench '*' >"$BENCH_LOG" 2>&1 || { echo "the benches do not build:"; tail -50 "$BENCH_LOG"; exit 91; }
-    log "the laboratory's, the unit tests' and the benches' binaries are built ($((SECONDS - T0)) s); cargo nextest run --release: tests/laboratory and the unit tests"
+    log "the laboratory's and the benches' binaries are built ($((SECONDS - T0)) s); cargo nextest run --release: tests/laboratory (the libraries' unit tests among them)"
     exec "${NEXTEST[@]}" -E "not binary(deployment)"
   ) &
   lab_pid=$!
@@ -266,6 +266,6 @@ else
   wait "$lab_pid" || lab_rc=$?
   lab_pid=""
   [ "$sqlite_rc" -eq 0 ] || { echo "the sqlite-broker tests failed (exit $sqlite_rc)"; exit "$sqlite_rc"; }
-  [ "$lab_rc" -eq 0 ] || { echo "the laboratory's build, the benches' build or the laboratory and unit tests failed (exit $lab_rc)"; exit "$lab_rc"; }
-  phase "the rest: tests/laboratory and the unit tests, and (from the broker's build on) the sqlite-broker tests"
+  [ "$lab_rc" -eq 0 ] || { echo "the laboratory's build, the benches' build or the laboratory's tests failed (exit $lab_rc)"; exit "$lab_rc"; }
+  phase "the rest: tests/laboratory, and (from the broker's build on) the sqlite-broker tests"
 fi

@@ -34,6 +34,7 @@ mod simulator;
 mod team_ranking;
 mod theta_intervals;
 mod training;
+mod units;
 mod windows;
 mod yan2022;
 mod zhang2023;

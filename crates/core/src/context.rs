@@ -110,16 +110,16 @@ pub fn run_here<F: Future>(work: F) -> std::io::Result<F::Output> {
     Ok(Builder::new_current_thread().enable_all().build()?.block_on(work))
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use datafusion::execution::memory_pool::MemoryLimit;
 
     /// Two contexts in one process keep their own settings: each one's query sessions and window
     /// statements are bounded by its own memory limit, and its runtimes have its own worker count
     /// (a process-global setting kept only the first one).
-    #[test]
-    fn two_contexts_in_one_process_keep_their_own_memory_limits_and_threads() {
+    pub fn two_contexts_in_one_process_keep_their_own_memory_limits_and_threads() {
         let (small, large) = (PipelineContext::new(1, 1 << 20), PipelineContext::new(3, 1 << 30));
         for (context, bytes, threads) in [(&small, 1usize << 20, 1usize), (&large, 1 << 30, 3)] {
             let pools =

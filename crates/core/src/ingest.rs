@@ -492,8 +492,9 @@ impl IngestSummary {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::session::Reason;
     use crate::sources::file::FileSource;
@@ -568,8 +569,7 @@ mod tests {
     /// decoders). Each batch's decoder state is the in-order state after that batch's last record
     /// (what a checkpoint after it keeps). The log is checked to hold the order-dependent cases it
     /// is built for.
-    #[test]
-    fn decoding_in_stretches_side_by_side_equals_decoding_in_order() {
+    pub fn decoding_in_stretches_side_by_side_equals_decoding_in_order() {
         let dir = tempfile::tempdir().unwrap();
         for seed in [1, 2, 3, 4] {
             let path = dir.path().join(format!("log-{seed}.jsonl"));
@@ -614,8 +614,7 @@ mod tests {
 
     /// Regression: a wall clock stepping back (NTP) lowered the future-time ceiling with it, and
     /// live records stamped by producers on the right time were refused as `future_event_time`.
-    #[test]
-    fn the_guard_reference_never_steps_back_with_the_wall_clock() {
+    pub fn the_guard_reference_never_steps_back_with_the_wall_clock() {
         let mut high = i64::MIN;
         assert_eq!(super::monotonic_wall(&mut high, 10_000), 10_000);
         assert_eq!(super::monotonic_wall(&mut high, 4_000), 10_000, "stepped back 6 s");

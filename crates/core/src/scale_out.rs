@@ -779,16 +779,16 @@ fn commit_durable(consumer: &BaseConsumer<GroupContext>, shared: &Shared, commit
     *committed = durable;
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::state::{Manifest, OpenWindowEntry, StateStore};
 
     /// Regression test: a clean-clone CI run merged 3 of 6 partitions' windows. Those partitions'
     /// last tasks had been stopped by a revocation after reading everything, so their states held
     /// every offset with the windows open, and the offset-only exit rule let both instances leave.
-    #[test]
-    fn a_state_read_to_the_end_with_open_windows_is_not_finished() {
+    pub fn a_state_read_to_the_end_with_open_windows_is_not_finished() {
         let dir = tempfile::tempdir().unwrap();
         let config = CoreConfig::defaults("test".into(), crate::window::Holdout { validation: 0.1, evaluation: 0.1 });
         let store = StateStore::open(dir.path(), "test", config.window.spec().unwrap(), config.holdout).unwrap();

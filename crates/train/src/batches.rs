@@ -267,16 +267,16 @@ impl BatchRows {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// Regression: the visits of a spilled chunk each reshuffled its rows, so an epoch of
     /// `aggregated_epoch = "rows"` took some rows twice and others never. Now every visit splits
     /// one permutation per (epoch, chunk): each row exactly once, in `per_step` batches, and the next
     /// epoch in another order.
-    #[test]
-    fn the_visits_of_a_one_pass_epoch_take_every_row_exactly_once() {
+    pub fn the_visits_of_a_one_pass_epoch_take_every_row_exactly_once() {
         let train: Vec<usize> = (0..1_003).map(|i| i * 3 + 1).collect();
         for visits in [1u64, 2, 3, 7] {
             let mut seen: Vec<usize> = Vec::new();
@@ -296,8 +296,7 @@ mod tests {
 
     /// The galloping search returns, draw for draw, what a binary search over the whole cumulative
     /// table returns (including zero-impression spans, which are never drawn).
-    #[test]
-    fn sorted_galloping_draws_equal_binary_search() {
+    pub fn sorted_galloping_draws_equal_binary_search() {
         let impressions: Vec<u64> = (0..5_000u64).map(|i| (i * 7919) % 13 + if i % 17 == 0 { 0 } else { 1 }).collect();
         let spans: Vec<usize> = (0..impressions.len()).map(|i| i * 3).collect();
         let cumulative: Vec<u64> = impressions

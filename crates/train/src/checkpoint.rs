@@ -322,12 +322,12 @@ fn write_export(dir: &Path, trained: &Trained) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn a_writer_removes_what_a_crashed_writer_left() {
+    pub fn a_writer_removes_what_a_crashed_writer_left() {
         let tmp = tempfile::tempdir().unwrap();
         let store = ModelStore::open(tmp.path()).unwrap();
         fs::create_dir_all(tmp.path().join(".tmp-20260101T000000Z-1")).unwrap();
@@ -346,8 +346,7 @@ mod tests {
 
     /// A candidate that predicts held-out clicks worse than position alone is rejected, the first
     /// model too and with `--force`; a model whose logits are uncalibrated (DLA) is not gated on it.
-    #[test]
-    fn a_candidate_below_the_position_only_model_is_rejected_even_when_forced() {
+    pub fn a_candidate_below_the_position_only_model_is_rejected_even_when_forced() {
         let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(-0.30, true)), None, 0.0, true);
         assert!(!d.promoted && d.reason.contains("position-only"), "{d:?}");
         let d = decide(StopReason::EarlyStopping, 0.3, Some(&held_out(-0.30, true)), Some(("m1", Ok(0.5))), 0.0, true);
@@ -387,8 +386,7 @@ mod tests {
         write_json(&dir.join(INFO), &info).unwrap();
     }
 
-    #[test]
-    fn prune_keeps_the_newest_and_never_the_current_model() {
+    pub fn prune_keeps_the_newest_and_never_the_current_model() {
         let tmp = tempfile::tempdir().unwrap();
         let store = ModelStore::open(tmp.path()).unwrap();
         let ids: Vec<String> = (0..6).map(|i| format!("m-20260101T00000{i}000Z-0")).collect();

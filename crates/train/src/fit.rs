@@ -786,8 +786,9 @@ impl FitReport {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     fn epochs_with(losses: &[f64]) -> Vec<EpochStats> {
@@ -798,8 +799,7 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_fit_out_of_epochs_with_its_loss_still_falling_has_not_converged() {
+    pub fn a_fit_out_of_epochs_with_its_loss_still_falling_has_not_converged() {
         let falling = epochs_with(&[0.9, 0.8, 0.7, 0.65, 0.6]);
         assert!(!converged(StopReason::MaxEpochs, &falling, 3));
         // Its lowest loss three epochs before the end: it had stopped improving.

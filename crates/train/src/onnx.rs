@@ -309,12 +309,12 @@ pub fn write_onnx(dir: &Path, export: &RelevanceExport) -> anyhow::Result<Vec<&'
     Ok(written)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn varints_encode_as_protobuf_does() {
+    pub fn varints_encode_as_protobuf_does() {
         let mut m = Message::default();
         m.int(1, 300);
         assert_eq!(m.0, vec![0x08, 0xac, 0x02]);

@@ -379,15 +379,15 @@ fn newton_shifts(terms: &[RowTerms], positions: usize) -> (Vec<f32>, usize, usiz
     (delta, refit, most)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// For every model of the registry, `has_position_logits` (which decides whether the θ refit
     /// runs) agrees with `shift_position_logits` (which the refit then calls): a model that claims θ_k
     /// accepts the shift, and one that does not refuses it.
-    #[test]
-    fn every_model_says_whether_the_refit_applies_as_its_shift_does() {
+    pub fn every_model_says_whether_the_refit_applies_as_its_shift_does() {
         let device = crate::device::BackendKind::Flex.device().unwrap();
         let mut some_claim = false;
         for kind in crate::models::ModelKind::ALL {
@@ -402,8 +402,7 @@ mod tests {
 
     /// The shift solves the per-position score equation: after it, the weighted expected clicks at
     /// each position equal the weighted clicks (an independent check of the Newton iteration).
-    #[test]
-    fn the_refit_matches_expected_to_observed_clicks_at_every_position() {
+    pub fn the_refit_matches_expected_to_observed_clicks_at_every_position() {
         let mut terms = Vec::new();
         let mut state = 7u64;
         let mut uniform = || {
@@ -462,8 +461,7 @@ mod tests {
         terms.iter().map(|t| t.logit - early[t.position]).collect()
     }
 
-    #[test]
-    fn the_profiled_refit_recovers_theta_from_shrunk_relevance_under_a_confounding_policy() {
+    pub fn the_profiled_refit_recovers_theta_from_shrunk_relevance_under_a_confounding_policy() {
         let truth = [0.0, -0.7, -1.1, -1.4, -1.6];
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
@@ -489,8 +487,7 @@ mod tests {
     /// Newton steps of −1). Now the random-walk prior holds it finite, below its neighbour (its
     /// swap pairs were never clicked there: −7 with 300 impressions a row) and above −20, it is reported
     /// as not estimable, and positions 2–4 are recovered within 0.02 of the truth as above.
-    #[test]
-    fn a_position_whose_swap_pairs_carry_no_clicks_keeps_a_finite_theta_and_is_reported() {
+    pub fn a_position_whose_swap_pairs_carry_no_clicks_keeps_a_finite_theta_and_is_reported() {
         // Nobody clicks at position 5: σ(−∞ + γ) = 0.
         let truth = [0.0, -0.7, -1.1, -1.4, f64::NEG_INFINITY];
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
@@ -511,8 +508,7 @@ mod tests {
 
     /// A position seen only in pairs shown nowhere else (no swap pair: θ not identified) takes its
     /// neighbours' mean under the random-walk prior, and is reported as not estimable.
-    #[test]
-    fn a_position_without_swap_pairs_is_pooled_with_its_neighbours() {
+    pub fn a_position_without_swap_pairs_is_pooled_with_its_neighbours() {
         let truth = [0.0, -0.7, -1.1, -1.4, -1.6];
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let mut terms = confounded_terms(&truth, &early);

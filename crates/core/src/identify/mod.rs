@@ -358,14 +358,14 @@ impl IdentifiabilityReport {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// Edge weights sum the pairs of every context row of a position pair; a pair within one position
     /// (two contexts), a position past the model's and an empty row are not edges.
-    #[test]
-    fn swap_pair_counts_sum_contexts_and_skip_what_is_no_edge() {
+    pub fn swap_pair_counts_sum_contexts_and_skip_what_is_no_edge() {
         use datafusion::arrow::array::{Int64Array, StringArray, UInt32Array};
         use std::sync::Arc;
         let rows: [(u32, &str, u32, &str, i64); 6] =
@@ -384,8 +384,7 @@ mod tests {
 
     /// The bottleneck equals a brute-force answer: the largest edge weight w such that the edges of
     /// weight ≥ w connect every node.
-    #[test]
-    fn spanning_bottleneck_is_the_largest_threshold_that_still_connects() {
+    pub fn spanning_bottleneck_is_the_largest_threshold_that_still_connects() {
         let nodes: BTreeSet<Node> = (1..=6).map(|position| Node { position }).collect();
         let n = |position| Node { position };
         let (n1, n2, n3, n4, n5, n6) = (n(1), n(2), n(3), n(4), n(5), n(6));
@@ -406,8 +405,7 @@ mod tests {
 
     /// Two positions (a two-slot carousel) have a bottleneck: their one edge's weight. One node has
     /// none. Regression test for a mutant that cargo-mutants found surviving (`< 2` → `<= 2`).
-    #[test]
-    fn two_positions_have_their_edge_as_bottleneck_and_one_has_none() {
+    pub fn two_positions_have_their_edge_as_bottleneck_and_one_has_none() {
         let (n1, n2) = (Node { position: 1 }, Node { position: 2 });
         let two: BTreeSet<Node> = [n1.clone(), n2.clone()].into();
         assert_eq!(spanning_bottleneck(&two, &[(0.7, &n1, &n2)]), Some(0.7));

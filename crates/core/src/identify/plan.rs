@@ -555,15 +555,15 @@ fn order_swaps(now: &ThetaPrecision, request: &PlanRequest, unmet: &[usize], inf
     swaps
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use rand::SeedableRng;
 
     /// The move probabilities the planner assumes are the frequencies `apply` produces: over 200,000
     /// draws on a 6-position page, every (from, to) frequency within 4 binomial sd of the probability.
-    #[test]
-    fn move_probabilities_match_the_frequencies_of_applied_randomizations() {
+    pub fn move_probabilities_match_the_frequencies_of_applied_randomizations() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let (k, draws) = (6usize, 200_000usize);
         for design in [Design::AdjacentSwaps, Design::RandPair] {
@@ -592,8 +592,7 @@ mod tests {
     /// For a chain of positions each linked to the next by documents shown at both, the planned
     /// variance of θ_K − θ_1 is the sum over the links of 1 / (Σ_pairs w_a·w_b / (w_a + w_b)), the
     /// series formula, computed here from the cells and the true θ by hand (no swaps added: s = 0).
-    #[test]
-    fn a_chain_variance_is_the_sum_of_its_links_inverse_informations() {
+    pub fn a_chain_variance_is_the_sum_of_its_links_inverse_informations() {
         let theta = [0.0, -0.6, -1.0, -1.3];
         let mut pairs: Vec<Cells> = Vec::new();
         for link in 0..3 {
@@ -628,8 +627,7 @@ mod tests {
     /// the documents of position 1 have f·N·n₁/S impressions at position 2 and vice versa; with many
     /// impressions at the logged position the link's information tends to Σ f·(N/S)·n·v at the moved
     /// position, and N is solved from Z95² / information = ε².
-    #[test]
-    fn one_link_needs_the_sessions_the_delta_method_gives() {
+    pub fn one_link_needs_the_sessions_the_delta_method_gives() {
         let theta = [0.0, -0.7];
         // 50 documents at position 1 and 50 at position 2, each shown 10,000 times over S = 10,000
         // sessions (one query per document pair), with clicks at their rates.
@@ -664,8 +662,7 @@ mod tests {
 
     /// A position already within its target needs 0; a position the design cannot reach (RandPair
     /// over 3 positions, the page's position 4 never swapped and never logged elsewhere) needs None.
-    #[test]
-    fn a_precise_position_needs_nothing_and_an_unreachable_one_is_none() {
+    pub fn a_precise_position_needs_nothing_and_an_unreachable_one_is_none() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
         let theta = [0.0, -0.5, -0.9, -1.2];
         let mut pairs: Vec<Cells> = Vec::new();
@@ -701,8 +698,7 @@ mod tests {
     }
 
     /// Bad requests are refused with the field named.
-    #[test]
-    fn bad_requests_name_the_field() {
+    pub fn bad_requests_name_the_field() {
         let pairs: Vec<Cells> = vec![vec![(0, 1.0, 10.0), (1, 1.0, 10.0)]];
         let mut r = PlanRequest::uniform(Design::RandPair, 0.0, 2, 0.1);
         assert!(plan(&pairs, 10.0, 0.0, &r).unwrap_err().contains("fraction"));

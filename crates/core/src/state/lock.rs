@@ -36,12 +36,12 @@ impl DirLock {
 /// The lock file's name inside a locked directory.
 pub const LOCK_FILE: &str = ".lock";
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
-    #[test]
-    fn a_second_writer_is_refused_until_the_first_releases() {
+    pub fn a_second_writer_is_refused_until_the_first_releases() {
         let dir = tempfile::tempdir().unwrap();
         let first = DirLock::acquire(dir.path(), "state directory").unwrap();
         let err = DirLock::acquire(dir.path(), "state directory").unwrap_err().to_string();

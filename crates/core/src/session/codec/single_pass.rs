@@ -498,8 +498,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "unit-tests")]
+#[cfg_attr(test, mutants::skip)]
+pub mod tests {
     use super::*;
 
     /// Records of the usual shape are read here, not handed to serde_json: ids as strings or
@@ -507,8 +508,7 @@ mod tests {
     /// 0/1. Giving up is always correct (serde_json decodes the same rows), so only this test tells a
     /// reader that gives up on everything from one that works. Regression test for a mutant
     /// cargo-mutants found surviving (`schema_version`'s integer never accepted).
-    #[test]
-    fn records_of_the_usual_shape_take_the_single_pass() {
+    pub fn records_of_the_usual_shape_take_the_single_pass() {
         let records = [
             r#"{"schema_version":1,"session_id":"s1","query_id":"q7","event_time":"2026-01-01T01:00:00+01:00","policy_id":"p","items":[{"doc_id":"d0","position":1,"clicked":true,"features":[0.1,-2.5e-3,3]},{"doc_id":"d1","position":2,"clicked":false,"features":[0.0,1.0,0.25]}]}"#,
             r#"{"schema_version":1,"session_id":17,"query_id":7,"event_time":1767225600000,"policy_id":"p","context":{"device":"mobile","app":"ios"},"items":[{"doc_id":3,"position":3,"clicked":1}]}"#,
@@ -520,8 +520,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn leading_digits_counts_and_reads_the_digit_run_of_any_eight_bytes() {
+    pub fn leading_digits_counts_and_reads_the_digit_run_of_any_eight_bytes() {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         let alphabet = b"0123456789012345678901234567890123456789.,-+eE]} \x00\xff\xfa\xb9\x3a\x2f";
         for _ in 0..500_000 {
@@ -538,8 +537,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn numbers_match_serde_json_or_are_left_to_it() {
+    pub fn numbers_match_serde_json_or_are_left_to_it() {
         let spellings = [
             "0",
             "-0",
@@ -592,8 +590,7 @@ mod tests {
     /// The reciprocal shortcut against the division, where it can differ: values next to an f32
     /// rounding boundary (spelled with 17 significant digits), ryu's shortest f32 spellings, and
     /// random significands of every length with every exponent.
-    #[test]
-    fn to_f32_equals_the_division_rounded_to_f32() {
+    pub fn to_f32_equals_the_division_rounded_to_f32() {
         let mut rng = 0x2545_F491_4F6C_DD1Du64;
         let mut next = move || {
             rng ^= rng << 13;
