@@ -120,8 +120,8 @@ export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 # per test), without clippy's wrapper (its few lines only start tansu). It builds in the background
 # from here on under SCHED_IDLE, so it takes a core only where every other process leaves it idle
 # (downloads, the last crates' single compiles, the deployment tests' waits) and yields to the
-# build of the remaining test binaries beside the deployment tests (below); when the laboratory
-# starts it is lifted to nice 19, the laboratory's priority. The tests that need it start once it is
+# laboratory's build and tests beside the deployment tests (below); when the deployment tests end
+# it is lifted to nice 19, the laboratory's priority. The tests that need it start once it is
 # built. It starts a minute after ultr's build, which so takes cargo's package-cache lock first and
 # downloads its own crates first.
 BROKER_TARGET="$TARGET_DIR/test-broker"
