@@ -250,6 +250,9 @@ mod ultr_train {
             every_model_says_whether_the_refit_applies_as_its_shift_does,
             the_refit_matches_expected_to_observed_clicks_at_every_position,
             the_profiled_refit_recovers_theta_from_shrunk_relevance_under_a_confounding_policy,
+            the_pairwise_conditional_estimate_recovers_theta_under_a_confounding_policy,
+            the_pairwise_conditional_estimate_is_the_two_position_optimum_of_the_couples,
+            the_pairwise_conditional_estimate_has_no_incidental_parameter_bias_on_pairs_of_few_impressions,
             a_position_whose_swap_pairs_carry_no_clicks_keeps_a_finite_theta_and_is_reported,
             a_position_without_swap_pairs_is_pooled_with_its_neighbours,
         );

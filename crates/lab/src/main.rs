@@ -101,6 +101,10 @@ struct ThetaCoverageArgs {
     noise: f64,
     #[arg(long, value_enum, default_value = "linear")]
     tower: ultr_train::config::TowerKind,
+    /// Whose estimator of θ: `shipped` (`ultr train`'s defaults: θ from the swap pairs) or
+    /// `paper-replication` (θ trained with the tower, IPS weights; results/theta_coverage before issue 89).
+    #[arg(long, value_enum, default_value = "shipped")]
+    defaults: ultr_lab::experiment::theta_coverage::Defaults,
     #[arg(long, default_value_t = 10)]
     positions: usize,
     #[arg(long, default_value_t = 50)]
@@ -349,6 +353,7 @@ fn theta_coverage(a: &ThetaCoverageArgs) -> anyhow::Result<bool> {
         relevance: a.relevance,
         noise: a.noise,
         tower: a.tower,
+        defaults: a.defaults,
         positions: a.positions,
         max_epochs: a.max_epochs,
         uncertainty,

@@ -22,10 +22,11 @@ pub enum AggregatedEpoch {
 #[serde(rename_all = "snake_case")]
 pub enum PositionBiasSource {
     /// Before the tower trains, from the swap pairs: the (query, document) pairs shown at two
-    /// positions or more, each with a random effect of its own in place of r(x), unweighted (the
-    /// embedding tower's estimator, `crates/train/src/refit.rs`); then held fixed while r(x)
-    /// trains. Relevance the features miss stays in the pair effects instead of leaking into θ
-    /// through the logging policy (Hager et al. 2025, the omitted-variable case). Where the swap
+    /// positions or more, by the pairwise conditional likelihood (of a clicked and a skipped
+    /// impression of one pair at positions k and l, the click is at k with probability
+    /// σ(θ_k − θ_l), the pair's relevance cancelling; `crates/train/src/refit.rs`); then held fixed
+    /// while r(x) trains. Relevance the features miss cancels instead of leaking into θ through the
+    /// logging policy (Hager et al. 2025, the omitted-variable case). Where the swap
     /// pairs leave a position not estimable (no swap, or no click on them) training falls back to
     /// `joint`, and the fit report says so.
     SwapPairs,

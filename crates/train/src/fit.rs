@@ -414,7 +414,7 @@ pub fn fit_chunks(
     let mut swap_refit = None;
     if swap_pairs && !warm {
         let mut estimated = trained.clone();
-        if let Some(r) = super::refit::refit_position_bias_around(&mut estimated, data, cfg, false)?.filter(|r| r.method == RefitMethod::SwapPairs) {
+        if let Some(r) = super::refit::refit_position_bias(&mut estimated, data, cfg)?.filter(|r| r.method == RefitMethod::SwapPairs) {
             trained = estimated;
             swap_refit = Some(r);
         }
@@ -447,9 +447,9 @@ pub fn fit_chunks(
     trained.model = best.2;
     // A warm start trains on the windows its parent has not seen only: refit there, θ would rest on
     // that slice alone. It starts from its parent's refit θ instead, which its epochs move little.
-    // θ from the swap pairs once more, each pair's effect now centred on the trained r(x): the
-    // relevance the features explain is not shrunk toward the mean (the tower keeps its fit; θ moves
-    // by the shrinkage's bias only, docs/models.md).
+    // θ from the swap pairs once more: the pairwise conditional estimate does not read r(x), so
+    // θ_k − θ_1 stays as training held it and only the common level moves, to match the trained
+    // tower's predicted clicks to the observed ones.
     let position_refit = if theta_fixed && !warm && stop != StopReason::Diverged {
         let mut again = trained.clone();
         match (swap_refit, super::refit::refit_position_bias(&mut again, data, cfg)?) {

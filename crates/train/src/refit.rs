@@ -61,8 +61,9 @@ pub enum RefitMethod {
     TowerOffset,
     /// The embedding tower: its pairs' effects profiled out (random effects, random-walk prior).
     PairEffects,
-    /// A feature tower's θ from its swap pairs, with a random effect per (query, document) in place
-    /// of r(x): omitted relevance cannot leak into θ through the logging policy.
+    /// A feature tower's θ from its swap pairs by the pairwise conditional likelihood, in which each
+    /// (query, document)'s relevance cancels: omitted relevance cannot leak into θ through the
+    /// logging policy.
     SwapPairs,
 }
 
@@ -78,23 +79,11 @@ pub(crate) struct RowTerms {
 
 /// Refits θ of `trained` on the training rows of `data` (see the module doc). None when the model's
 /// logit has no additive per-position parameter (a session model, or position through a tower).
-/// With `[train] position_bias = "swap_pairs"` a feature tower's θ is the embedding tower's
-/// estimate, from pairs shown at two positions or more with a random effect per (query, document),
-/// whatever r(x) is: fit before the tower trains, θ is then held fixed (`fit.rs`). Where the swap
+/// With `[train] position_bias = "swap_pairs"` a feature tower's θ comes from the pairs shown at two
+/// positions or more, by the pairwise conditional likelihood (`pairwise_conditional_shifts`), whatever
+/// r(x) is: fit before the tower trains, θ is then held fixed (`fit.rs`). Where the swap
 /// pairs leave a position not estimable it falls back to the tower-offset refit.
 pub fn refit_position_bias(trained: &mut Trained, data: &dyn ExampleChunks, cfg: &TrainConfig) -> anyhow::Result<Option<PositionRefit>> {
-    refit_position_bias_around(trained, data, cfg, true)
-}
-
-/// `refit_position_bias`; with `swap_pairs` and `tower_trained`, each pair's random effect is
-/// centred on the trained tower's r(x) (random effects beside the feature tower: the relevance the
-/// features explain is not shrunk toward the mean), else on a common mean (before the tower trains).
-pub fn refit_position_bias_around(
-    trained: &mut Trained,
-    data: &dyn ExampleChunks,
-    cfg: &TrainConfig,
-    tower_trained: bool,
-) -> anyhow::Result<Option<PositionRefit>> {
     let positions = trained.meta.architecture.max_positions;
     if !trained.model.has_position_logits() {
         return Ok(None);
@@ -123,7 +112,11 @@ pub fn refit_position_bias_around(
     let (terms, relevance) = training_terms(swap_pairs)?;
     let before = trained.position_bias();
     let mut method = if embedding { RefitMethod::PairEffects } else { RefitMethod::TowerOffset };
-    let profiled = (embedding || swap_pairs).then(|| profiled_shifts(&terms, &relevance, positions, &before, swap_pairs, swap_pairs && tower_trained));
+    let profiled = if swap_pairs {
+        Some(pairwise_conditional_shifts(&terms, positions, &before))
+    } else {
+        embedding.then(|| profiled_shifts(&terms, &relevance, positions, &before))
+    };
     let (delta, refit, iterations, not_estimable) = match profiled {
         // A position the swap pairs cannot estimate: a feature tower falls back to the joint refit.
         Some(p) if embedding || p.3.is_empty() => {
@@ -247,13 +240,6 @@ const ROUND_TOLERANCE: f64 = 1e-5;
 /// Unit scale on the logit, as the random walk on θ below: one rule for every parameter the data
 /// may not pin (docs/models.md). Where pairs carry hundreds of impressions the data outweigh it.
 const PAIR_PRECISION: f64 = 1.0;
-/// The same prior in a feature tower's swap-pair estimate (`position_bias = "swap_pairs"`): weak,
-/// sd √10 ≈ 3.2 on the logit. Its pairs carry both clicks and skips, so each has a finite maximum
-/// without it; the unit prior's shrinkage, which falls on pairs by where the policy shows them,
-/// handed θ up to 0.22 RMSE on a 50,000-session log of an adversarial policy where precision 0.1
-/// gave 0.03–0.05 (`scripts/swap_pair_prior.py`, docs/benchmarks.md). The embedding tower, whose
-/// sparse pairs the unit prior protects from the incidental-parameter bias, keeps `PAIR_PRECISION`.
-const SWAP_PAIR_PRECISION: f64 = 0.1;
 /// The prior on θ of the profiled refit, a Gaussian random walk over the positions seen in training:
 /// θ_k − θ_{k'} ~ N(0, 1) for adjacent seen positions k' < k (θ_1 pinned). Stated before it was
 /// tried on any log: one unit of log-odds per position step is weak where a position's
@@ -264,21 +250,13 @@ const SWAP_PAIR_PRECISION: f64 = 0.1;
 pub const RANDOM_WALK_PRECISION: f64 = 1.0;
 
 /// The embedding tower's refit (module doc): per position δ_k and per pair its relevance u_p
-/// (`PAIR_PRECISION`; `SWAP_PAIR_PRECISION` with `swap_pairs`, a feature tower's estimate; `centred`:
-/// each pair's prior centred on its row's `relevance`), over the pairs shown at two positions or more with clicked and unclicked
+/// (`PAIR_PRECISION`), over the pairs shown at two positions or more with clicked and unclicked
 /// weight, under the random-walk prior on θ_k = `base`_k + δ_k; then δ relative to position 1 plus
 /// the common shift that matches predicted to observed clicks over every row, γ as shipped.
 /// `relevance` is each row's shipped γ (its logit less it is θ_k + b(z)). Returns δ, the positions
 /// refit (every position with training rows), the rounds taken, and the positions (1-based) the
 /// data cannot estimate: with training rows, but no informative row with both a click and a skip.
-fn profiled_shifts(
-    terms: &[RowTerms],
-    relevance: &[f64],
-    positions: usize,
-    base: &[f64],
-    swap_pairs: bool,
-    centred: bool,
-) -> (Vec<f32>, usize, usize, Vec<usize>) {
+fn profiled_shifts(terms: &[RowTerms], relevance: &[f64], positions: usize, base: &[f64]) -> (Vec<f32>, usize, usize, Vec<usize>) {
     use std::collections::HashMap;
     let mut pairs: HashMap<u32, (Vec<usize>, u64, f64, f64)> = HashMap::new();
     let mut seen = vec![false; positions];
@@ -307,11 +285,8 @@ fn profiled_shifts(
             pair_of[i] = p;
         }
     }
-    // Each pair's relevance starts at its shipped γ (or r(x)). `centred`: its prior is centred on
-    // the trained tower's r(x) plus a common μ (random effects beside the feature tower), else on μ.
+    // Each pair's relevance starts at its shipped γ; its prior is centred on a common μ.
     let mut u: Vec<f64> = informative.iter().map(|rows| relevance[rows[0]]).collect();
-    let centre: Vec<f64> = informative.iter().map(|rows| if centred { relevance[rows[0]] } else { 0.0 }).collect();
-    let precision = if swap_pairs { SWAP_PAIR_PRECISION } else { PAIR_PRECISION };
     let mut mu = 0f64;
     let chain: Vec<usize> = (0..positions).filter(|&k| seen[k]).collect();
     let theta0 = |k: usize| base.get(k).copied().unwrap_or(0.0);
@@ -320,10 +295,10 @@ fn profiled_shifts(
     while rounds < MAX_ROUNDS && !chain.is_empty() {
         rounds += 1;
         if !u.is_empty() {
-            mu = u.iter().zip(&centre).map(|(x, c)| x - c).sum::<f64>() / u.len() as f64;
+            mu = u.iter().sum::<f64>() / u.len() as f64;
         }
         for (p, rows) in informative.iter().enumerate() {
-            u[p] = newton_around(terms, rows, |i| delta[terms[i].position] - relevance[i], u[p], precision, mu + centre[p]).0;
+            u[p] = newton_around(terms, rows, |i| delta[terms[i].position] - relevance[i], u[p], PAIR_PRECISION, mu).0;
         }
         let mut moved = 0f64;
         for (c, &k) in chain.iter().enumerate() {
@@ -350,6 +325,149 @@ fn profiled_shifts(
     let level = newton_one(terms, &every_row, |i| delta[terms[i].position], 0.0, 0.0).0;
     let shifts = (0..positions).map(|k| if seen[k] { (delta[k] + level) as f32 } else { 0.0 }).collect();
     (shifts, chain.len(), rounds, not_estimable)
+}
+
+/// A feature tower's θ from the swap pairs (`position_bias = "swap_pairs"`): the pairwise
+/// conditional likelihood. Of two impressions of one (query, document) at positions k and l, one
+/// clicked and one not, the click is at k with probability σ(θ_k − θ_l) whatever the pair's
+/// relevance u: e^(u+θ_k) / (e^(u+θ_k) + e^(u+θ_l)), u cancels (the conditional logit of panel data
+/// with a fixed effect per group). Over every such couple of impressions of every pair shown at two
+/// positions or more this is a Bradley–Terry model of the positions, with W_kl = Σ_p c_pk·(n_pl − c_pl)/n_p:
+/// the couples in which k holds the click and l the skip, each weighing 1/n_p (n_p the pair's impressions). No per-pair parameter is estimated, so θ is
+/// consistent however few impressions a pair has and however the policy placed pairs by relevance
+/// the tower misses; the profiled random-effects estimate it replaced was steeper than the truth
+/// by 0.04–0.09 at 20,000 simulated sessions (its per-pair effects' incidental-parameter bias,
+/// docs/models.md). Under the same random-walk prior on θ as `profiled_shifts` (finite where a
+/// position's couples all go one way); θ_{first seen} pinned, then the common shift that matches
+/// predicted to observed clicks over every row. Returns what `profiled_shifts` returns.
+fn pairwise_conditional_shifts(terms: &[RowTerms], positions: usize, base: &[f64]) -> (Vec<f32>, usize, usize, Vec<usize>) {
+    use std::collections::HashMap;
+    // Per pair, its (impressions, clicks) at each position.
+    let mut pairs: HashMap<u32, Vec<(usize, f64, f64)>> = HashMap::new();
+    let mut seen = vec![false; positions];
+    for t in terms {
+        seen[t.position] = true;
+        let at = pairs.entry(t.pair).or_default();
+        match at.iter_mut().find(|(k, ..)| *k == t.position) {
+            Some(e) => {
+                e.1 += t.weighted_impressions;
+                e.2 += t.weighted_clicks;
+            }
+            None => at.push((t.position, t.weighted_impressions, t.weighted_clicks)),
+        }
+    }
+    let mut wins = vec![vec![0f64; positions]; positions];
+    let mut sums = vec![(0f64, 0f64); positions];
+    for at in pairs.values() {
+        let (n, c) = at.iter().fold((0.0, 0.0), |(n, c), e| (n + e.1, c + e.2));
+        if at.len() < 2 || c <= 0.0 || c >= n {
+            continue;
+        }
+        // Each couple weighs 1/n: a pair's n² couples then weigh as its n impressions do (the
+        // information a pair carries grows with n, not n²), and a pair's weight is linear in its
+        // impressions, so a query bootstrap's multiplicity m weighs it m times, as m copies of the
+        // query would be weighted by an estimator linear in them.
+        for &(k, n_k, c_k) in at {
+            sums[k].0 += c_k;
+            sums[k].1 += n_k;
+            for &(l, n_l, c_l) in at {
+                if l != k {
+                    wins[k][l] += c_k * (n_l - c_l) / n;
+                }
+            }
+        }
+    }
+    let not_estimable: Vec<usize> = (0..positions).filter(|&k| seen[k] && !(sums[k].0 > 0.0 && sums[k].0 < sums[k].1)).map(|k| k + 1).collect();
+    let chain: Vec<usize> = (0..positions).filter(|&k| seen[k]).collect();
+    let m = chain.len();
+    // θ over the chain, θ of chain[0] pinned at 0: damped Newton on the concave log-likelihood.
+    let mut x = vec![0f64; m];
+    let mut rounds = 0;
+    while rounds < MAX_ROUNDS && m > 1 {
+        rounds += 1;
+        let mut gradient = vec![0f64; m];
+        let mut hessian = vec![vec![0f64; m]; m];
+        for a in 0..m {
+            for b in 0..m {
+                let couples = wins[chain[a]][chain[b]];
+                if a == b || couples == 0.0 {
+                    continue;
+                }
+                // couples · log σ(x_a − x_b)
+                let p = sigmoid(x[a] - x[b]);
+                gradient[a] += couples * (1.0 - p);
+                gradient[b] -= couples * (1.0 - p);
+                let h = couples * p * (1.0 - p);
+                hessian[a][a] -= h;
+                hessian[b][b] -= h;
+                hessian[a][b] += h;
+                hessian[b][a] += h;
+            }
+        }
+        // The random walk: −(precision/2)·(x_c − x_{c−1})² for adjacent seen positions.
+        for c in 1..m {
+            let g = RANDOM_WALK_PRECISION * (x[c] - x[c - 1]);
+            gradient[c] -= g;
+            gradient[c - 1] += g;
+            hessian[c][c] -= RANDOM_WALK_PRECISION;
+            hessian[c - 1][c - 1] -= RANDOM_WALK_PRECISION;
+            hessian[c][c - 1] += RANDOM_WALK_PRECISION;
+            hessian[c - 1][c] += RANDOM_WALK_PRECISION;
+        }
+        // Newton step on x_1..x_{m−1}: (−H) step = g.
+        let free: Vec<Vec<f64>> = (1..m).map(|a| (1..m).map(|b| -hessian[a][b]).collect()).collect();
+        let step = solve(free, gradient[1..].to_vec());
+        let mut largest = 0f64;
+        for (a, s) in step.into_iter().enumerate() {
+            let s = s.clamp(-MAX_STEP, MAX_STEP);
+            x[a + 1] += s;
+            largest = largest.max(s.abs());
+        }
+        if largest < 1e-9 {
+            break;
+        }
+    }
+    let mut delta = vec![0f64; positions];
+    if let Some(&first) = chain.first() {
+        let theta0 = |k: usize| base.get(k).copied().unwrap_or(0.0);
+        for (a, &k) in chain.iter().enumerate() {
+            delta[k] = x[a] - (theta0(k) - theta0(first));
+        }
+    }
+    let every_row: Vec<usize> = (0..terms.len()).collect();
+    let level = newton_one(terms, &every_row, |i| delta[terms[i].position], 0.0, 0.0).0;
+    let shifts = (0..positions).map(|k| if seen[k] { (delta[k] + level) as f32 } else { 0.0 }).collect();
+    (shifts, m, rounds, not_estimable)
+}
+
+/// x with a·x = b for a symmetric positive-definite a (Gaussian elimination with partial pivoting;
+/// a pivot that vanishes leaves its unknown at 0).
+fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
+    let n = b.len();
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap_or(col);
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        if a[col][col].abs() < 1e-300 {
+            continue;
+        }
+        let (upper, lower) = a.split_at_mut(col + 1);
+        let pivot_row = &upper[col];
+        for (offset, row) in lower.iter_mut().enumerate() {
+            let f = row[col] / pivot_row[col];
+            row.iter_mut().zip(pivot_row).skip(col).for_each(|(r, p)| *r -= f * p);
+            b[col + 1 + offset] -= f * b[col];
+        }
+    }
+    let mut x = vec![0f64; n];
+    for row in (0..n).rev() {
+        if a[row][row].abs() < 1e-300 {
+            continue;
+        }
+        let rest: f64 = (row + 1..n).map(|k| a[row][k] * x[k]).sum();
+        x[row] = (b[row] - rest) / a[row][row];
+    }
+    x
 }
 
 /// Newton steps larger than this are cut to it (the per-position problem is concave, so a damped
@@ -466,7 +584,7 @@ pub mod tests {
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
         let relative = |delta: &[f32]| -> Vec<f64> { (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect() };
-        let (delta, refit, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false, false);
+        let (delta, refit, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early);
         assert_eq!(refit, 5);
         assert!(not_estimable.is_empty(), "{not_estimable:?}");
         let profiled = relative(&delta);
@@ -482,6 +600,81 @@ pub mod tests {
         assert!((observed - expected).abs() < 1e-3 * observed, "{observed} vs {expected}");
     }
 
+    /// The pairwise conditional estimate of a feature tower's swap-pair θ recovers θ within 0.02 on
+    /// the confounded log above (clicks the expected counts, so the only error is their rounding):
+    /// it never reads the shrunk γ, so the policy's confounding cannot reach it.
+    pub fn the_pairwise_conditional_estimate_recovers_theta_under_a_confounding_policy() {
+        let truth = [0.0, -0.7, -1.1, -1.4, -1.6];
+        let early = [0.0, -0.3, -0.5, -0.6, -0.7];
+        let terms = confounded_terms(&truth, &early);
+        let (delta, refit, rounds, not_estimable) = pairwise_conditional_shifts(&terms, 5, &early);
+        assert_eq!((refit, not_estimable.len()), (5, 0));
+        assert!(rounds < MAX_ROUNDS);
+        let relative: Vec<f64> = (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect();
+        for k in 1..5 {
+            assert!((relative[k] - truth[k]).abs() < 0.02, "k = {}: {relative:?} vs truth {truth:?}", k + 1);
+        }
+    }
+
+    /// Two positions, one pair: the estimate is the optimum of W₂₁·log σ(d) + W₁₂·log σ(−d) − d²/2
+    /// (the couples' likelihood under the random walk's unit prior), found here by bisection on its
+    /// derivative, with W_kl = c_k·(n_l − c_l)/n counted by hand: 500 clicks of 1,000 at position 1,
+    /// 300 of 1,000 at position 2, so W₁₂ = 500·700/2000 = 175 and W₂₁ = 300·500/2000 = 75.
+    pub fn the_pairwise_conditional_estimate_is_the_two_position_optimum_of_the_couples() {
+        let terms = [(0, 1000.0, 500.0), (1, 1000.0, 300.0)].map(|(position, n, c)| RowTerms {
+            position,
+            pair: 7,
+            logit: 0.0,
+            weighted_impressions: n,
+            weighted_clicks: c,
+        });
+        let (delta, ..) = pairwise_conditional_shifts(&terms, 2, &[0.0, 0.0]);
+        let derivative = |d: f64| 75.0 * (1.0 - 1.0 / (1.0 + (-d).exp())) - 175.0 / (1.0 + (-d).exp()) - d;
+        let (mut low, mut high) = (-5.0f64, 5.0f64);
+        for _ in 0..200 {
+            let mid = (low + high) / 2.0;
+            if derivative(mid) > 0.0 {
+                low = mid;
+            } else {
+                high = mid;
+            }
+        }
+        let estimate = (delta[1] - delta[0]) as f64;
+        assert!((estimate - low).abs() < 1e-5, "θ₂ − θ₁ = {estimate}, the optimum by bisection {low}");
+        assert!(low > (75.0f64 / 175.0).ln() && low < 0.0, "the prior pulls the optimum {low} from ln(W₂₁/W₁₂) toward 0");
+    }
+
+    /// Pairs of two or three impressions each, relevance u ~ N(0, 1.5²) per pair, positions drawn at
+    /// random, clicks Bernoulli(σ(u + θ_k)): the regime where one free effect per pair is the
+    /// incidental-parameter problem (with two impressions a pair, fixed-effect logit tends to twice
+    /// the truth). On 5 seeds of 30,000 pairs the pairwise conditional estimate lies within 0.12 of
+    /// θ = (0, −0.7, −1.1) at both positions; measured (2026-12-07) |error| ≤ 0.046 over those seeds,
+    /// the ten errors' standard deviation 0.017 (0.12 is seven of it).
+    pub fn the_pairwise_conditional_estimate_has_no_incidental_parameter_bias_on_pairs_of_few_impressions() {
+        use rand::{Rng, SeedableRng};
+        use rand_distr::{Distribution, Normal};
+        let truth = [0.0, -0.7, -1.1];
+        let relevance = Normal::new(0.0, 1.5).expect("σ > 0");
+        for seed in 1..=5u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut terms = Vec::new();
+            for pair in 0..30_000u32 {
+                let u: f64 = relevance.sample(&mut rng);
+                for _ in 0..rng.random_range(2..=3) {
+                    let k = rng.random_range(0..3usize);
+                    let c = if rng.random::<f64>() < sigmoid(u + truth[k]) { 1.0 } else { 0.0 };
+                    terms.push(RowTerms { position: k, pair, logit: 0.0, weighted_impressions: 1.0, weighted_clicks: c });
+                }
+            }
+            let (delta, ..) = pairwise_conditional_shifts(&terms, 3, &[0.0; 3]);
+            let relative: Vec<f64> = (0..3).map(|k| (delta[k] - delta[0]) as f64).collect();
+            eprintln!("seed {seed}: θ − θ₁ = {relative:?}");
+            for k in 1..3 {
+                assert!((relative[k] - truth[k]).abs() < 0.12, "seed {seed}, k = {}: {relative:?} vs truth {truth:?}", k + 1);
+            }
+        }
+    }
+
     /// Regression: a position whose swap pairs carry no clicks has no maximum-likelihood
     /// θ, and the profiled refit ran it to −∞ (θ_5 − θ_1 = −834 on a real log, 2,000 rounds of
     /// Newton steps of −1). Now the random-walk prior holds it finite, below its neighbour (its
@@ -493,7 +686,7 @@ pub mod tests {
         let early = [0.0, -0.3, -0.5, -0.6, -0.7];
         let terms = confounded_terms(&truth, &early);
         assert!(terms.iter().filter(|t| t.position == 4).all(|t| t.weighted_clicks == 0.0));
-        let (delta, refit, rounds, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false, false);
+        let (delta, refit, rounds, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early);
         assert!(delta.iter().all(|d| d.is_finite()), "{delta:?}");
         assert_eq!(refit, 5);
         assert!(rounds < MAX_ROUNDS, "the alternating iteration settled ({rounds} rounds)");
@@ -516,7 +709,7 @@ pub mod tests {
         for t in terms.iter_mut().filter(|t| t.position == 2) {
             t.pair += 10_000;
         }
-        let (delta, _, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early, false, false);
+        let (delta, _, _, not_estimable) = profiled_shifts(&terms, &shipped_relevance(&terms, &early), 5, &early);
         assert_eq!(not_estimable, vec![3]);
         let relative: Vec<f64> = (0..5).map(|k| early[k] + delta[k] as f64 - early[0] - delta[0] as f64).collect();
         let mean = (relative[1] + relative[3]) / 2.0;

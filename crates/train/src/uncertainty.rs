@@ -247,6 +247,9 @@ pub fn theta_intervals(
         "θ intervals resample aggregated rows; the session model `{}` trains on whole sessions",
         cfg.model.name()
     );
+    if let Some(intervals) = swap_pair_intervals(ex, cfg, u, early, positions)? {
+        return Ok(intervals);
+    }
     let (converged, converged_after_epochs, settled) = converge(ex, cfg, u, positions)?;
     let replicate_cfg = TrainConfig { max_epochs: u.epochs, ..converged_config(cfg) };
     let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
@@ -270,30 +273,12 @@ pub fn theta_intervals(
     }
     let k = positions.min(converged.position_bias().len());
     let centre: Vec<f64> = converged.position_bias().into_iter().take(k).collect();
+    let early_stopped = before_refit.map_or_else(|| early.position_bias(), <[f64]>::to_vec).into_iter().take(k).collect();
+    let shipped = early.position_bias().into_iter().take(k).collect();
     let alpha = (1.0 - u.level) / 2.0;
-    let t = student_t_quantile(1.0 - alpha, (u.replicates - 1) as f64);
-    let (mut percentile_lower, mut percentile_upper, mut standard_error) = (Vec::with_capacity(k), Vec::with_capacity(k), Vec::with_capacity(k));
-    for j in 0..k {
-        let mut v: Vec<f64> = draws.iter().map(|d| d[j]).collect();
-        v.sort_by(f64::total_cmp);
-        percentile_lower.push(quantile(&v, alpha));
-        percentile_upper.push(quantile(&v, 1.0 - alpha));
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        standard_error.push((v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1).max(1) as f64).sqrt());
-    }
     Ok(ThetaIntervals {
-        early_stopped: before_refit.map_or_else(|| early.position_bias(), <[f64]>::to_vec).into_iter().take(k).collect(),
-        shipped: early.position_bias().into_iter().take(k).collect(),
-        lower: centre.iter().zip(&standard_error).map(|(c, s)| c - t * s).collect(),
-        upper: centre.iter().zip(&standard_error).map(|(c, s)| c + t * s).collect(),
-        converged: centre,
         converged_after_epochs,
         settled,
-        percentile_lower,
-        percentile_upper,
-        standard_error,
-        level: u.level,
-        replicates: u.replicates,
         method: format!(
             "converged estimate ({}) ± t({}, {:.4})·se, se over {} Poisson(1) bootstrap replicates of the {}, each {}",
             if profiled(cfg) {
@@ -313,10 +298,94 @@ pub fn theta_intervals(
             },
             if profiled(cfg) { "refit the same way".to_string() } else { format!("warm-started, trained {} epochs and annealed", u.epochs) }
         ),
+        ..ThetaIntervals::around(centre, &draws, u, early_stopped, shipped)
     })
 }
 
+/// The interval of the θ a feature tower ships under `[train] position_bias = "swap_pairs"` (the
+/// default): the swap-pair estimate of `refit.rs` (the pairwise conditional likelihood),
+/// bootstrapped by re-estimating it on every replicate (the shipped tower held: only the common
+/// level reads it). The gradient fit's converged θ is another estimator (θ trained with the tower),
+/// so its interval would not be the shipped θ's; and each replicate here is one Bradley–Terry fit,
+/// no training. None where the shipped θ is not the swap pairs' (another source, or positions the swap
+/// pairs cannot estimate, where training fell back to the joint fit).
+fn swap_pair_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, shipped: &Trained, positions: usize) -> anyhow::Result<Option<ThetaIntervals>> {
+    use super::config::PositionBiasSource;
+    use super::refit::{refit_position_bias, RefitMethod, MAX_ROUNDS};
+    if !(cfg.position_bias == PositionBiasSource::SwapPairs && cfg.refit_position_bias && cfg.tower.reads_features()) {
+        return Ok(None);
+    }
+    // The full data's estimate again, from the shipped model (its θ is this estimate already: the
+    // profile's optimum does not depend on where θ starts).
+    let mut centre = shipped.clone();
+    let Some(report) = refit_position_bias(&mut centre, ex, cfg)?.filter(|r| r.method == RefitMethod::SwapPairs) else { return Ok(None) };
+    let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
+    let mut draws: Vec<Vec<f64>> = Vec::with_capacity(u.replicates);
+    for _ in 0..u.replicates {
+        let resampled = match u.unit {
+            ResampleUnit::Query => query_resample(ex, &mut rng),
+            ResampleUnit::Impression => poisson_resample(ex, &mut rng),
+        };
+        let mut t = shipped.clone();
+        refit_position_bias(&mut t, &resampled, cfg)?;
+        draws.push(t.position_bias());
+    }
+    let k = positions.min(centre.position_bias().len());
+    let theta: Vec<f64> = centre.position_bias().into_iter().take(k).collect();
+    let alpha = (1.0 - u.level) / 2.0;
+    let settled = report.iterations < MAX_ROUNDS;
+    Ok(Some(ThetaIntervals {
+        converged_after_epochs: 0,
+        settled,
+        method: format!(
+            "swap-pair estimate (θ by the pairwise conditional likelihood, each (query, document)'s relevance cancelling{}) ± t({}, {:.4})·se, se over {} Poisson(1) bootstrap replicates of the {}, each re-estimated the same way",
+            if settled { "" } else { ", NOT settled" },
+            u.replicates - 1,
+            1.0 - alpha,
+            u.replicates,
+            match u.unit {
+                ResampleUnit::Query => "queries",
+                ResampleUnit::Impression => "impressions",
+            },
+        ),
+        ..ThetaIntervals::around(theta.clone(), &draws, u, theta.clone(), shipped.position_bias().into_iter().take(k).collect())
+    }))
+}
+
 impl ThetaIntervals {
+    /// The intervals around `centre` from the replicates' θ (`draws`, one vector per replicate):
+    /// centre ± t(B − 1)·se and the percentile interval; the estimator's own fields (epochs, method)
+    /// are the caller's.
+    fn around(centre: Vec<f64>, draws: &[Vec<f64>], u: &UncertaintyConfig, early_stopped: Vec<f64>, shipped: Vec<f64>) -> ThetaIntervals {
+        let k = centre.len();
+        let alpha = (1.0 - u.level) / 2.0;
+        let t = student_t_quantile(1.0 - alpha, (u.replicates - 1) as f64);
+        let (mut percentile_lower, mut percentile_upper, mut standard_error) = (Vec::with_capacity(k), Vec::with_capacity(k), Vec::with_capacity(k));
+        for j in 0..k {
+            let mut v: Vec<f64> = draws.iter().map(|d| d[j]).collect();
+            v.sort_by(f64::total_cmp);
+            percentile_lower.push(quantile(&v, alpha));
+            percentile_upper.push(quantile(&v, 1.0 - alpha));
+            let mean = v.iter().sum::<f64>() / v.len() as f64;
+            standard_error.push((v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1).max(1) as f64).sqrt());
+        }
+        ThetaIntervals {
+            early_stopped,
+            shipped,
+            lower: centre.iter().zip(&standard_error).map(|(c, s)| c - t * s).collect(),
+            upper: centre.iter().zip(&standard_error).map(|(c, s)| c + t * s).collect(),
+            converged: centre,
+            converged_after_epochs: 0,
+            settled: true,
+            percentile_lower,
+            percentile_upper,
+            standard_error,
+            level: u.level,
+            replicates: u.replicates,
+            method: String::new(),
+        }
+    }
+
     /// An SVG of θ_k − θ_1 with intervals: the converged estimate (dots) and its interval (bars), the shipped
     /// estimate (crosses), the early-stopped one before the θ refit (grey rings, where it differs), and
     /// the truth where a simulation knows it (a line).
