@@ -19,6 +19,10 @@
 //!   (`RANDOM_WALK_PRECISION`) that keeps θ finite and pools a position the swaps cannot estimate
 //!   with its neighbours. The shipped γ are kept; one common shift of θ then matches the model's
 //!   predicted clicks to the observed ones.
+//! - **A feature tower's θ from the swap pairs** (`[train] position_bias = "swap_pairs"`, the
+//!   default): the pairwise conditional likelihood over the pairs shown at two positions or more,
+//!   in which each pair's relevance cancels (`pairwise_conditional_shifts`), under the same
+//!   random-walk prior; then the same common shift.
 
 use serde::{Deserialize, Serialize};
 

@@ -38,7 +38,9 @@ pub struct ThetaIntervals {
     /// refit). Absent (empty) in checkpoints written before the refit.
     #[serde(default)]
     pub shipped: Vec<f64>,
-    /// Trained without early stopping or weight decay until θ stops moving (or `converged_epochs`).
+    /// The estimate the interval is centred on: trained without early stopping or weight decay until
+    /// θ stops moving (or `converged_epochs`); with θ from the swap pairs (the default), that
+    /// estimate, which is also the θ that ships (`converged_after_epochs` 0).
     pub converged: Vec<f64>,
     /// Epochs the converged fit took, and whether θ settled within them.
     pub converged_after_epochs: usize,
@@ -315,8 +317,8 @@ fn swap_pair_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
     if !(cfg.position_bias == PositionBiasSource::SwapPairs && cfg.refit_position_bias && cfg.tower.reads_features()) {
         return Ok(None);
     }
-    // The full data's estimate again, from the shipped model (its θ is this estimate already: the
-    // profile's optimum does not depend on where θ starts).
+    // The full data's estimate again, from the shipped model (its θ_k − θ_1 is this estimate
+    // already: the pairwise conditional likelihood does not read where θ starts).
     let mut centre = shipped.clone();
     let Some(report) = refit_position_bias(&mut centre, ex, cfg)?.filter(|r| r.method == RefitMethod::SwapPairs) else { return Ok(None) };
     let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
@@ -326,6 +328,8 @@ fn swap_pair_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
             ResampleUnit::Query => query_resample(ex, &mut rng),
             ResampleUnit::Impression => poisson_resample(ex, &mut rng),
         };
+        // A replicate that leaves a position without a clicked and a skipped swap couple falls
+        // back as training would (`refit.rs`); its θ is then the tower-offset refit's.
         let mut t = shipped.clone();
         refit_position_bias(&mut t, &resampled, cfg)?;
         draws.push(t.position_bias());
