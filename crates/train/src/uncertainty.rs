@@ -254,13 +254,7 @@ pub fn theta_intervals(
     }
     let (converged, converged_after_epochs, settled) = converge(ex, cfg, u, positions)?;
     let replicate_cfg = TrainConfig { max_epochs: u.epochs, ..converged_config(cfg) };
-    let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
-    let mut draws: Vec<Vec<f64>> = Vec::with_capacity(u.replicates);
-    for b in 0..u.replicates {
-        let resampled = match u.unit {
-            ResampleUnit::Query => query_resample(ex, &mut rng),
-            ResampleUnit::Impression => poisson_resample(ex, &mut rng),
-        };
+    let draws = bootstrap(ex, u, |b, resampled| {
         let resampled = full_batch(&resampled);
         let cfg_b = TrainConfig { seed: cfg.seed.wrapping_add(1 + b as u64), ..replicate_cfg.clone() };
         let t = if profiled(cfg) {
@@ -271,8 +265,8 @@ pub fn theta_intervals(
             let (t, _) = fit(&resampled, &cfg_b, Some(&converged), false)?;
             anneal(&resampled, &cfg_b, t, positions)?.0
         };
-        draws.push(t.position_bias());
-    }
+        Ok(t.position_bias())
+    })?;
     let k = positions.min(converged.position_bias().len());
     let centre: Vec<f64> = converged.position_bias().into_iter().take(k).collect();
     let early_stopped = before_refit.map_or_else(|| early.position_bias(), <[f64]>::to_vec).into_iter().take(k).collect();
@@ -294,14 +288,34 @@ pub fn theta_intervals(
             u.replicates - 1,
             1.0 - alpha,
             u.replicates,
-            match u.unit {
-                ResampleUnit::Query => "queries",
-                ResampleUnit::Impression => "impressions",
-            },
+            unit_name(u.unit),
             if profiled(cfg) { "refit the same way".to_string() } else { format!("warm-started, trained {} epochs and annealed", u.epochs) }
         ),
         ..ThetaIntervals::around(centre, &draws, u, early_stopped, shipped)
     })
+}
+
+/// θ of `u.replicates` bootstrap replicates of `ex`, drawn by `u.unit` from `u.seed` (replicate b
+/// draws the same multiplicities whatever the count), `estimate(b, resampled)` giving replicate b's.
+fn bootstrap(ex: &Examples, u: &UncertaintyConfig, mut estimate: impl FnMut(usize, Examples) -> anyhow::Result<Vec<f64>>) -> anyhow::Result<Vec<Vec<f64>>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
+    (0..u.replicates)
+        .map(|b| {
+            let resampled = match u.unit {
+                ResampleUnit::Query => query_resample(ex, &mut rng),
+                ResampleUnit::Impression => poisson_resample(ex, &mut rng),
+            };
+            estimate(b, resampled)
+        })
+        .collect()
+}
+
+/// What a replicate resamples, as the method line names it.
+fn unit_name(unit: ResampleUnit) -> &'static str {
+    match unit {
+        ResampleUnit::Query => "queries",
+        ResampleUnit::Impression => "impressions",
+    }
 }
 
 /// The interval of the θ a feature tower ships under `[train] position_bias = "swap_pairs"` (the
@@ -321,19 +335,13 @@ fn swap_pair_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
     // already: the pairwise conditional likelihood does not read where θ starts).
     let mut centre = shipped.clone();
     let Some(report) = refit_position_bias(&mut centre, ex, cfg)?.filter(|r| r.method == RefitMethod::SwapPairs) else { return Ok(None) };
-    let mut rng = ChaCha8Rng::seed_from_u64(u.seed);
-    let mut draws: Vec<Vec<f64>> = Vec::with_capacity(u.replicates);
-    for _ in 0..u.replicates {
-        let resampled = match u.unit {
-            ResampleUnit::Query => query_resample(ex, &mut rng),
-            ResampleUnit::Impression => poisson_resample(ex, &mut rng),
-        };
+    let draws = bootstrap(ex, u, |_, resampled| {
         // A replicate that leaves a position without a clicked and a skipped swap couple falls
         // back as training would (`refit.rs`); its θ is then the tower-offset refit's.
         let mut t = shipped.clone();
         refit_position_bias(&mut t, &resampled, cfg)?;
-        draws.push(t.position_bias());
-    }
+        Ok(t.position_bias())
+    })?;
     let k = positions.min(centre.position_bias().len());
     let theta: Vec<f64> = centre.position_bias().into_iter().take(k).collect();
     let alpha = (1.0 - u.level) / 2.0;
@@ -347,10 +355,7 @@ fn swap_pair_intervals(ex: &Examples, cfg: &TrainConfig, u: &UncertaintyConfig, 
             u.replicates - 1,
             1.0 - alpha,
             u.replicates,
-            match u.unit {
-                ResampleUnit::Query => "queries",
-                ResampleUnit::Impression => "impressions",
-            },
+            unit_name(u.unit),
         ),
         ..ThetaIntervals::around(theta.clone(), &draws, u, theta.clone(), shipped.position_bias().into_iter().take(k).collect())
     }))
