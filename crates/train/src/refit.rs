@@ -418,12 +418,14 @@ fn pairwise_conditional_shifts(terms: &[RowTerms], positions: usize, base: &[f64
             hessian[c][c - 1] += RANDOM_WALK_PRECISION;
             hessian[c - 1][c] += RANDOM_WALK_PRECISION;
         }
-        // Newton step on x_1..x_{m−1}: (−H) step = g.
-        let free: Vec<Vec<f64>> = (1..m).map(|a| (1..m).map(|b| -hessian[a][b]).collect()).collect();
-        let step = solve(free, gradient[1..].to_vec());
+        // Newton step on x_1..x_{m−1}: step = (−H)⁻¹ g (−H is positive definite: the random walk
+        // links every free position to the pinned one).
+        let f = m - 1;
+        let mut free: Vec<f64> = (1..m).flat_map(|a| (1..m).map(move |b| (a, b))).map(|(a, b)| -hessian[a][b]).collect();
+        let Some(inverse) = ultr_core::math::invert(&mut free, f) else { break };
         let mut largest = 0f64;
-        for (a, s) in step.into_iter().enumerate() {
-            let s = s.clamp(-MAX_STEP, MAX_STEP);
+        for a in 0..f {
+            let s = (0..f).map(|b| inverse[a * f + b] * gradient[b + 1]).sum::<f64>().clamp(-MAX_STEP, MAX_STEP);
             x[a + 1] += s;
             largest = largest.max(s.abs());
         }
@@ -442,36 +444,6 @@ fn pairwise_conditional_shifts(terms: &[RowTerms], positions: usize, base: &[f64
     let level = newton_one(terms, &every_row, |i| delta[terms[i].position], 0.0, 0.0).0;
     let shifts = (0..positions).map(|k| if seen[k] { (delta[k] + level) as f32 } else { 0.0 }).collect();
     (shifts, m, rounds, not_estimable)
-}
-
-/// x with a·x = b for a symmetric positive-definite a (Gaussian elimination with partial pivoting;
-/// a pivot that vanishes leaves its unknown at 0).
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
-    let n = b.len();
-    for col in 0..n {
-        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap_or(col);
-        a.swap(col, pivot);
-        b.swap(col, pivot);
-        if a[col][col].abs() < 1e-300 {
-            continue;
-        }
-        let (upper, lower) = a.split_at_mut(col + 1);
-        let pivot_row = &upper[col];
-        for (offset, row) in lower.iter_mut().enumerate() {
-            let f = row[col] / pivot_row[col];
-            row.iter_mut().zip(pivot_row).skip(col).for_each(|(r, p)| *r -= f * p);
-            b[col + 1 + offset] -= f * b[col];
-        }
-    }
-    let mut x = vec![0f64; n];
-    for row in (0..n).rev() {
-        if a[row][row].abs() < 1e-300 {
-            continue;
-        }
-        let rest: f64 = (row + 1..n).map(|k| a[row][k] * x[k]).sum();
-        x[row] = (b[row] - rest) / a[row][row];
-    }
-    x
 }
 
 /// Newton steps larger than this are cut to it (the per-position problem is concave, so a damped

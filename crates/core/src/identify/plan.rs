@@ -15,8 +15,8 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::precision::{self, invert, Cells, ThetaPrecision, Z95};
-use crate::math::sigmoid;
+use super::precision::{self, Cells, ThetaPrecision, Z95};
+use crate::math::{invert, sigmoid};
 
 /// Which positions trade places in a randomized session (positions 1..=K of the page).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

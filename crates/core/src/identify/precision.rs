@@ -16,7 +16,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, UInt32Type};
 use serde::Serialize;
 
-use crate::math::sigmoid;
+use crate::math::{invert, sigmoid};
 
 /// z of a two-sided 95% normal interval.
 pub const Z95: f64 = 1.959_963_984_540_054;
@@ -289,42 +289,6 @@ fn standard_errors(information: &[f64], k: usize, edges: &[EdgeInformation]) -> 
         }
     }
     out
-}
-
-/// Gauss–Jordan inverse with partial pivoting; None when singular.
-pub(super) fn invert(a: &mut [f64], m: usize) -> Option<Vec<f64>> {
-    let mut inv = vec![0.0; m * m];
-    for i in 0..m {
-        inv[i * m + i] = 1.0;
-    }
-    let scale = (0..m).map(|i| a[i * m + i].abs()).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
-    for col in 0..m {
-        let pivot = (col..m).max_by(|&x, &y| a[x * m + col].abs().total_cmp(&a[y * m + col].abs()))?;
-        if a[pivot * m + col].abs() <= 1e-13 * scale {
-            return None;
-        }
-        for j in 0..m {
-            a.swap(col * m + j, pivot * m + j);
-            inv.swap(col * m + j, pivot * m + j);
-        }
-        let d = a[col * m + col];
-        for j in 0..m {
-            a[col * m + j] /= d;
-            inv[col * m + j] /= d;
-        }
-        for r in 0..m {
-            if r != col {
-                let f = a[r * m + col];
-                if f != 0.0 {
-                    for j in 0..m {
-                        a[r * m + j] -= f * a[col * m + j];
-                        inv[r * m + j] -= f * inv[col * m + j];
-                    }
-                }
-            }
-        }
-    }
-    Some(inv)
 }
 
 #[cfg(feature = "unit-tests")]
