@@ -221,18 +221,19 @@ fn the_gate_refuses_a_ranking_the_labels_put_below_the_logged_order() {
 /// per logging policy: on the shipped demo's simulator (120,000 sessions, about what its first
 /// scheduled training sees), its model scored against the truth's grades (`ultr eval --qrels`, the
 /// figures the service exports as `ultr_judged_ndcg_difference`) ranks below the logged order
-/// beyond the paired 95% interval when the production ranker is the truth's MLP (α = 1), and below
-/// neither baseline when it is mostly fixed noise (α = 0.2): on seeds 7 (the demo's), 8 and 9.
-/// Measured (2026-12-06): at α 1 the upper bounds are −0.0004, −0.0054 and −0.0018 (a thin margin
-/// on the demo's own seed); at α 0.2 the model leads the logged order by 0.37–0.39 and naive
-/// click-through with upper bounds +0.05–+0.06.
+/// beyond the paired 95% interval when the production ranker is the truth's MLP (α = 1), on seeds 7
+/// (the demo's), 8 and 9, and below neither baseline when it is mostly fixed noise (α = 0.2), on
+/// seed 7. Measured (2026-12-06): at α 1 the upper bounds are −0.0004, −0.0054 and −0.0018 (a thin
+/// margin on the demo's own seed); at α 0.2 the model led the logged order by 0.37–0.39 and naive
+/// click-through with upper bounds +0.05–+0.06 on all three seeds, so seeds 8 and 9 no longer run
+/// α 0.2 (two of the six runs' 140 CPU-s).
 #[test]
 fn the_demo_model_ranks_below_a_strong_logged_order_and_not_below_a_weak_one() {
     let root = tempfile::tempdir().unwrap();
     let demo = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/demo.toml")).unwrap();
     let mut figures = Vec::new();
     for seed in [7, 8, 9] {
-        for alpha in [1.0, 0.2] {
+        for alpha in if seed == 7 { vec![1.0, 0.2] } else { vec![1.0] } {
             let dir = root.path().join(format!("seed{seed}-alpha{alpha}"));
             std::fs::create_dir_all(&dir).unwrap();
             let text = demo

@@ -17,15 +17,31 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
-/// On three seeds (5, 6, 7), each its own test.
+/// On three seeds (5, 6, 7), each its own test, at the default `position_bias` (`swap_pairs`).
 fn train_reports_theta_intervals_that_hold_the_truth(seed: u64) {
+    intervals_hold_the_truth(seed, "swap_pairs");
+}
+
+/// The same checks with `position_bias = "joint"` (θ trained with the tower, then refit; the
+/// interval is the gradient fit's converged estimate's), on seed 5: the CI test of that interval,
+/// whose 20-seed coverage test runs on demand (below).
+#[test]
+fn train_reports_joint_theta_intervals_that_hold_the_truth() {
+    intervals_hold_the_truth(5, "joint");
+}
+
+/// `ultr ingest` then `ultr train --theta-intervals` (20 replicates) on 20,000 simulated sessions
+/// (linear relevance, linear tower, τ 0.3) with `[train] position_bias = position_bias`: the
+/// intervals are ordered, narrower than 0.5, hold the truth at all but at most two of θ_2..θ_10 and
+/// hold the shipped θ, which is what `train` reports; the checkpoint records them and draws them.
+fn intervals_hold_the_truth(seed: u64, position_bias: &str) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("pipeline.toml");
     std::fs::write(
         &config,
         format!(
             "source = \"simulator\"\n[simulator]\nrelevance = \"linear\"\nsessions = 20000\nseed = {seed}\ninterval_ms = 1000\n[simulator.policy]\ntau = 0.3\n\
-         [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\n\
+         [simulator.synthetic]\nqueries = 60\ndocs_per_query = 10\nfeatures = 8\n[window]\nsize = \"1h\"\n[train]\ntower = \"linear\"\nposition_bias = \"{position_bias}\"\n\
          [train.uncertainty]\nreplicates = 20\n"
         ),
     )
@@ -84,7 +100,12 @@ crate::seeded_tests!(train_reports_theta_intervals_that_hold_the_truth => train_
 /// The converged estimate is unbiased where the early-stopped one is flattened; the shipped θ
 /// (early-stopped, then refit with the relevance tower frozen) lies inside the converged interval at
 /// 180 of 180 pairs (measured at 20 and at 50 replicates) and is unbiased to 0.028.
+/// On demand, not in the test command (`cargo nextest run --release --run-ignored only -E
+/// 'test(/over_twenty_seeds/)'`, 75 s on two threads): it tests `position_bias = "joint"`, which is
+/// not the default since issue 87, and costs 170 CPU-s; `train_reports_joint_theta_intervals_…`
+/// tests that interval in CI, and the shipped default's coverage is tested below.
 #[test]
+#[ignore = "the paper replication's 20-seed coverage (position_bias = \"joint\"), 170 CPU-s: run on demand"]
 fn bootstrap_intervals_cover_at_the_binomial_floor_of_95_percent_over_twenty_seeds() {
     let dir = tempfile::tempdir().unwrap();
     let opts = coverage_options(

@@ -214,6 +214,9 @@ pub struct Decoder {
     positions_scratch: Vec<u32>,
     /// Per item of the record being decoded: whether it repeats an earlier item's `doc_id`.
     repeat_scratch: Vec<bool>,
+    /// The duplicate check's open-addressing table: a `doc_id`'s hash and its item's index
+    /// (`u32::MAX`: empty), twice the record's items rounded up to a power of two.
+    doc_hash_scratch: Vec<(u64, u32)>,
     /// Items the last accepted record dropped as repeats.
     last_repeats: u32,
     /// Sessions with a later event time are refused (`future_event_time`); set by the ingest loop.
@@ -263,6 +266,7 @@ impl Decoder {
             propensity: Float64Builder::new(),
             positions_scratch: Vec::new(),
             repeat_scratch: Vec::new(),
+            doc_hash_scratch: Vec::new(),
             last_repeats: 0,
             event_time_ceiling: None,
             event_time_floor: None,
@@ -365,8 +369,15 @@ impl Decoder {
             return Err(Rejected::new(Reason::RecordTooLarge, format!("{} bytes > max_record_bytes {}", bytes.len(), self.limits.max_record_bytes)));
         }
         let raw: RawSession = self.codec.decode(bytes, self.feature_dim.unwrap_or(64))?;
-        let checked = self.validate(&raw)?;
-        Ok(self.append(&raw, checked))
+        self.accept(&raw)
+    }
+
+    /// Validates one session a codec has read; on success appends its items as rows, on failure
+    /// appends nothing (the second half of `decode`). Returns the number of impressions added.
+    pub fn accept(&mut self, raw: &RawSession) -> Result<usize, Rejected> {
+        self.judged_event_ms = None;
+        let checked = self.validate(raw)?;
+        Ok(self.append(raw, checked))
     }
 
     fn validate(&mut self, raw: &RawSession) -> Result<Checked, Rejected> {
@@ -404,6 +415,11 @@ impl Decoder {
             return Err(Rejected::new(Reason::TooManyItems, format!("{n} items > max_items {}", self.limits.max_items)));
         }
         self.positions_scratch.clear();
+        // Positions seen, for pages within the first 512 positions (nearly all): a bit each.
+        let mut seen = [0u64; 8];
+        let mut small = true;
+        // The smallest repeated position (the refusal names it, as the sorted check below does).
+        let mut repeated: Option<u32> = None;
         for (i, item) in raw.items.iter().enumerate() {
             if item.doc_id.0.is_empty() {
                 return Err(Rejected::new(Reason::EmptyId, format!("items[{i}].doc_id is empty")));
@@ -419,6 +435,15 @@ impl Decoder {
             }
             let position =
                 u32::try_from(item.position).map_err(|_| Rejected::new(Reason::WrongType, format!("items[{i}].position {} overflows u32", item.position)))?;
+            if small && position < 512 {
+                let (word, bit) = ((position / 64) as usize, 1u64 << (position % 64));
+                if seen[word] & bit != 0 {
+                    repeated = Some(repeated.map_or(position, |r| r.min(position)));
+                }
+                seen[word] |= bit;
+            } else {
+                small = false;
+            }
             self.positions_scratch.push(position);
             if let Some(p) = item.propensity {
                 if !(p > 0.0 && p <= 1.0) {
@@ -426,29 +451,53 @@ impl Decoder {
                 }
             }
         }
-        self.positions_scratch.sort_unstable();
-        if let Some(w) = self.positions_scratch.windows(2).find(|w| w[0] == w[1]) {
-            return Err(Rejected::new(Reason::DuplicatePosition, format!("position {} appears twice", w[0])));
+        if !small {
+            self.positions_scratch.sort_unstable();
+            repeated = self.positions_scratch.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        }
+        if let Some(position) = repeated {
+            return Err(Rejected::new(Reason::DuplicatePosition, format!("position {position} appears twice")));
         }
         // One page showing one document twice would be its own swap pair (the same (q, d) at two
         // positions of one session) and make Σ_k π(d,k|q) exceed 1: the repeats are dropped (the
         // first occurrence in the record's order kept), or the page refused (`duplicate_doc_id`).
-        let mut docs: Vec<(&str, usize)> = raw.items.iter().enumerate().map(|(i, item)| (item.doc_id.0.as_ref(), i)).collect();
-        docs.sort_unstable();
+        // The ids go into an open-addressing table keyed by their hash, in the record's order; only
+        // ids with equal hashes are compared as text, so a collision costs a comparison.
+        let doc = |i: u32| raw.items[i as usize].doc_id.0.as_ref();
+        let slots = (2 * n).next_power_of_two();
+        self.doc_hash_scratch.clear();
+        self.doc_hash_scratch.resize(slots, (0, u32::MAX));
         self.repeat_scratch.clear();
         self.repeat_scratch.resize(n, false);
         let mut repeats = 0u32;
-        for w in docs.windows(2).filter(|w| w[0].0 == w[1].0) {
-            if self.limits.duplicate_doc_id == DuplicateDocId::RefuseSession {
-                let shown: String = w[0].0.chars().take(80).collect();
-                return Err(Rejected::new(
-                    Reason::DuplicateDocument,
-                    format!("doc_id {shown:?} appears twice in one session (decode.duplicate_doc_id = \"refuse_session\")"),
-                ));
+        // Under `refuse_session`, the smallest repeated id (the refusal names it).
+        let mut refused: Option<&str> = None;
+        for (i, item) in raw.items.iter().enumerate() {
+            let id = item.doc_id.0.as_ref();
+            let hash = id_hash(id.as_bytes());
+            let mut slot = hash as usize & (slots - 1);
+            loop {
+                let (h, earlier) = self.doc_hash_scratch[slot];
+                if earlier == u32::MAX {
+                    self.doc_hash_scratch[slot] = (hash, i as u32);
+                    break;
+                }
+                if h == hash && doc(earlier) == id {
+                    // The first occurrence is in the table: this item repeats it.
+                    refused = Some(refused.map_or(id, |r| r.min(id)));
+                    self.repeat_scratch[i] = true;
+                    repeats += 1;
+                    break;
+                }
+                slot = (slot + 1) & (slots - 1);
             }
-            // Sorted by (doc_id, item index): the later of two equal ids is the repeat.
-            self.repeat_scratch[w[1].1] = true;
-            repeats += 1;
+        }
+        if let Some(id) = refused.filter(|_| self.limits.duplicate_doc_id == DuplicateDocId::RefuseSession) {
+            let shown: String = id.chars().take(80).collect();
+            return Err(Rejected::new(
+                Reason::DuplicateDocument,
+                format!("doc_id {shown:?} appears twice in one session (decode.duplicate_doc_id = \"refuse_session\")"),
+            ));
         }
         let feature_dim = check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?;
         let bias_dim = check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?;
@@ -465,22 +514,41 @@ impl Decoder {
         self.last_repeats = checked.repeats;
         let context = raw.context.as_ref().and_then(canonical_context);
         let n = raw.items.len() as u32 - checked.repeats;
-        for (item, _) in raw.items.iter().zip(&self.repeat_scratch).filter(|(_, repeat)| !**repeat) {
+        let rows = n as usize;
+        // Column by column: the session's own values n times, then each item column in one loop.
+        for _ in 0..rows {
             self.session_id.append_value(&raw.session_id.0);
             self.query_id.append_value(&raw.query_id.0);
-            self.event_time.append_value(checked.event_millis);
             self.policy_id.append_value(&raw.policy_id.0);
-            self.context.append_option(context.as_deref());
-            self.doc_id.append_value(&item.doc_id.0);
-            self.position.append_value(item.position as u32);
-            self.clicked.append_value(item.clicked.0);
-            self.n_items.append_value(n);
-            append_list(&mut self.features, item.features.as_ref());
-            append_list(&mut self.bias_features, item.bias_features.as_ref());
-            self.propensity.append_option(item.propensity);
         }
-        self.rows += n as usize;
-        n as usize
+        self.event_time.append_value_n(checked.event_millis, rows);
+        self.n_items.append_value_n(n, rows);
+        match context.as_deref() {
+            Some(c) => (0..rows).for_each(|_| self.context.append_value(c)),
+            None => (0..rows).for_each(|_| self.context.append_null()),
+        }
+        let repeat = &self.repeat_scratch;
+        let kept = || raw.items.iter().zip(repeat).filter(|(_, r)| !**r).map(|(item, _)| item);
+        for item in kept() {
+            self.doc_id.append_value(&item.doc_id.0);
+        }
+        self.position.extend(kept().map(|item| Some(item.position as u32)));
+        for item in kept() {
+            self.clicked.append_value(item.clicked.0);
+        }
+        for item in kept() {
+            append_list(&mut self.features, item.features.as_ref());
+        }
+        for item in kept() {
+            append_list(&mut self.bias_features, item.bias_features.as_ref());
+        }
+        if kept().all(|item| item.propensity.is_none()) {
+            self.propensity.append_nulls(rows);
+        } else {
+            self.propensity.extend(kept().map(|item| item.propensity));
+        }
+        self.rows += rows;
+        rows
     }
 
     /// Hands out the buffered rows as one batch (possibly empty) and starts a new one.
@@ -502,6 +570,26 @@ impl Decoder {
         self.rows = 0;
         RecordBatch::try_new(impressions_schema(), columns).expect("decoder builds columns that match the impressions schema")
     }
+}
+
+/// A fast non-cryptographic hash of an id's bytes, eight at a time: only the duplicate check reads
+/// it, and ids with equal hashes are then compared whole, so a collision costs a comparison, not a
+/// wrong answer.
+fn id_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |h: u64, word: u64| (h ^ word).wrapping_mul(K).rotate_left(31);
+    let mut h = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        h = mix(h, u64::from_le_bytes(w.try_into().expect("chunks of 8")));
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        h = mix(h, u64::from_le_bytes(last));
+    }
+    h ^ (h >> 29)
 }
 
 /// The refusal of a session whose event time lies beyond the reference clock + `max_clock_skew`.
