@@ -247,10 +247,12 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 
 /// One test per seed of a statistical claim, so nextest spreads them:
 /// `seeded_tests!(module => check; seed_11 = 11, seed_31 = 31)` makes `mod module` with a test
-/// `seed_11` calling `super::check(11)`, and so on.
+/// `seed_11` calling `super::check(11)`, and so on. Seeds after `on_demand` are ignored tests: the
+/// test command leaves them out (the CI budget, docs/testing.md), `cargo nextest run --release
+/// --run-ignored all` runs them.
 #[macro_export]
 macro_rules! seeded_tests {
-    ($module:ident => $check:ident; $($test:ident = $seed:expr),+ $(,)?) => {
+    ($module:ident => $check:ident; $($test:ident = $seed:expr),+ $(; on_demand $($itest:ident = $iseed:expr),+)? $(,)?) => {
         mod $module {
             $(
                 #[test]
@@ -258,6 +260,13 @@ macro_rules! seeded_tests {
                     super::$check($seed);
                 }
             )+
+            $($(
+                #[test]
+                #[ignore = "a further seed of this claim, run on demand (docs/testing.md, the CI budget)"]
+                fn $itest() {
+                    super::$check($iseed);
+                }
+            )+)?
         }
     };
 }

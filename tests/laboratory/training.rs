@@ -19,7 +19,8 @@ fn ultr() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ultr"))
 }
 
-/// The four claims on a smaller grid (fewer sessions), on seeds 11, 12 and 13, each its own test;
+/// The four claims on a smaller grid (fewer sessions), on seeds 11, 12 and 13, each its own test
+/// (13 on demand: the CI budget, docs/testing.md);
 /// thresholds scaled to the sample size and set from what the three seeds measured (seeds 11/12/13,
 /// 2026-12-04): well-specified RMSE 0.017/0.028/0.050 (linear) and 0.076/0.061/0.103 (MLP), hence a
 /// bound of 0.13, not 0.1; the embedding 1.663 at τ = 0 on each, and 0.034/0.044/0.043 at τ = 1;
@@ -97,7 +98,7 @@ fn hager2025_orderings_on_a_small_grid(seed: u64) {
     assert_eq!(names, summary.runs.iter().map(|r| r.setting.name.to_string()).collect::<Vec<_>>());
 }
 
-crate::seeded_tests!(hager2025_orderings_on_a_small_grid => hager2025_orderings_on_a_small_grid; seed_11 = 11, seed_12 = 12, seed_13 = 13);
+crate::seeded_tests!(hager2025_orderings_on_a_small_grid => hager2025_orderings_on_a_small_grid; seed_11 = 11, seed_12 = 12; on_demand seed_13 = 13);
 
 fn pipeline(dir: &Path, sessions: u64, extra: &str) -> PathBuf {
     let path = dir.join(format!("pipeline-{sessions}.toml"));

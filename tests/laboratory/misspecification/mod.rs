@@ -113,7 +113,8 @@ fn promtool(dir: &Path, exported: &[String], series: &[&str], expect: &[(usize, 
 
 /// Well-specified linear tower on linear relevance at τ = 0.333: z stays below the threshold for
 /// 20 held-out windows (the observed false-alarm rate is printed), and the rules stay silent. On
-/// three streams (seeds 11, 31, 41), each its own test.
+/// three streams (seeds 11, 31, 41), each its own test; seed 41 runs on demand (`on_demand`: the CI
+/// budget, docs/testing.md).
 fn a_well_specified_model_stays_silent_over_twenty_windows(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let s = Scenario {
@@ -167,7 +168,8 @@ fn fires_within_two_windows(s: Scenario) {
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"linear\"}"], &[((first + crossed + 1) * 10 - 1, "MisspecificationSuspected", true)]);
 }
 
-/// On three streams each (seeds 12, 32, 42 and 13, 33, 43), each its own test.
+/// On three streams each (seeds 12, 32, 42 and 13, 33, 43), each its own test; the third of each
+/// runs on demand (the CI budget, docs/testing.md).
 fn a_linear_tower_on_mlp_relevance_fires_within_two_windows(seed: u64) {
     fires_within_two_windows(Scenario {
         name: "linear tower on MLP relevance",
@@ -200,11 +202,11 @@ fn omitted_features_fire_within_two_windows(seed: u64) {
     });
 }
 
-crate::seeded_tests!(a_well_specified_model_stays_silent_over_twenty_windows => a_well_specified_model_stays_silent_over_twenty_windows; seed_11 = 11, seed_31 = 31, seed_41 = 41);
+crate::seeded_tests!(a_well_specified_model_stays_silent_over_twenty_windows => a_well_specified_model_stays_silent_over_twenty_windows; seed_11 = 11, seed_31 = 31; on_demand seed_41 = 41);
 
-crate::seeded_tests!(a_linear_tower_on_mlp_relevance_fires_within_two_windows => a_linear_tower_on_mlp_relevance_fires_within_two_windows; seed_12 = 12, seed_32 = 32, seed_42 = 42);
+crate::seeded_tests!(a_linear_tower_on_mlp_relevance_fires_within_two_windows => a_linear_tower_on_mlp_relevance_fires_within_two_windows; seed_12 = 12, seed_32 = 32; on_demand seed_42 = 42);
 
-crate::seeded_tests!(omitted_features_fire_within_two_windows => omitted_features_fire_within_two_windows; seed_13 = 13, seed_33 = 33, seed_43 = 43);
+crate::seeded_tests!(omitted_features_fire_within_two_windows => omitted_features_fire_within_two_windows; seed_13 = 13, seed_33 = 33; on_demand seed_43 = 43);
 
 /// A deterministic policy (τ = 0): the linear tower is identified (feature overlap) and nothing
 /// alerts; misspecification is reported as not assessable (a metric, a line in `ultr identifiability`
@@ -306,7 +308,8 @@ fn mixture_scenario(model: &'static str, seed: u64, windows_after: usize) -> Sce
     }
 }
 
-/// The additive model's signal on three streams (seeds 16, 17, 18), four held-out windows each:
+/// The additive model's signal on three streams (seeds 16, 17, 18; 18 on demand, the CI budget),
+/// four held-out windows each:
 /// the mean z sits far above the null (a well-specified model's z per window is N(0, 1), so the mean
 /// of four exceeds 2 with probability 3·10⁻⁵), and the rule, replayed through promtool, fires in a
 /// window exactly when z crossed the threshold there. Seed 16, the seed this was first checked on,
@@ -328,10 +331,10 @@ fn the_additive_model_signal_stands_above_the_null(seed: u64) {
     promtool(dir.path(), &o.exported, &["ultr_misspecification_z{model=\"embedding\"}"], &expect);
 }
 
-crate::seeded_tests!(a_non_factorising_mixture_fires_for_the_additive_model => the_additive_model_signal_stands_above_the_null; seed_16 = 16, seed_17 = 17, seed_18 = 18);
+crate::seeded_tests!(a_non_factorising_mixture_fires_for_the_additive_model => the_additive_model_signal_stands_above_the_null; seed_16 = 16, seed_17 = 17; on_demand seed_18 = 18);
 
-/// MixEM stays below the threshold in four held-out windows on the same three streams, and its rule
-/// stays silent.
+/// MixEM stays below the threshold in four held-out windows on the same three streams (18 on
+/// demand), and its rule stays silent.
 fn mixem_stays_silent(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let o = run(&mixture_scenario("mixem", seed, 4), &dir.path().join("mixem"));
@@ -349,4 +352,4 @@ fn mixem_stays_silent(seed: u64) {
     );
 }
 
-crate::seeded_tests!(a_non_factorising_mixture_is_silent_for_mixem => mixem_stays_silent; seed_16 = 16, seed_17 = 17, seed_18 = 18);
+crate::seeded_tests!(a_non_factorising_mixture_is_silent_for_mixem => mixem_stays_silent; seed_16 = 16, seed_17 = 17; on_demand seed_18 = 18);
