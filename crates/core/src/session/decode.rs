@@ -17,6 +17,7 @@ use super::reason::{Reason, Rejected};
 use super::schema::{impressions_schema, SCHEMA_VERSION};
 
 use super::codec::raw::{ContextValue, Features, RawSession};
+use crate::window::hash;
 
 /// Limits that keep one absurd record from costing the pipeline memory or time.
 /// Lives under `[decode]` in a pipeline config.
@@ -414,7 +415,6 @@ impl Decoder {
         if n > self.limits.max_items {
             return Err(Rejected::new(Reason::TooManyItems, format!("{n} items > max_items {}", self.limits.max_items)));
         }
-        self.positions_scratch.clear();
         // Positions seen, for pages within the first 512 positions (nearly all): a bit each.
         let mut seen = [0u64; 8];
         let mut small = true;
@@ -444,7 +444,6 @@ impl Decoder {
             } else {
                 small = false;
             }
-            self.positions_scratch.push(position);
             if let Some(p) = item.propensity {
                 if !(p > 0.0 && p <= 1.0) {
                     return Err(Rejected::new(Reason::BadPropensity, format!("items[{i}].propensity = {p} is outside (0, 1]")));
@@ -452,6 +451,9 @@ impl Decoder {
             }
         }
         if !small {
+            // Every position is validated by now: the sorted check, for pages past position 511.
+            self.positions_scratch.clear();
+            self.positions_scratch.extend(raw.items.iter().map(|item| item.position as u32));
             self.positions_scratch.sort_unstable();
             repeated = self.positions_scratch.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
         }
@@ -474,7 +476,7 @@ impl Decoder {
         let mut refused: Option<&str> = None;
         for (i, item) in raw.items.iter().enumerate() {
             let id = item.doc_id.0.as_ref();
-            let hash = id_hash(id.as_bytes());
+            let hash = hash::mix(hash::fnv(hash::FNV_OFFSET, id.bytes()));
             let mut slot = hash as usize & (slots - 1);
             loop {
                 let (h, earlier) = self.doc_hash_scratch[slot];
@@ -570,26 +572,6 @@ impl Decoder {
         self.rows = 0;
         RecordBatch::try_new(impressions_schema(), columns).expect("decoder builds columns that match the impressions schema")
     }
-}
-
-/// A fast non-cryptographic hash of an id's bytes, eight at a time: only the duplicate check reads
-/// it, and ids with equal hashes are then compared whole, so a collision costs a comparison, not a
-/// wrong answer.
-fn id_hash(bytes: &[u8]) -> u64 {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mix = |h: u64, word: u64| (h ^ word).wrapping_mul(K).rotate_left(31);
-    let mut h = bytes.len() as u64;
-    let mut words = bytes.chunks_exact(8);
-    for w in &mut words {
-        h = mix(h, u64::from_le_bytes(w.try_into().expect("chunks of 8")));
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        let mut last = [0u8; 8];
-        last[..rest.len()].copy_from_slice(rest);
-        h = mix(h, u64::from_le_bytes(last));
-    }
-    h ^ (h >> 29)
 }
 
 /// The refusal of a session whose event time lies beyond the reference clock + `max_clock_skew`.

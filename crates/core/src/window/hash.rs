@@ -1,5 +1,6 @@
 //! The stable 64-bit hash every window key is built from: FNV-1a over bytes, finished with a 64-bit
-//! mix, the same on every machine and every run (a leaf, so `keys` and the window's root share it).
+//! mix, the same on every machine and every run (a leaf, so `keys`, the window's root and the
+//! decoder's duplicate-`doc_id` check share it).
 
 pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 pub(crate) const FNV_PRIME: u64 = 0x0100_0000_01b3;

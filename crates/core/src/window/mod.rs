@@ -6,7 +6,7 @@
 pub mod aggregates;
 pub mod catalog;
 pub mod config;
-mod hash;
+pub(crate) mod hash;
 pub mod keys;
 pub mod operator;
 pub mod prepared;
