@@ -1,6 +1,6 @@
 //! Throughput benchmarks (run with `cargo bench --bench ultr -- throughput`): decode impressions/s on one core
 //! with and without 46-dim features, in each format (JSON's single-pass reader beside serde_json
-//! alone, Avro, Protobuf), and simulator sessions/s. `ULTR_BENCH_DUMP=PREFIX` also writes the
+//! alone, Avro, Protobuf), each codec alone and the rows' floor they share, and simulator sessions/s. `ULTR_BENCH_DUMP=PREFIX` also writes the
 //! JSON records. An argument (`throughput bare`, `throughput mq2008`, `throughput 10`) runs only the
 //! record kinds whose label contains it. Figures go in the closing notes, not tests.
 
@@ -14,6 +14,10 @@ use ultr::session::{Codec, DecodeLimits, Decoder};
 use ultr::simulate::click::{ClickModel, ClickModelKind};
 use ultr::simulate::relevance::RelevanceKind;
 use ultr::simulate::{PolicyConfig, SimConfig, Simulator, SyntheticData};
+
+/// Runs per reader; each figure is the best, as this 2-vCPU machine's neighbours add noise that
+/// only ever slows a run.
+const REPS: usize = 9;
 
 fn records(sim: &Simulator, n: u64) -> Vec<Vec<u8>> {
     (0..n)
@@ -62,7 +66,7 @@ fn bench_decode(label: &str, json: &[Vec<u8>]) {
     // Alternate the readers run by run, so machine noise falls on all alike.
     let mut best = vec![f64::MAX; readers.len()];
     let mut rows = vec![0usize; readers.len()];
-    for _ in 0..5 {
+    for _ in 0..REPS {
         for (k, (_, codec)) in readers.iter().enumerate() {
             let mut decoder = Decoder::with_codec(DecodeLimits::default(), codec.clone());
             let t = Instant::now();
@@ -83,7 +87,7 @@ fn bench_decode(label: &str, json: &[Vec<u8>]) {
     let protobuf = &readers[pb].1;
     let read: Vec<_> = inputs[pb].iter().map(|r| protobuf.decode(r, 64).expect("simulated sessions decode")).collect();
     let mut rows_alone = f64::MAX;
-    for _ in 0..5 {
+    for _ in 0..REPS {
         let mut decoder = Decoder::with_codec(DecodeLimits::default(), protobuf.clone());
         let t = Instant::now();
         for (i, raw) in read.iter().enumerate() {
@@ -96,14 +100,34 @@ fn bench_decode(label: &str, json: &[Vec<u8>]) {
         rows_alone = rows_alone.min(t.elapsed().as_secs_f64());
     }
     println!(
-        "decode {label}, validation and Arrow rows alone (sessions read beforehand): best of 5 {rows_alone:.3}s → {:.0} impressions/s; JSON's single pass ÷ this floor: {:.2}× (the most any codec could reach)",
+        "decode {label}, validation and Arrow rows alone (sessions read beforehand): best of {REPS} {rows_alone:.3}s → {:.0} impressions/s; JSON's single pass ÷ this floor: {:.2}× (the most any codec could reach)",
         rows[pb] as f64 / rows_alone,
         best[0] / rows_alone
     );
+    // Each codec alone: reading every record into a session and dropping it, without validation
+    // or rows. The whole decoder's time is about this plus the floor.
+    let mut alone = vec![f64::MAX; readers.len()];
+    for _ in 0..REPS {
+        for (k, (_, codec)) in readers.iter().enumerate() {
+            let t = Instant::now();
+            for r in &inputs[k] {
+                std::hint::black_box(codec.decode(r, 64).expect("simulated sessions decode"));
+            }
+            alone[k] = alone[k].min(t.elapsed().as_secs_f64());
+        }
+    }
+    for (k, (name, _)) in readers.iter().enumerate() {
+        println!(
+            "decode {label}, {name}, the codec alone (no validation, no rows): best of {REPS} {:.3}s → {:.1} ns per impression",
+            alone[k],
+            alone[k] * 1e9 / rows[k] as f64
+        );
+    }
+    println!("decode {label}, the floor: {:.1} ns per impression", rows_alone * 1e9 / rows[pb] as f64);
     for (k, (name, _)) in readers.iter().enumerate() {
         let bytes: usize = inputs[k].iter().map(Vec::len).sum();
         println!(
-            "decode {label}, {name}: {} sessions, {} impressions, best of 5 {:.3}s → {:.0} impressions/s, {:.0} MB/s, {:.2}× JSON's single pass",
+            "decode {label}, {name}: {} sessions, {} impressions, best of {REPS} {:.3}s → {:.0} impressions/s, {:.0} MB/s, {:.2}× JSON's single pass",
             inputs[k].len(),
             rows[k],
             best[k],

@@ -108,6 +108,11 @@ mod ultr_core {
                     to_f32_equals_the_division_rounded_to_f32,
                 );
             }
+            mod wire {
+                unit_tests!(::ultr_core::session::codec::wire_tests:
+                    utf8_accepts_exactly_what_str_from_utf8_accepts,
+                );
+            }
         }
     }
     mod sources {

@@ -518,16 +518,14 @@ impl Decoder {
         let n = raw.items.len() as u32 - checked.repeats;
         let rows = n as usize;
         // Column by column: the session's own values n times, then each item column in one loop.
-        for _ in 0..rows {
-            self.session_id.append_value(&raw.session_id.0);
-            self.query_id.append_value(&raw.query_id.0);
-            self.policy_id.append_value(&raw.policy_id.0);
-        }
+        self.session_id.append_value_n(&raw.session_id.0, rows);
+        self.query_id.append_value_n(&raw.query_id.0, rows);
+        self.policy_id.append_value_n(&raw.policy_id.0, rows);
         self.event_time.append_value_n(checked.event_millis, rows);
         self.n_items.append_value_n(n, rows);
         match context.as_deref() {
-            Some(c) => (0..rows).for_each(|_| self.context.append_value(c)),
-            None => (0..rows).for_each(|_| self.context.append_null()),
+            Some(c) => self.context.append_value_n(c, rows),
+            None => self.context.append_nulls(rows),
         }
         let repeat = &self.repeat_scratch;
         let kept = || raw.items.iter().zip(repeat).filter(|(_, r)| !**r).map(|(item, _)| item);
@@ -538,11 +536,14 @@ impl Decoder {
         for item in kept() {
             self.clicked.append_value(item.clicked.0);
         }
-        for item in kept() {
-            append_list(&mut self.features, item.features.as_ref());
+        // Pages without vectors (`check_dims` returned no dimension) take their nulls in one call.
+        match checked.feature_dim {
+            None => self.features.append_nulls(rows),
+            Some(_) => kept().for_each(|item| append_list(&mut self.features, item.features.as_ref())),
         }
-        for item in kept() {
-            append_list(&mut self.bias_features, item.bias_features.as_ref());
+        match checked.bias_dim {
+            None => self.bias_features.append_nulls(rows),
+            Some(_) => kept().for_each(|item| append_list(&mut self.bias_features, item.bias_features.as_ref())),
         }
         if kept().all(|item| item.propensity.is_none()) {
             self.propensity.append_nulls(rows);

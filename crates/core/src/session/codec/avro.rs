@@ -424,17 +424,18 @@ fn skip(c: &mut Cursor, plan: &Plan, ty: &Ty, depth: usize) -> Result<(), Reject
     Ok(())
 }
 
-fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize) -> Result<RawItem<'a>, Rejected> {
-    let (mut doc_id, mut position, mut clicked) = (None, None, None);
-    let (mut feats, mut bias, mut propensity) = (None, None, None);
+/// Reads one item into `item`, a blank one already in the session's list: filled in place, the
+/// item is not moved through a `Result` and into the list, which cost as much as reading it. The
+/// plan (`resolve`) has a doc_id, a position and a clicked, so none stays blank.
+fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize, item: &mut RawItem<'a>) -> Result<(), Rejected> {
     for (role, ty) in &plan.item {
         match role {
-            ItemField::DocId => doc_id = Some(id(c, ty, "items[].doc_id")?),
+            ItemField::DocId => item.doc_id = id(c, ty, "items[].doc_id")?,
             ItemField::Position => {
-                position = Some(int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?)
+                item.position = int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?
             }
             ItemField::Clicked => {
-                clicked = Some(match branch(c, ty, "items[].clicked")? {
+                item.clicked = Clicked(match branch(c, ty, "items[].clicked")? {
                     Ty::Boolean => match c.take(1, "items[].clicked")?[0] {
                         0 => false,
                         1 => true,
@@ -448,20 +449,13 @@ fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize) -> Result<Raw
                     other => return Err(wrong("items[].clicked", other)),
                 })
             }
-            ItemField::Features => feats = features(c, ty, "items[].features", capacity)?,
-            ItemField::BiasFeatures => bias = features(c, ty, "items[].bias_features", capacity)?,
-            ItemField::Propensity => propensity = float(c, ty, "items[].propensity")?,
+            ItemField::Features => item.features = features(c, ty, "items[].features", capacity)?,
+            ItemField::BiasFeatures => item.bias_features = features(c, ty, "items[].bias_features", capacity)?,
+            ItemField::Propensity => item.propensity = float(c, ty, "items[].propensity")?,
             ItemField::Skip => skip(c, plan, ty, 1)?,
         }
     }
-    Ok(RawItem {
-        doc_id: doc_id.expect("the plan has a doc_id"),
-        position: position.expect("the plan has a position"),
-        clicked: Clicked(clicked.expect("the plan has clicked")),
-        features: feats,
-        bias_features: bias,
-        propensity,
-    })
+    Ok(())
 }
 
 fn read_session<'a>(bytes: &'a [u8], plan: &Plan, capacity: usize) -> Result<RawSession<'a>, Rejected> {
@@ -469,7 +463,8 @@ fn read_session<'a>(bytes: &'a [u8], plan: &Plan, capacity: usize) -> Result<Raw
     let mut version = plan.default_version.then_some(1u64);
     let (mut session_id, mut query_id, mut policy_id, mut event_time) = (None, None, None, None);
     let mut context = None;
-    let mut items = Vec::new();
+    // As the JSON reader: most pages fit 32 items without a reallocation.
+    let mut items = Vec::with_capacity(32);
     for (role, ty) in &plan.session {
         match role {
             SessionField::SchemaVersion => {
@@ -518,8 +513,8 @@ fn read_session<'a>(bytes: &'a [u8], plan: &Plan, capacity: usize) -> Result<Raw
             SessionField::Items => match branch(&mut c, ty, "items")? {
                 Ty::Array(e) if record_in(e) == Some(plan.item_record) => {
                     blocks(&mut c, "items", |c| {
-                        items.push(read_item(c, plan, capacity)?);
-                        Ok(())
+                        items.push(RawItem::blank());
+                        read_item(c, plan, capacity, items.last_mut().expect("an item was just pushed"))
                     })?;
                 }
                 Ty::Null => return Err(Rejected::new(Reason::WrongType, "items is null")),

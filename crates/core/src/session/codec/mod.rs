@@ -17,6 +17,9 @@ pub(crate) mod single_pass;
 /// The single-pass reader's unit tests, run by `tests/laboratory/units.rs` (the module stays crate-private).
 #[cfg(feature = "unit-tests")]
 pub use single_pass::tests as single_pass_tests;
+/// The wire helpers' unit tests, run by `tests/laboratory/units.rs`.
+#[cfg(feature = "unit-tests")]
+pub use wire::tests as wire_tests;
 pub mod wire;
 
 use std::sync::Arc;

@@ -185,7 +185,11 @@ impl<'a> Reader<'a> {
                 _ => self.at += 1,
             }
         }
-        let s = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
+        let raw = &self.bytes[start..self.at];
+        let s = match super::wire::ascii(raw) {
+            Some(s) => s,
+            None => std::str::from_utf8(raw).ok()?,
+        };
         self.at += 1;
         Some(s)
     }
