@@ -133,7 +133,7 @@ fn floats(c: &mut Cursor, wire: u8, double: bool, into: &mut Vec<f32>, what: &st
 }
 
 /// Reads one item into `item`, a blank one already in the session's list: filled in place, the
-/// item is not moved through a `Result` and into the list, which cost as much as reading it.
+/// item is not moved through a `Result` and then into the list (docs/benchmarks.md).
 fn read_item<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize, item: &mut RawItem<'a>) -> Result<(), Rejected> {
     let mut c = Cursor::new(bytes);
     while !c.is_empty() {
