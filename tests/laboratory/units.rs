@@ -99,6 +99,11 @@ mod ultr_core {
         );
     }
     mod session {
+        mod text_column {
+            unit_tests!(::ultr_core::session::text_column_tests:
+                pushes_give_the_array_arrows_builder_gives_one_value_at_a_time,
+            );
+        }
         mod codec {
             mod single_pass {
                 unit_tests!(::ultr_core::session::codec::single_pass_tests:

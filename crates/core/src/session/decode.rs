@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Builder,
+    ArrayRef, BooleanArray, BooleanBufferBuilder, Float32Builder, Float64Builder, ListBuilder, StringBuilder, TimestampMillisecondBuilder, UInt32Array,
+    UInt32Builder,
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::Deserialize;
@@ -15,8 +16,9 @@ use super::codec::interface::{Codec, CodecConfig, SchemaRegistryConfig};
 use super::codec::json::Json;
 use super::reason::{Reason, Rejected};
 use super::schema::{impressions_schema, SCHEMA_VERSION};
+use super::text_column::TextColumn;
 
-use super::codec::raw::{ContextValue, Features, RawSession};
+use super::codec::raw::{ContextValue, Features, RawItem, RawSession};
 use crate::window::hash;
 
 /// Limits that keep one absurd record from costing the pipeline memory or time.
@@ -200,14 +202,15 @@ pub struct Decoder {
     feature_dim: Option<usize>,
     bias_feature_dim: Option<usize>,
     rows: usize,
-    session_id: StringBuilder,
-    query_id: StringBuilder,
+    session_id: TextColumn,
+    query_id: TextColumn,
     event_time: TimestampMillisecondBuilder,
-    policy_id: StringBuilder,
+    policy_id: TextColumn,
     context: StringBuilder,
-    doc_id: StringBuilder,
-    position: UInt32Builder,
-    clicked: BooleanBuilder,
+    doc_id: TextColumn,
+    /// Positions and clicks have no nulls: plain values, no validity bit per row.
+    position: Vec<u32>,
+    clicked: BooleanBufferBuilder,
     n_items: UInt32Builder,
     features: ListBuilder<Float32Builder>,
     bias_features: ListBuilder<Float32Builder>,
@@ -215,9 +218,11 @@ pub struct Decoder {
     positions_scratch: Vec<u32>,
     /// Per item of the record being decoded: whether it repeats an earlier item's `doc_id`.
     repeat_scratch: Vec<bool>,
-    /// The duplicate check's open-addressing table: a `doc_id`'s hash and its item's index
-    /// (`u32::MAX`: empty), twice the record's items rounded up to a power of two.
-    doc_hash_scratch: Vec<(u64, u32)>,
+    /// The duplicate check's open-addressing table: an item's index + 1 (0: empty), twice the
+    /// record's items rounded up to a power of two.
+    doc_slots_scratch: Vec<u32>,
+    /// The duplicate check's hash of each item's `doc_id`.
+    doc_hash_scratch: Vec<u64>,
     /// Items the last accepted record dropped as repeats.
     last_repeats: u32,
     /// Sessions with a later event time are refused (`future_event_time`); set by the ingest loop.
@@ -253,20 +258,21 @@ impl Decoder {
             bias_feature_dim: limits.bias_feature_dim.or(limits.feature_schema.as_ref().filter(|s| !s.bias_features.is_empty()).map(|s| s.bias_features.len())),
             limits,
             rows: 0,
-            session_id: StringBuilder::new(),
-            query_id: StringBuilder::new(),
+            session_id: TextColumn::new(),
+            query_id: TextColumn::new(),
             event_time: TimestampMillisecondBuilder::new().with_timezone("UTC"),
-            policy_id: StringBuilder::new(),
+            policy_id: TextColumn::new(),
             context: StringBuilder::new(),
-            doc_id: StringBuilder::new(),
-            position: UInt32Builder::new(),
-            clicked: BooleanBuilder::new(),
+            doc_id: TextColumn::new(),
+            position: Vec::new(),
+            clicked: BooleanBufferBuilder::new(0),
             n_items: UInt32Builder::new(),
             features: item(),
             bias_features: item(),
             propensity: Float64Builder::new(),
             positions_scratch: Vec::new(),
             repeat_scratch: Vec::new(),
+            doc_slots_scratch: Vec::new(),
             doc_hash_scratch: Vec::new(),
             last_repeats: 0,
             event_time_ceiling: None,
@@ -465,26 +471,27 @@ impl Decoder {
         // first occurrence in the record's order kept), or the page refused (`duplicate_doc_id`).
         // The ids go into an open-addressing table keyed by their hash, in the record's order; only
         // ids with equal hashes are compared as text, so a collision costs a comparison.
-        let doc = |i: u32| raw.items[i as usize].doc_id.0.as_ref();
         let slots = (2 * n).next_power_of_two();
+        self.doc_slots_scratch.clear();
+        self.doc_slots_scratch.resize(slots, 0);
         self.doc_hash_scratch.clear();
-        self.doc_hash_scratch.resize(slots, (0, u32::MAX));
+        self.doc_hash_scratch.extend(raw.items.iter().map(|item| hash::words(item.doc_id.0.as_bytes())));
         self.repeat_scratch.clear();
         self.repeat_scratch.resize(n, false);
         let mut repeats = 0u32;
         // Under `refuse_session`, the smallest repeated id (the refusal names it).
         let mut refused: Option<&str> = None;
         for (i, item) in raw.items.iter().enumerate() {
-            let id = item.doc_id.0.as_ref();
-            let hash = hash::mix(hash::fnv(hash::FNV_OFFSET, id.bytes()));
+            let hash = self.doc_hash_scratch[i];
             let mut slot = hash as usize & (slots - 1);
             loop {
-                let (h, earlier) = self.doc_hash_scratch[slot];
-                if earlier == u32::MAX {
-                    self.doc_hash_scratch[slot] = (hash, i as u32);
+                let earlier = self.doc_slots_scratch[slot] as usize;
+                if earlier == 0 {
+                    self.doc_slots_scratch[slot] = i as u32 + 1;
                     break;
                 }
-                if h == hash && doc(earlier) == id {
+                let id = item.doc_id.0.as_ref();
+                if self.doc_hash_scratch[earlier - 1] == hash && raw.items[earlier - 1].doc_id.0 == id {
                     // The first occurrence is in the table: this item repeats it.
                     refused = Some(refused.map_or(id, |r| r.min(id)));
                     self.repeat_scratch[i] = true;
@@ -518,44 +525,63 @@ impl Decoder {
         let n = raw.items.len() as u32 - checked.repeats;
         let rows = n as usize;
         // Column by column: the session's own values n times, then each item column in one loop.
-        self.session_id.append_value_n(&raw.session_id.0, rows);
-        self.query_id.append_value_n(&raw.query_id.0, rows);
-        self.policy_id.append_value_n(&raw.policy_id.0, rows);
+        self.session_id.push_n(&raw.session_id.0, rows);
+        self.query_id.push_n(&raw.query_id.0, rows);
+        self.policy_id.push_n(&raw.policy_id.0, rows);
         self.event_time.append_value_n(checked.event_millis, rows);
         self.n_items.append_value_n(n, rows);
         match context.as_deref() {
             Some(c) => self.context.append_value_n(c, rows),
             None => self.context.append_nulls(rows),
         }
-        let repeat = &self.repeat_scratch;
-        let kept = || raw.items.iter().zip(repeat).filter(|(_, r)| !**r).map(|(item, _)| item);
-        for item in kept() {
-            self.doc_id.append_value(&item.doc_id.0);
-        }
-        self.position.extend(kept().map(|item| Some(item.position as u32)));
-        for item in kept() {
-            self.clicked.append_value(item.clicked.0);
-        }
-        // Pages without vectors (`check_dims` returned no dimension) take their nulls in one call.
-        match checked.feature_dim {
-            None => self.features.append_nulls(rows),
-            Some(_) => kept().for_each(|item| append_list(&mut self.features, item.features.as_ref())),
-        }
-        match checked.bias_dim {
-            None => self.bias_features.append_nulls(rows),
-            Some(_) => kept().for_each(|item| append_list(&mut self.bias_features, item.bias_features.as_ref())),
-        }
-        if kept().all(|item| item.propensity.is_none()) {
-            self.propensity.append_nulls(rows);
+        if checked.repeats == 0 {
+            // Nearly every page: no repeat to skip, so each column is one plain loop.
+            self.append_items(raw.items.iter(), checked, rows);
         } else {
-            self.propensity.extend(kept().map(|item| item.propensity));
+            let repeat = &self.repeat_scratch;
+            let kept: Vec<&RawItem> = raw.items.iter().zip(repeat).filter(|(_, r)| !**r).map(|(item, _)| item).collect();
+            self.append_items(kept.into_iter(), checked, rows);
         }
         self.rows += rows;
         rows
     }
 
+    /// The item columns of `rows` kept items.
+    fn append_items<'r, 'a: 'r>(&mut self, kept: impl Iterator<Item = &'r RawItem<'a>> + Clone, checked: Checked, rows: usize) {
+        for item in kept.clone() {
+            self.doc_id.push(&item.doc_id.0);
+        }
+        // Validation checked that every position fits a u32.
+        self.position.extend(kept.clone().map(|item| item.position as u32));
+        // The clicks packed 64 to a word and appended a word at a time.
+        let mut clicked = kept.clone().map(|item| item.clicked.0).peekable();
+        while clicked.peek().is_some() {
+            let (mut word, mut bits) = (0u64, 0usize);
+            for click in clicked.by_ref().take(64) {
+                word |= u64::from(click) << bits;
+                bits += 1;
+            }
+            self.clicked.append_packed_range(0..bits, &word.to_le_bytes());
+        }
+        // Pages without vectors (`check_dims` returned no dimension) take their nulls in one call.
+        match checked.feature_dim {
+            None => self.features.append_nulls(rows),
+            Some(_) => kept.clone().for_each(|item| append_list(&mut self.features, item.features.as_ref())),
+        }
+        match checked.bias_dim {
+            None => self.bias_features.append_nulls(rows),
+            Some(_) => kept.clone().for_each(|item| append_list(&mut self.bias_features, item.bias_features.as_ref())),
+        }
+        if kept.clone().all(|item| item.propensity.is_none()) {
+            self.propensity.append_nulls(rows);
+        } else {
+            self.propensity.extend(kept.map(|item| item.propensity));
+        }
+    }
+
     /// Hands out the buffered rows as one batch (possibly empty) and starts a new one.
     pub fn finish(&mut self) -> RecordBatch {
+        let rows = self.position.len();
         let columns: Vec<ArrayRef> = vec![
             Arc::new(self.session_id.finish()),
             Arc::new(self.query_id.finish()),
@@ -563,8 +589,8 @@ impl Decoder {
             Arc::new(self.policy_id.finish()),
             Arc::new(self.context.finish()),
             Arc::new(self.doc_id.finish()),
-            Arc::new(self.position.finish()),
-            Arc::new(self.clicked.finish()),
+            Arc::new(UInt32Array::new(std::mem::replace(&mut self.position, Vec::with_capacity(rows)).into(), None)),
+            Arc::new(BooleanArray::new(self.clicked.finish(), None)),
             Arc::new(self.n_items.finish()),
             Arc::new(self.features.finish()),
             Arc::new(self.bias_features.finish()),

@@ -4,6 +4,10 @@ pub mod codec;
 pub mod decode;
 pub mod reason;
 pub mod schema;
+mod text_column;
+/// The text column's unit tests, run by `tests/laboratory/units.rs` (the module stays crate-private).
+#[cfg(feature = "unit-tests")]
+pub use text_column::tests as text_column_tests;
 
 pub use codec::Codec;
 pub use decode::{DecodeLimits, Decoder, DuplicateDocId};

@@ -244,6 +244,7 @@ fn resolve(schema: Schema) -> Result<Plan, Rejected> {
     Ok(Plan { schema, session, item_record, item, default_version })
 }
 
+#[cold]
 fn wrong(what: &str, ty: &Ty) -> Rejected {
     Rejected::new(Reason::WrongType, format!("{what}: the writer's {} cannot be read as the reader's type", kind(ty)))
 }
@@ -268,6 +269,7 @@ fn kind(ty: &Ty) -> &'static str {
 }
 
 /// A value's type with a union's branch chosen by the record.
+#[inline(always)]
 fn branch<'t>(c: &mut Cursor, ty: &'t Ty, what: &str) -> Result<&'t Ty, Rejected> {
     match ty {
         Ty::Union(branches) => {
@@ -280,6 +282,7 @@ fn branch<'t>(c: &mut Cursor, ty: &'t Ty, what: &str) -> Result<&'t Ty, Rejected
     }
 }
 
+#[inline(always)]
 fn int(c: &mut Cursor, ty: &Ty, what: &str) -> Result<Option<i64>, Rejected> {
     match branch(c, ty, what)? {
         Ty::Int | Ty::Long | Ty::LongMicros => Ok(Some(c.zigzag(what)?)),
@@ -288,6 +291,7 @@ fn int(c: &mut Cursor, ty: &Ty, what: &str) -> Result<Option<i64>, Rejected> {
     }
 }
 
+#[inline(always)]
 fn text<'a>(c: &mut Cursor<'a>, ty: &Ty, what: &str) -> Result<Option<Cow<'a, str>>, Rejected> {
     match branch(c, ty, what)? {
         Ty::Str | Ty::Bytes => {
@@ -300,15 +304,18 @@ fn text<'a>(c: &mut Cursor<'a>, ty: &Ty, what: &str) -> Result<Option<Cow<'a, st
     }
 }
 
+#[inline(always)]
 fn id<'a>(c: &mut Cursor<'a>, ty: &Ty, what: &str) -> Result<Id<'a>, Rejected> {
     text(c, ty, what)?.map(Id).ok_or_else(|| Rejected::new(Reason::WrongType, format!("{what} is null")))
 }
 
+#[inline(always)]
 fn length(c: &mut Cursor, what: &str) -> Result<usize, Rejected> {
     let n = c.zigzag(what)?;
     usize::try_from(n).map_err(|_| Rejected::new(Reason::MalformedPayload, format!("{what}: negative length {n}")))
 }
 
+#[inline(always)]
 fn float(c: &mut Cursor, ty: &Ty, what: &str) -> Result<Option<f64>, Rejected> {
     match branch(c, ty, what)? {
         Ty::Float => Ok(Some(f64::from(c.f32_le(what)?))),
@@ -424,18 +431,40 @@ fn skip(c: &mut Cursor, plan: &Plan, ty: &Ty, depth: usize) -> Result<(), Reject
     Ok(())
 }
 
-/// Reads one item into `item`, a blank one already in the session's list: filled in place, the
-/// item is not moved through a `Result` and then into the list (docs/benchmarks.md). The
-/// plan (`resolve`) has a doc_id, a position and a clicked, so none stays blank.
-fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize, item: &mut RawItem<'a>) -> Result<(), Rejected> {
+/// Reads one item and pushes it onto `items`. Each field is read into a local and the item is
+/// written once, whole: a blank item pushed and then filled, or an item returned through a
+/// `Result`, costs stores and reloads of its 104 bytes (docs/benchmarks.md). The plan
+/// (`resolve`) has a doc_id, a position and a clicked.
+#[inline(always)]
+fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize, items: &mut Vec<RawItem<'a>>) -> Result<(), Rejected> {
+    let (mut doc_id, mut position, mut clicked, mut propensity) = (Id(Cow::Borrowed("")), 0i64, false, None);
+    let (mut features, mut bias_features) = (None, None);
     for (role, ty) in &plan.item {
-        match role {
-            ItemField::DocId => item.doc_id = id(c, ty, "items[].doc_id")?,
-            ItemField::Position => {
-                item.position = int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?
+        // The shipped schema's types first, each read directly; any other type the general way below.
+        match (role, ty) {
+            (ItemField::DocId, Ty::Str) => {
+                let n = length(c, "items[].doc_id")?;
+                doc_id = Id(Cow::Borrowed(utf8(c.take(n, "items[].doc_id")?, "items[].doc_id")?));
+                continue;
             }
+            (ItemField::Position, Ty::Int | Ty::Long) => {
+                position = c.zigzag("items[].position")?;
+                continue;
+            }
+            // A union's branch 0 (one byte, 0) when that branch is null: the optional fields' usual value.
+            (ItemField::Features | ItemField::BiasFeatures | ItemField::Propensity, Ty::Union(branches))
+                if matches!(branches.first(), Some(Ty::Null)) && c.buf.get(c.at) == Some(&0) =>
+            {
+                c.at += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match role {
+            ItemField::DocId => doc_id = id(c, ty, "items[].doc_id")?,
+            ItemField::Position => position = int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?,
             ItemField::Clicked => {
-                item.clicked = Clicked(match branch(c, ty, "items[].clicked")? {
+                clicked = match branch(c, ty, "items[].clicked")? {
                     Ty::Boolean => match c.take(1, "items[].clicked")?[0] {
                         0 => false,
                         1 => true,
@@ -447,14 +476,15 @@ fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize, item: &mut Ra
                         v => return Err(Rejected::new(Reason::WrongType, format!("items[].clicked = {v:?}; a boolean or 0/1"))),
                     },
                     other => return Err(wrong("items[].clicked", other)),
-                })
+                }
             }
-            ItemField::Features => item.features = features(c, ty, "items[].features", capacity)?,
-            ItemField::BiasFeatures => item.bias_features = features(c, ty, "items[].bias_features", capacity)?,
-            ItemField::Propensity => item.propensity = float(c, ty, "items[].propensity")?,
+            ItemField::Features => features = self::features(c, ty, "items[].features", capacity)?,
+            ItemField::BiasFeatures => bias_features = self::features(c, ty, "items[].bias_features", capacity)?,
+            ItemField::Propensity => propensity = float(c, ty, "items[].propensity")?,
             ItemField::Skip => skip(c, plan, ty, 1)?,
         }
     }
+    items.push(RawItem { doc_id, position, clicked: Clicked(clicked), features, bias_features, propensity });
     Ok(())
 }
 
@@ -512,10 +542,7 @@ fn read_session<'a>(bytes: &'a [u8], plan: &Plan, capacity: usize) -> Result<Raw
             }
             SessionField::Items => match branch(&mut c, ty, "items")? {
                 Ty::Array(e) if record_in(e) == Some(plan.item_record) => {
-                    blocks(&mut c, "items", |c| {
-                        items.push(RawItem::blank());
-                        read_item(c, plan, capacity, items.last_mut().expect("an item was just pushed"))
-                    })?;
+                    blocks(&mut c, "items", |c| read_item(c, plan, capacity, &mut items))?;
                 }
                 Ty::Null => return Err(Rejected::new(Reason::WrongType, "items is null")),
                 other => return Err(wrong("items", other)),

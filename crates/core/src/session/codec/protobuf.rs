@@ -43,6 +43,7 @@ const I64: u8 = 1;
 const LEN: u8 = 2;
 const I32: u8 = 5;
 
+#[cold]
 fn wrong_wire(what: &str, wire: u8) -> Rejected {
     let name = match wire {
         VARINT => "a varint",
@@ -54,6 +55,7 @@ fn wrong_wire(what: &str, wire: u8) -> Rejected {
     Rejected::new(Reason::WrongType, format!("{what} arrived as {name}, which its type is not"))
 }
 
+#[inline(always)]
 fn expect(what: &str, wire: u8, want: u8) -> Result<(), Rejected> {
     if wire == want {
         Ok(())
@@ -62,6 +64,7 @@ fn expect(what: &str, wire: u8, want: u8) -> Result<(), Rejected> {
     }
 }
 
+#[inline(always)]
 fn bytes<'a>(c: &mut Cursor<'a>, what: &str) -> Result<&'a [u8], Rejected> {
     let n = c.varint(what)?;
     let n = usize::try_from(n).map_err(|_| Rejected::new(Reason::TruncatedPayload, format!("{what}: length {n}")))?;
@@ -88,6 +91,7 @@ fn skip(c: &mut Cursor, wire: u8) -> Result<(), Rejected> {
     Ok(())
 }
 
+#[inline(always)]
 fn tag(c: &mut Cursor) -> Result<(u32, u8), Rejected> {
     let t = c.varint("a field tag")?;
     let number = u32::try_from(t >> 3).map_err(|_| Rejected::new(Reason::MalformedPayload, format!("field number {} out of range", t >> 3)))?;
@@ -97,6 +101,7 @@ fn tag(c: &mut Cursor) -> Result<(u32, u8), Rejected> {
     Ok((number, (t & 7) as u8))
 }
 
+#[inline(always)]
 fn text<'a>(c: &mut Cursor<'a>, wire: u8, what: &str) -> Result<Cow<'a, str>, Rejected> {
     expect(what, wire, LEN)?;
     Ok(Cow::Borrowed(utf8(bytes(c, what)?, what)?))
@@ -132,34 +137,41 @@ fn floats(c: &mut Cursor, wire: u8, double: bool, into: &mut Vec<f32>, what: &st
     }
 }
 
-/// Reads one item into `item`, a blank one already in the session's list: filled in place, the
-/// item is not moved through a `Result` and then into the list (docs/benchmarks.md).
-fn read_item<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize, item: &mut RawItem<'a>) -> Result<(), Rejected> {
+/// Reads one item and pushes it onto `items`. Each field is read into a local and the item is
+/// written once, whole: a blank item pushed and then filled, or an item returned through a
+/// `Result`, costs stores and reloads of its 104 bytes (docs/benchmarks.md).
+#[inline(always)]
+fn read_item<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize, items: &mut Vec<RawItem<'a>>) -> Result<(), Rejected> {
     let mut c = Cursor::new(bytes);
+    let (mut doc_id, mut position, mut clicked, mut propensity) = ("", 0i64, false, None);
+    let (mut features, mut bias_features): (Option<Features>, Option<Features>) = (None, None);
     while !c.is_empty() {
         let (number, wire) = tag(&mut c)?;
         match n.item.iter().position(|&x| x == number) {
-            Some(0) => item.doc_id = Id(text(&mut c, wire, "items[].doc_id")?),
+            Some(0) => {
+                expect("items[].doc_id", wire, LEN)?;
+                doc_id = utf8(self::bytes(&mut c, "items[].doc_id")?, "items[].doc_id")?;
+            }
             Some(1) => {
                 expect("items[].position", wire, VARINT)?;
                 // int32/int64 negatives are sign-extended to 64 bits on the wire.
-                item.position = c.varint("items[].position")? as i64;
+                position = c.varint("items[].position")? as i64;
             }
             Some(2) => {
                 expect("items[].clicked", wire, VARINT)?;
-                item.clicked = Clicked(match c.varint("items[].clicked")? {
+                clicked = match c.varint("items[].clicked")? {
                     0 => false,
                     1 => true,
                     v => return Err(Rejected::new(Reason::WrongType, format!("items[].clicked = {v}; a bool is 0 or 1"))),
-                });
+                };
             }
             Some(k @ (3 | 4)) => {
-                let (slot, what) = if k == 3 { (&mut item.features, "items[].features") } else { (&mut item.bias_features, "items[].bias_features") };
+                let (slot, what) = if k == 3 { (&mut features, "items[].features") } else { (&mut bias_features, "items[].bias_features") };
                 let values = slot.get_or_insert_with(|| Features(Vec::with_capacity(capacity.min(1024))));
                 floats(&mut c, wire, n.double_features[k - 3], &mut values.0, what)?;
             }
             Some(5) => {
-                item.propensity = Some(if n.float_propensity {
+                propensity = Some(if n.float_propensity {
                     expect("items[].propensity", wire, I32)?;
                     f64::from(c.f32_le("items[].propensity")?)
                 } else {
@@ -170,6 +182,8 @@ fn read_item<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize, item: &mut RawIt
             _ => skip(&mut c, wire)?,
         }
     }
+    // A field the record lacks stays empty (or 0), and validation refuses it.
+    items.push(RawItem { doc_id: Id(Cow::Borrowed(doc_id)), position, clicked: Clicked(clicked), features, bias_features, propensity });
     Ok(())
 }
 
@@ -247,8 +261,7 @@ fn read_session<'a>(record: &'a [u8], n: &Numbers, capacity: usize) -> Result<Ra
             Some(6) => {
                 expect("items", wire, LEN)?;
                 let body = bytes(&mut c, "items")?;
-                s.items.push(RawItem::blank());
-                read_item(body, n, capacity, s.items.last_mut().expect("an item was just pushed"))?;
+                read_item(body, n, capacity, &mut s.items)?;
             }
             _ => skip(&mut c, wire)?,
         }

@@ -224,14 +224,6 @@ pub struct RawItem<'a> {
     pub propensity: Option<f64>,
 }
 
-impl RawItem<'_> {
-    /// An item with an empty `doc_id`, position 0 and nothing else: what a binary codec pushes and
-    /// then fills in place (a field the record lacks stays so, and validation refuses it).
-    pub fn blank() -> Self {
-        RawItem { doc_id: Id(Cow::Borrowed("")), position: 0, clicked: Clicked(false), features: None, bias_features: None, propensity: None }
-    }
-}
-
 #[derive(Deserialize)]
 pub struct RawSession<'a> {
     pub schema_version: u64,

@@ -21,8 +21,21 @@ impl<'a> Cursor<'a> {
         self.buf.len() - self.at
     }
 
-    /// An unsigned LEB128 varint of at most 10 bytes.
+    /// An unsigned LEB128 varint of at most 10 bytes. Inlined with a one-byte fast path (tags,
+    /// lengths and small values, most of a record's varints); longer ones take `varint_long`.
+    #[inline]
     pub(crate) fn varint(&mut self, what: &str) -> Result<u64, Rejected> {
+        match self.buf.get(self.at) {
+            Some(&byte) if byte < 0x80 => {
+                self.at += 1;
+                Ok(u64::from(byte))
+            }
+            _ => self.varint_long(what),
+        }
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self, what: &str) -> Result<u64, Rejected> {
         let mut value = 0u64;
         for i in 0..10 {
             let Some(&byte) = self.buf.get(self.at) else {
@@ -38,19 +51,26 @@ impl<'a> Cursor<'a> {
     }
 
     /// A zigzag-encoded signed varint (Avro's int and long, Confluent's message indexes).
+    #[inline]
     pub(crate) fn zigzag(&mut self, what: &str) -> Result<i64, Rejected> {
         let v = self.varint(what)?;
         Ok((v >> 1) as i64 ^ -((v & 1) as i64))
     }
 
     /// The next `n` bytes.
+    #[inline]
     pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Rejected> {
         if n > self.remaining() {
-            return Err(Rejected::new(Reason::TruncatedPayload, format!("{what} needs {n} bytes at byte {} but {} remain", self.at, self.remaining())));
+            return Err(self.short(n, what));
         }
         let out = &self.buf[self.at..self.at + n];
         self.at += n;
         Ok(out)
+    }
+
+    #[cold]
+    fn short(&self, n: usize, what: &str) -> Rejected {
+        Rejected::new(Reason::TruncatedPayload, format!("{what} needs {n} bytes at byte {} but {} remain", self.at, self.remaining()))
     }
 
     pub(crate) fn f32_le(&mut self, what: &str) -> Result<f32, Rejected> {
@@ -65,6 +85,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// Text that must be UTF-8 (`not_utf8` otherwise), borrowed from the record.
+#[inline]
 pub(crate) fn utf8<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Rejected> {
     match ascii(bytes) {
         Some(text) => Ok(text),
