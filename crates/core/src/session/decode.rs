@@ -426,7 +426,13 @@ impl Decoder {
         let mut small = true;
         // The smallest repeated position (the refusal names it, as the sorted check below does).
         let mut repeated: Option<u32> = None;
+        // Whether any item carries a vector (pages without any skip the dimension checks), and each
+        // `doc_id`'s hash for the duplicate check below, gathered in this one pass over the items.
+        let mut any_vectors = false;
+        self.doc_hash_scratch.clear();
         for (i, item) in raw.items.iter().enumerate() {
+            any_vectors |= item.features.is_some() | item.bias_features.is_some();
+            self.doc_hash_scratch.push(hash::words(item.doc_id.0.as_bytes()));
             if item.doc_id.0.is_empty() {
                 return Err(Rejected::new(Reason::EmptyId, format!("items[{i}].doc_id is empty")));
             }
@@ -474,8 +480,6 @@ impl Decoder {
         let slots = (2 * n).next_power_of_two();
         self.doc_slots_scratch.clear();
         self.doc_slots_scratch.resize(slots, 0);
-        self.doc_hash_scratch.clear();
-        self.doc_hash_scratch.extend(raw.items.iter().map(|item| hash::words(item.doc_id.0.as_bytes())));
         self.repeat_scratch.clear();
         self.repeat_scratch.resize(n, false);
         let mut repeats = 0u32;
@@ -508,8 +512,14 @@ impl Decoder {
                 format!("doc_id {shown:?} appears twice in one session (decode.duplicate_doc_id = \"refuse_session\")"),
             ));
         }
-        let feature_dim = check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?;
-        let bias_dim = check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?;
+        let (feature_dim, bias_dim) = if any_vectors {
+            (
+                check_dims(raw.items.iter().map(|i| i.features.as_ref()), self.feature_dim, self.limits.max_features, "features")?,
+                check_dims(raw.items.iter().map(|i| i.bias_features.as_ref()), self.bias_feature_dim, self.limits.max_features, "bias_features")?,
+            )
+        } else {
+            (None, None)
+        };
         Ok(Checked { event_millis, feature_dim, bias_dim, repeats })
     }
 

@@ -451,6 +451,11 @@ fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize, items: &mut V
                 position = c.zigzag("items[].position")?;
                 continue;
             }
+            (ItemField::Clicked, Ty::Boolean) if matches!(c.buf.get(c.at), Some(0 | 1)) => {
+                clicked = c.buf[c.at] == 1;
+                c.at += 1;
+                continue;
+            }
             // A union's branch 0 (one byte, 0) when that branch is null: the optional fields' usual value.
             (ItemField::Features | ItemField::BiasFeatures | ItemField::Propensity, Ty::Union(branches))
                 if matches!(branches.first(), Some(Ty::Null)) && c.buf.get(c.at) == Some(&0) =>
