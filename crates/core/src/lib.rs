@@ -19,5 +19,7 @@ pub mod session;
 pub mod sinks;
 pub mod sources;
 pub mod state;
+#[cfg(feature = "unit-tests")]
+mod testing;
 pub mod units;
 pub mod window;

@@ -79,19 +79,13 @@ pub mod tests {
     /// Random runs of `push` and `push_n` (n from 0 to 40, texts of 0–20 bytes, some multi-byte)
     /// give the same array as Arrow's own `StringBuilder` fed one value at a time, across finishes.
     pub fn pushes_give_the_array_arrows_builder_gives_one_value_at_a_time() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
         let alphabet = ["a", "b", "é", "日", "0", "_"];
         let (mut ours, mut reference) = (TextColumn::new(), StringBuilder::new());
         for round in 0..2_000 {
             let len = (next() % 21) as usize;
             let text: String = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
-            if next() % 2 == 0 {
+            if next().is_multiple_of(2) {
                 ours.push(&text);
                 reference.append_value(&text);
             } else {

@@ -525,14 +525,12 @@ pub mod tests {
     }
 
     pub fn leading_digits_counts_and_reads_the_digit_run_of_any_eight_bytes() {
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = crate::testing::xorshift(0x9E37_79B9_7F4A_7C15);
         let alphabet = b"0123456789012345678901234567890123456789.,-+eE]} \x00\xff\xfa\xb9\x3a\x2f";
         for _ in 0..500_000 {
             let mut bytes = [0u8; 8];
             for b in &mut bytes {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
+                let rng = next();
                 *b = if rng.is_multiple_of(5) { (rng >> 32) as u8 } else { alphabet[(rng >> 40) as usize % alphabet.len()] };
             }
             let count = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
@@ -595,13 +593,7 @@ pub mod tests {
     /// rounding boundary (spelled with 17 significant digits), ryu's shortest f32 spellings, and
     /// random significands of every length with every exponent.
     pub fn to_f32_equals_the_division_rounded_to_f32() {
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::testing::xorshift(0x2545_F491_4F6C_DD1D);
         let mut checked = 0u64;
         let mut check = |text: &str| {
             let mut reader = Reader { bytes: text.as_bytes(), at: 0, feature_capacity: 0 };

@@ -173,13 +173,7 @@ pub mod tests {
     /// strings `str::from_utf8` alone does, and returns the same text: random strings of 0–40 bytes
     /// drawn from ASCII, the lead and continuation bytes of 2–4-byte UTF-8, and bytes UTF-8 never has.
     pub fn utf8_accepts_exactly_what_str_from_utf8_accepts() {
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::testing::xorshift(0x2545_F491_4F6C_DD1D);
         let pieces: [&[u8]; 8] = [b"d", b"q_7", "é".as_bytes(), "日".as_bytes(), "😀".as_bytes(), b"\xff", b"\xc3", b"\x80"];
         let (mut ascii_seen, mut other_ok, mut refused) = (0, 0, 0);
         for _ in 0..200_000 {
@@ -188,7 +182,7 @@ pub mod tests {
             while (bytes.len() as u64) < len {
                 let r = next();
                 // Mostly ASCII, as ids are; a third of the strings get other pieces too.
-                let piece = if r % 3 == 0 { pieces[(r >> 8) as usize % pieces.len()] } else { pieces[(r >> 8) as usize % 2] };
+                let piece = if r.is_multiple_of(3) { pieces[(r >> 8) as usize % pieces.len()] } else { pieces[(r >> 8) as usize % 2] };
                 bytes.extend_from_slice(piece);
             }
             let want = std::str::from_utf8(&bytes).ok();
