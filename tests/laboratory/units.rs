@@ -99,6 +99,11 @@ mod ultr_core {
         );
     }
     mod session {
+        mod null_run {
+            unit_tests!(::ultr_core::session::null_run_tests:
+                null_runs_give_the_array_of_rows_appended_one_at_a_time,
+            );
+        }
         mod text_column {
             unit_tests!(::ultr_core::session::text_column_tests:
                 pushes_give_the_array_arrows_builder_gives_one_value_at_a_time,

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::codec::interface::{Codec, CodecConfig, SchemaRegistryConfig};
 use super::codec::json::Json;
+use super::null_run::NullRun;
 use super::reason::{Reason, Rejected};
 use super::schema::{impressions_schema, SCHEMA_VERSION};
 use super::text_column::TextColumn;
@@ -206,15 +207,15 @@ pub struct Decoder {
     query_id: TextColumn,
     event_time: TimestampMillisecondBuilder,
     policy_id: TextColumn,
-    context: StringBuilder,
+    context: NullRun<StringBuilder>,
     doc_id: TextColumn,
     /// Positions and clicks have no nulls: plain values, no validity bit per row.
     position: Vec<u32>,
     clicked: BooleanBufferBuilder,
     n_items: UInt32Builder,
-    features: ListBuilder<Float32Builder>,
-    bias_features: ListBuilder<Float32Builder>,
-    propensity: Float64Builder,
+    features: NullRun<ListBuilder<Float32Builder>>,
+    bias_features: NullRun<ListBuilder<Float32Builder>>,
+    propensity: NullRun<Float64Builder>,
     positions_scratch: Vec<u32>,
     /// Per item of the record being decoded: whether it repeats an earlier item's `doc_id`.
     repeat_scratch: Vec<bool>,
@@ -262,14 +263,14 @@ impl Decoder {
             query_id: TextColumn::new(),
             event_time: TimestampMillisecondBuilder::new().with_timezone("UTC"),
             policy_id: TextColumn::new(),
-            context: StringBuilder::new(),
+            context: NullRun::new(StringBuilder::new()),
             doc_id: TextColumn::new(),
             position: Vec::new(),
             clicked: BooleanBufferBuilder::new(0),
             n_items: UInt32Builder::new(),
-            features: item(),
-            bias_features: item(),
-            propensity: Float64Builder::new(),
+            features: NullRun::new(item()),
+            bias_features: NullRun::new(item()),
+            propensity: NullRun::new(Float64Builder::new()),
             positions_scratch: Vec::new(),
             repeat_scratch: Vec::new(),
             doc_slots_scratch: Vec::new(),
@@ -541,8 +542,8 @@ impl Decoder {
         self.event_time.append_value_n(checked.event_millis, rows);
         self.n_items.append_value_n(n, rows);
         match context.as_deref() {
-            Some(c) => self.context.append_value_n(c, rows),
-            None => self.context.append_nulls(rows),
+            Some(c) => self.context.rows().append_value_n(c, rows),
+            None => self.context.nulls(rows),
         }
         if checked.repeats == 0 {
             // Nearly every page: no repeat to skip, so each column is one plain loop.
@@ -575,17 +576,23 @@ impl Decoder {
         }
         // Pages without vectors (`check_dims` returned no dimension) take their nulls in one call.
         match checked.feature_dim {
-            None => self.features.append_nulls(rows),
-            Some(_) => kept.clone().for_each(|item| append_list(&mut self.features, item.features.as_ref())),
+            None => self.features.nulls(rows),
+            Some(_) => {
+                let features = self.features.rows();
+                kept.clone().for_each(|item| append_list(features, item.features.as_ref()))
+            }
         }
         match checked.bias_dim {
-            None => self.bias_features.append_nulls(rows),
-            Some(_) => kept.clone().for_each(|item| append_list(&mut self.bias_features, item.bias_features.as_ref())),
+            None => self.bias_features.nulls(rows),
+            Some(_) => {
+                let bias_features = self.bias_features.rows();
+                kept.clone().for_each(|item| append_list(bias_features, item.bias_features.as_ref()))
+            }
         }
         if kept.clone().all(|item| item.propensity.is_none()) {
-            self.propensity.append_nulls(rows);
+            self.propensity.nulls(rows);
         } else {
-            self.propensity.extend(kept.map(|item| item.propensity));
+            self.propensity.rows().extend(kept.map(|item| item.propensity));
         }
     }
 
@@ -597,14 +604,14 @@ impl Decoder {
             Arc::new(self.query_id.finish()),
             Arc::new(self.event_time.finish()),
             Arc::new(self.policy_id.finish()),
-            Arc::new(self.context.finish()),
+            Arc::new(self.context.rows().finish()),
             Arc::new(self.doc_id.finish()),
             Arc::new(UInt32Array::new(std::mem::replace(&mut self.position, Vec::with_capacity(rows)).into(), None)),
             Arc::new(BooleanArray::new(self.clicked.finish(), None)),
             Arc::new(self.n_items.finish()),
-            Arc::new(self.features.finish()),
-            Arc::new(self.bias_features.finish()),
-            Arc::new(self.propensity.finish()),
+            Arc::new(self.features.rows().finish()),
+            Arc::new(self.bias_features.rows().finish()),
+            Arc::new(self.propensity.rows().finish()),
         ];
         self.rows = 0;
         RecordBatch::try_new(impressions_schema(), columns).expect("decoder builds columns that match the impressions schema")

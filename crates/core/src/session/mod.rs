@@ -2,9 +2,13 @@
 
 pub mod codec;
 pub mod decode;
+mod null_run;
 pub mod reason;
 pub mod schema;
 mod text_column;
+/// The null runs' unit tests, run by `tests/laboratory/units.rs` (the module stays crate-private).
+#[cfg(feature = "unit-tests")]
+pub use null_run::tests as null_run_tests;
 /// The text column's unit tests, run by `tests/laboratory/units.rs` (the module stays crate-private).
 #[cfg(feature = "unit-tests")]
 pub use text_column::tests as text_column_tests;

@@ -431,65 +431,96 @@ fn skip(c: &mut Cursor, plan: &Plan, ty: &Ty, depth: usize) -> Result<(), Reject
     Ok(())
 }
 
+/// One item's fields as read so far.
+struct ItemFields<'a> {
+    doc_id: Id<'a>,
+    position: i64,
+    clicked: bool,
+    features: Option<Features>,
+    bias_features: Option<Features>,
+    propensity: Option<f64>,
+}
+
 /// Reads one item and pushes it onto `items`. Each field is read into a local and the item is
 /// written once, whole: a blank item pushed and then filled, or an item returned through a
 /// `Result`, costs stores and reloads of its 104 bytes (docs/benchmarks.md). The plan
-/// (`resolve`) has a doc_id, a position and a clicked.
+/// (`resolve`) has a doc_id, a position and a clicked. A writer whose item fields come in the
+/// shipped schema's order (most) has them read in that order without a dispatch on each role.
 #[inline(always)]
 fn read_item<'a>(c: &mut Cursor<'a>, plan: &Plan, capacity: usize, items: &mut Vec<RawItem<'a>>) -> Result<(), Rejected> {
-    let (mut doc_id, mut position, mut clicked, mut propensity) = (Id(Cow::Borrowed("")), 0i64, false, None);
-    let (mut features, mut bias_features) = (None, None);
-    for (role, ty) in &plan.item {
-        // The shipped schema's types first, each read directly; any other type the general way below.
-        match (role, ty) {
-            (ItemField::DocId, Ty::Str) => {
-                let n = length(c, "items[].doc_id")?;
-                doc_id = Id(Cow::Borrowed(utf8(c.take(n, "items[].doc_id")?, "items[].doc_id")?));
-                continue;
-            }
-            (ItemField::Position, Ty::Int | Ty::Long) => {
-                position = c.zigzag("items[].position")?;
-                continue;
-            }
-            (ItemField::Clicked, Ty::Boolean) if matches!(c.buf.get(c.at), Some(0 | 1)) => {
-                clicked = c.buf[c.at] == 1;
-                c.at += 1;
-                continue;
-            }
-            // A union's branch 0 (one byte, 0) when that branch is null: the optional fields' usual value.
-            (ItemField::Features | ItemField::BiasFeatures | ItemField::Propensity, Ty::Union(branches))
-                if matches!(branches.first(), Some(Ty::Null)) && c.buf.get(c.at) == Some(&0) =>
-            {
-                c.at += 1;
-                continue;
-            }
-            _ => {}
+    let mut f = ItemFields { doc_id: Id(Cow::Borrowed("")), position: 0, clicked: false, features: None, bias_features: None, propensity: None };
+    match plan.item.as_slice() {
+        [(ItemField::DocId, a), (ItemField::Position, b), (ItemField::Clicked, d), (ItemField::Features, e), (ItemField::BiasFeatures, g), (ItemField::Propensity, h)] =>
+        {
+            item_field(c, plan, ItemField::DocId, a, capacity, &mut f)?;
+            item_field(c, plan, ItemField::Position, b, capacity, &mut f)?;
+            item_field(c, plan, ItemField::Clicked, d, capacity, &mut f)?;
+            item_field(c, plan, ItemField::Features, e, capacity, &mut f)?;
+            item_field(c, plan, ItemField::BiasFeatures, g, capacity, &mut f)?;
+            item_field(c, plan, ItemField::Propensity, h, capacity, &mut f)?;
         }
-        match role {
-            ItemField::DocId => doc_id = id(c, ty, "items[].doc_id")?,
-            ItemField::Position => position = int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?,
-            ItemField::Clicked => {
-                clicked = match branch(c, ty, "items[].clicked")? {
-                    Ty::Boolean => match c.take(1, "items[].clicked")?[0] {
-                        0 => false,
-                        1 => true,
-                        b => return Err(Rejected::new(Reason::MalformedPayload, format!("items[].clicked: boolean byte {b}"))),
-                    },
-                    t @ (Ty::Int | Ty::Long) => match int(c, t, "items[].clicked")? {
-                        Some(0) => false,
-                        Some(1) => true,
-                        v => return Err(Rejected::new(Reason::WrongType, format!("items[].clicked = {v:?}; a boolean or 0/1"))),
-                    },
-                    other => return Err(wrong("items[].clicked", other)),
-                }
+        fields => {
+            for (role, ty) in fields {
+                item_field(c, plan, *role, ty, capacity, &mut f)?;
             }
-            ItemField::Features => features = self::features(c, ty, "items[].features", capacity)?,
-            ItemField::BiasFeatures => bias_features = self::features(c, ty, "items[].bias_features", capacity)?,
-            ItemField::Propensity => propensity = float(c, ty, "items[].propensity")?,
-            ItemField::Skip => skip(c, plan, ty, 1)?,
         }
     }
-    items.push(RawItem { doc_id, position, clicked: Clicked(clicked), features, bias_features, propensity });
+    let ItemFields { doc_id, position, clicked, features, bias_features, propensity } = f;
+    super::raw::push_item(items, RawItem { doc_id, position, clicked: Clicked(clicked), features, bias_features, propensity });
+    Ok(())
+}
+
+/// Reads the item field `role`, written as `ty`, into `f`.
+#[inline(always)]
+fn item_field<'a>(c: &mut Cursor<'a>, plan: &Plan, role: ItemField, ty: &Ty, capacity: usize, f: &mut ItemFields<'a>) -> Result<(), Rejected> {
+    // The shipped schema's types first, each read directly; any other type the general way below.
+    match (role, ty) {
+        (ItemField::DocId, Ty::Str) => {
+            let n = length(c, "items[].doc_id")?;
+            f.doc_id = Id(Cow::Borrowed(utf8(c.take(n, "items[].doc_id")?, "items[].doc_id")?));
+            return Ok(());
+        }
+        (ItemField::Position, Ty::Int | Ty::Long) => {
+            f.position = c.zigzag("items[].position")?;
+            return Ok(());
+        }
+        (ItemField::Clicked, Ty::Boolean) if matches!(c.buf.get(c.at), Some(0 | 1)) => {
+            f.clicked = c.buf[c.at] == 1;
+            c.at += 1;
+            return Ok(());
+        }
+        // A union's branch 0 (one byte, 0) when that branch is null: the optional fields' usual value.
+        (ItemField::Features | ItemField::BiasFeatures | ItemField::Propensity, Ty::Union(branches))
+            if matches!(branches.first(), Some(Ty::Null)) && c.buf.get(c.at) == Some(&0) =>
+        {
+            c.at += 1;
+            return Ok(());
+        }
+        _ => {}
+    }
+    match role {
+        ItemField::DocId => f.doc_id = id(c, ty, "items[].doc_id")?,
+        ItemField::Position => f.position = int(c, ty, "items[].position")?.ok_or_else(|| Rejected::new(Reason::WrongType, "items[].position is null"))?,
+        ItemField::Clicked => {
+            f.clicked = match branch(c, ty, "items[].clicked")? {
+                Ty::Boolean => match c.take(1, "items[].clicked")?[0] {
+                    0 => false,
+                    1 => true,
+                    b => return Err(Rejected::new(Reason::MalformedPayload, format!("items[].clicked: boolean byte {b}"))),
+                },
+                t @ (Ty::Int | Ty::Long) => match int(c, t, "items[].clicked")? {
+                    Some(0) => false,
+                    Some(1) => true,
+                    v => return Err(Rejected::new(Reason::WrongType, format!("items[].clicked = {v:?}; a boolean or 0/1"))),
+                },
+                other => return Err(wrong("items[].clicked", other)),
+            }
+        }
+        ItemField::Features => f.features = self::features(c, ty, "items[].features", capacity)?,
+        ItemField::BiasFeatures => f.bias_features = self::features(c, ty, "items[].bias_features", capacity)?,
+        ItemField::Propensity => f.propensity = float(c, ty, "items[].propensity")?,
+        ItemField::Skip => skip(c, plan, ty, 1)?,
+    }
     Ok(())
 }
 
@@ -572,8 +603,10 @@ fn read_session<'a>(bytes: &'a [u8], plan: &Plan, capacity: usize) -> Result<Raw
 /// Avro records, bare (a local writer schema) or Confluent-framed (the registry's).
 pub struct Avro {
     source: SchemaSource,
-    /// Plans by schema id (registry), or the one local plan under id 0; a writer schema that
-    /// cannot be resolved is kept as its refusal.
+    /// A local writer schema's plan, made at open: every record is read with it, without a lookup.
+    local: Option<Plan>,
+    /// The registry's plans by schema id; a writer schema that cannot be resolved is kept as its
+    /// refusal.
     plans: RwLock<HashMap<u32, Result<Arc<Plan>, Rejected>>>,
 }
 
@@ -591,14 +624,14 @@ fn validate(config: &CodecConfig) -> Result<(), String> {
 
 fn open(config: &CodecConfig) -> anyhow::Result<Arc<dyn Codec>> {
     let source = SchemaSource::of(config, config.avro_schema.as_ref())?;
-    let mut plans = HashMap::new();
+    let mut local = None;
     if let SchemaSource::Local(path) = &source {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("key `decode.avro_schema`: cannot read {}: {e}", path.display()))?;
         let schema = parse_schema(&text).map_err(|e| anyhow::anyhow!("key `decode.avro_schema`: {} is not an Avro schema: {e}", path.display()))?;
         let plan = resolve(schema).map_err(|e| anyhow::anyhow!("key `decode.avro_schema`: {} cannot be read as a session: {e}", path.display()))?;
-        plans.insert(0, Ok(Arc::new(plan)));
+        local = Some(plan);
     }
-    Ok(Arc::new(Avro { source, plans: RwLock::new(plans) }))
+    Ok(Arc::new(Avro { source, local, plans: RwLock::default() }))
 }
 
 impl Avro {
@@ -606,14 +639,14 @@ impl Avro {
     pub fn with_writer_schema(writer_schema: &str) -> Result<Avro, Rejected> {
         let schema = parse_schema(writer_schema).map_err(|e| Rejected::new(Reason::MalformedPayload, e))?;
         let plan = resolve(schema)?;
-        Ok(Avro { source: SchemaSource::Local(Default::default()), plans: RwLock::new(HashMap::from([(0, Ok(Arc::new(plan)))])) })
+        Ok(Avro { source: SchemaSource::Local(Default::default()), local: Some(plan), plans: RwLock::default() })
     }
 
     fn plan(&self, id: u32) -> Result<Arc<Plan>, Rejected> {
         if let Some(p) = self.plans.read().get(&id) {
             return p.clone();
         }
-        let SchemaSource::Registry(registry) = &self.source else { unreachable!("a local schema's plan is made at open") };
+        let SchemaSource::Registry(registry) = &self.source else { unreachable!("a local schema's plan is `local`, made at open") };
         let schema = registry.schema(id)?;
         let plan = if schema.schema_type != "AVRO" {
             Err(Rejected::new(Reason::WrongType, format!("schema id {id} is a {} schema; `decode.format` is avro", schema.schema_type)))
@@ -635,10 +668,10 @@ impl Codec for Avro {
     }
 
     fn decode<'a>(&self, bytes: &'a [u8], feature_capacity: usize) -> Result<RawSession<'a>, Rejected> {
-        let (id, payload) = match self.source {
-            SchemaSource::Registry(_) => confluent_header(bytes)?,
-            SchemaSource::Local(_) => (0, bytes),
-        };
+        if let Some(plan) = &self.local {
+            return read_session(bytes, plan, feature_capacity);
+        }
+        let (id, payload) = confluent_header(bytes)?;
         let plan = self.plan(id)?;
         read_session(payload, &plan, feature_capacity)
     }

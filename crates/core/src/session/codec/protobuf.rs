@@ -183,7 +183,7 @@ fn read_item<'a>(bytes: &'a [u8], n: &Numbers, capacity: usize, items: &mut Vec<
         }
     }
     // A field the record lacks stays empty (or 0), and validation refuses it.
-    items.push(RawItem { doc_id: Id(Cow::Borrowed(doc_id)), position, clicked: Clicked(clicked), features, bias_features, propensity });
+    super::raw::push_item(items, RawItem { doc_id: Id(Cow::Borrowed(doc_id)), position, clicked: Clicked(clicked), features, bias_features, propensity });
     Ok(())
 }
 

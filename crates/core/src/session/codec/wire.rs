@@ -23,7 +23,7 @@ impl<'a> Cursor<'a> {
 
     /// An unsigned LEB128 varint of at most 10 bytes. Inlined with a one-byte fast path (tags,
     /// lengths and small values, most of a record's varints); longer ones take `varint_long`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn varint(&mut self, what: &str) -> Result<u64, Rejected> {
         match self.buf.get(self.at) {
             Some(&byte) if byte < 0x80 => {
@@ -51,14 +51,14 @@ impl<'a> Cursor<'a> {
     }
 
     /// A zigzag-encoded signed varint (Avro's int and long, Confluent's message indexes).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn zigzag(&mut self, what: &str) -> Result<i64, Rejected> {
         let v = self.varint(what)?;
         Ok((v >> 1) as i64 ^ -((v & 1) as i64))
     }
 
     /// The next `n` bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Rejected> {
         if n > self.remaining() {
             return Err(self.short(n, what));
@@ -85,18 +85,24 @@ impl<'a> Cursor<'a> {
 }
 
 /// Text that must be UTF-8 (`not_utf8` otherwise), borrowed from the record.
-#[inline]
+#[inline(always)]
 pub(crate) fn utf8<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Rejected> {
     match ascii(bytes) {
         Some(text) => Ok(text),
-        None => std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, format!("{what}: {e}"))),
+        None => not_ascii(bytes, what),
     }
+}
+
+/// `utf8`'s general case, out of line: text with a non-ASCII byte.
+#[inline(never)]
+fn not_ascii<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Rejected> {
+    std::str::from_utf8(bytes).map_err(|e| Rejected::new(Reason::NotUtf8, format!("{what}: {e}")))
 }
 
 /// `bytes` as text when every byte is ASCII, which ids nearly always are: `is_ascii` reads a word
 /// at a time, where the general UTF-8 validation (`str::from_utf8`) costs a call and a byte-wise
 /// loop per short id. `None` says: validate it as UTF-8.
-#[inline]
+#[inline(always)]
 pub(crate) fn ascii(bytes: &[u8]) -> Option<&str> {
     if bytes.is_ascii() {
         // SAFETY: every byte is below 0x80, and a run of ASCII bytes is valid UTF-8.
